@@ -1,0 +1,190 @@
+// Package storage owns steward's object stores: one small Store interface with two
+// implementations, S3 (minio-go, for MinIO and S3-compatible servers) and a local directory
+// (the embedded default). Datasets and index segments are built on top of it in
+// storage/dataset and storage/index. This package refuses to know about datasets, ledgers or
+// any other steward package.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"path"
+	"strings"
+	"time"
+)
+
+// MaxDeleteBatch is the largest number of keys sent in one multi-object delete request.
+const MaxDeleteBatch = 1000
+
+// Store is a flat namespace of immutable objects addressed by slash-separated keys.
+type Store interface {
+	// Put writes key, replacing any existing object. size is the exact length of r, or -1.
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	// PutIfAbsent writes key only if it does not exist; otherwise it fails with ErrExists and
+	// leaves the existing object untouched. Of concurrent callers exactly one succeeds.
+	PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error
+	// Get streams the whole object.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// GetRange streams length bytes starting at off. A range past the end fails with ErrCorrupt
+	// (callers ask only for ranges they believe exist).
+	GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error)
+	// Stat describes one object.
+	Stat(ctx context.Context, key string) (ObjectInfo, error)
+	// List yields every object whose key starts with prefix, in lexical key order.
+	List(ctx context.Context, prefix string) iter.Seq2[ObjectInfo, error]
+	// DeleteBatch deletes keys (in requests of at most MaxDeleteBatch) and returns one result per
+	// key, in input order. Deleting an absent key is a success.
+	DeleteBatch(ctx context.Context, keys []string) []DeleteResult
+}
+
+// ObjectInfo describes a stored object.
+type ObjectInfo struct {
+	Key     string    // full key
+	Size    int64     // bytes
+	ModTime time.Time // last modification, as reported by the store
+}
+
+// DeleteResult is the outcome for one key of DeleteBatch. Err is nil when the object is gone
+// (deleted now or already absent); an error wrapping ErrUnavailable means the outcome is unknown.
+type DeleteResult struct {
+	Key string
+	Err error
+}
+
+// Kinds of store accepted by StoreConfig.Kind.
+const (
+	KindLocal = "local"
+	KindS3    = "s3"
+)
+
+// StoreConfig selects and configures a Store. Credentials are never printed: String and
+// LogValue redact them.
+type StoreConfig struct {
+	// Kind is KindLocal or KindS3. Default: KindLocal.
+	Kind string
+	// Root is the directory of a local store; created if missing. Required for KindLocal.
+	Root string
+	// Endpoint is host[:port] of the S3 server (no scheme). Required for KindS3.
+	Endpoint string
+	// Bucket holds the objects. Required for KindS3; created by OpenStore if missing.
+	Bucket string
+	// Prefix is prepended (with a "/") to every key, for both kinds. Default: none.
+	Prefix string
+	// AccessKey is the S3 access key id. Default: none (anonymous).
+	AccessKey string
+	// SecretKey is the S3 secret. Never logged or put into an error message.
+	SecretKey string
+	// Secure selects https. Default: false (plain http, as for a local MinIO).
+	Secure bool
+	// Region is the S3 region. Default: "us-east-1".
+	Region string
+	// MaxRetries bounds minio-go's retries of one request. Default: 3 (minio-go's own default
+	// of 10 makes an outage take minutes to surface).
+	MaxRetries int
+	// RequestTimeout bounds one S3 HTTP exchange from dial to response headers. Default: 30s.
+	RequestTimeout time.Duration
+}
+
+// String renders the configuration with the secret redacted.
+func (c StoreConfig) String() string {
+	secret := ""
+	if c.SecretKey != "" {
+		secret = "REDACTED"
+	}
+	return fmt.Sprintf("StoreConfig{Kind:%s Root:%s Endpoint:%s Bucket:%s Prefix:%s AccessKey:%s SecretKey:%s Secure:%t Region:%s}",
+		c.Kind, c.Root, c.Endpoint, c.Bucket, c.Prefix, c.AccessKey, secret, c.Secure, c.Region)
+}
+
+// GoString keeps %#v from printing the secret.
+func (c StoreConfig) GoString() string { return c.String() }
+
+// LogValue implements slog.LogValuer without the secret.
+func (c StoreConfig) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("kind", c.Kind), slog.String("root", c.Root), slog.String("endpoint", c.Endpoint),
+		slog.String("bucket", c.Bucket), slog.String("prefix", c.Prefix), slog.Bool("secure", c.Secure),
+	)
+}
+
+// OpenStore builds the Store described by cfg. For S3 it checks that the bucket exists
+// (creating it if missing), so an unreachable server fails here with ErrUnavailable.
+func OpenStore(ctx context.Context, cfg StoreConfig) (Store, error) {
+	var s Store
+	var err error
+	switch cfg.Kind {
+	case KindLocal, "":
+		s, err = NewLocalStore(cfg.Root)
+	case KindS3:
+		s, err = NewS3Store(ctx, cfg)
+	default:
+		return nil, fmt.Errorf("%w: unknown store kind %q", ErrInvalidConfig, cfg.Kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Prefix != "" {
+		s = WithPrefix(s, cfg.Prefix)
+	}
+	return s, nil
+}
+
+// ListAll collects List into a slice.
+func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) {
+	var out []ObjectInfo
+	for info, err := range s.List(ctx, prefix) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// ReadAll reads a whole object into memory.
+func ReadAll(ctx context.Context, s Store, key string) ([]byte, error) {
+	rc, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, opErr("get", key, classifyReadErr(err), err)
+	}
+	return b, nil
+}
+
+// classifyReadErr decides what a failure in the middle of a body means: a cut stream is the
+// store going away, not a corrupt object.
+func classifyReadErr(err error) error {
+	if errors.Is(err, ErrCorrupt) {
+		return ErrCorrupt
+	}
+	return ErrUnavailable
+}
+
+// ValidKey reports whether key is acceptable to every Store: non-empty, relative, clean,
+// no "." or ".." element, no backslash or NUL.
+func ValidKey(key string) bool {
+	if key == "" || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") ||
+		strings.ContainsAny(key, "\\\x00") || path.Clean(key) != key {
+		return false
+	}
+	for _, el := range strings.Split(key, "/") {
+		if el == "." || el == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+func checkKey(op, key string) error {
+	if !ValidKey(key) {
+		return opErr(op, key, ErrInvalidKey, nil)
+	}
+	return nil
+}
