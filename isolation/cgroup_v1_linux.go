@@ -1,0 +1,211 @@
+package isolation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const v1Root = "/sys/fs/cgroup"
+
+// v1Group is one domain's directories in the v1 hierarchies it uses (memory, pids and, when
+// it kills through the freezer, freezer). Only these hierarchies: containerd's default v1
+// hierarchy also creates parents in named hierarchies and leaves them behind.
+type v1Group struct {
+	rel         string            // path relative to each hierarchy root
+	dirs        map[string]string // controller → absolute directory
+	controllers []string          // creation order
+}
+
+func v1Mounted(controller string) bool {
+	_, err := os.Stat(filepath.Join(v1Root, controller, "cgroup.procs"))
+	return err == nil
+}
+
+// newV1Group creates rel in each controller's hierarchy. On error nothing it created remains.
+func newV1Group(rel string, controllers []string) (g *v1Group, retErr error) {
+	g = &v1Group{rel: rel, dirs: map[string]string{}}
+	defer func() {
+		if retErr != nil {
+			_ = g.remove()
+		}
+	}()
+	for _, c := range controllers {
+		dir := filepath.Join(v1Root, c, rel)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, opErr("create cgroup", "", dir, nil, err)
+		}
+		g.dirs[c] = dir
+		g.controllers = append(g.controllers, c)
+	}
+	return g, nil
+}
+
+// setLimits writes memory (swap off where memsw exists) and pids limits and reads them back.
+func (g *v1Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err error) {
+	md := g.dirs["memory"]
+	if memRB, err = writeReadInt(md, "memory.limit_in_bytes", mem, pageSlack); err != nil {
+		return
+	}
+	// memsw bounds memory+swap: equal to the memory limit means no swap. The file exists only
+	// with swap accounting; without it there is nothing to bound.
+	if _, statErr := os.Stat(filepath.Join(md, "memory.memsw.limit_in_bytes")); statErr == nil {
+		var sw int64
+		if sw, err = writeReadInt(md, "memory.memsw.limit_in_bytes", mem, pageSlack); err != nil {
+			return
+		}
+		swapRB = sw - memRB
+	}
+	_ = os.WriteFile(filepath.Join(md, "memory.swappiness"), []byte("0"), 0)
+	pidsRB, err = writeReadInt(g.dirs["pids"], "pids.max", pids, 0)
+	return
+}
+
+// attach moves pid into every hierarchy of the group, then checks /proc/<pid>/cgroup.
+func (g *v1Group) attach(pid int) error {
+	for _, c := range g.controllers {
+		f := filepath.Join(g.dirs[c], "cgroup.procs")
+		if err := os.WriteFile(f, []byte(strconv.Itoa(pid)), 0); err != nil {
+			return opErr("attach", "", f, ErrPlacement, err)
+		}
+	}
+	return g.verify(pid)
+}
+
+func (g *v1Group) verify(pid int) error {
+	v1, _, err := readProcCgroup(pid)
+	if err != nil {
+		return opErr("verify placement", "", "", ErrPlacement, err)
+	}
+	for _, c := range g.controllers {
+		if v1[c] != "/"+g.rel {
+			return opErr("verify placement", "", "", ErrPlacement,
+				fmt.Errorf("pid %d is in %s:%s, want /%s", pid, c, v1[c], g.rel))
+		}
+	}
+	return nil
+}
+
+// procs lists the thread-group ids in the pids hierarchy (every domain process is there).
+func (g *v1Group) procs() ([]int, error) {
+	return readPids(filepath.Join(g.dirs["pids"], "cgroup.procs"))
+}
+
+// freezeKillThaw sends SIGKILL to everything in the group once, through the freezer so that no
+// task can fork between the listing and the signal. The v1 freezer can stall in FREEZING while
+// tasks fork (vfork parents), and it only freezes tasks present at write time, so FROZEN is
+// re-written on every poll. Each pid is signalled through a pidfd after checking it is still in
+// the group; mark records every process seen (with its zombie children) for the reaper.
+func (g *v1Group) freezeKillThaw(ctx context.Context, mark func(pid int) (int, bool)) error {
+	state := filepath.Join(g.dirs["freezer"], "freezer.state")
+	deadline := time.Now().Add(time.Second)
+	for {
+		if err := os.WriteFile(state, []byte("FROZEN"), 0); err != nil {
+			return opErr("freeze", ModeV1, state, nil, err)
+		}
+		b, err := os.ReadFile(state)
+		if err != nil {
+			return opErr("freeze", ModeV1, state, nil, err)
+		}
+		if strings.TrimSpace(string(b)) == "FROZEN" || time.Now().After(deadline) || ctx.Err() != nil {
+			break // past the deadline, kill what is there: a pidfd signal is still safe
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	pids, err := readPids(filepath.Join(g.dirs["freezer"], "cgroup.procs"))
+	for _, pid := range pids {
+		if fd, ok := mark(pid); ok {
+			_ = pidfdSignal(fd, 9)
+		}
+	}
+	if thawErr := os.WriteFile(state, []byte("THAWED"), 0); thawErr != nil && err == nil {
+		err = opErr("thaw", ModeV1, state, nil, thawErr)
+	}
+	return err
+}
+
+// oomKills reads the oom_kill counter of memory.oom_control (kernel ≥ 4.13).
+func (g *v1Group) oomKills() (int64, error) {
+	return readKey(filepath.Join(g.dirs["memory"], "memory.oom_control"), "oom_kill")
+}
+
+func (g *v1Group) peak() int64 {
+	v, _ := readInt(filepath.Join(g.dirs["memory"], "memory.max_usage_in_bytes"))
+	return v
+}
+
+// remove deletes the group's directories; already-absent ones are fine.
+func (g *v1Group) remove() error {
+	var errs []error
+	for _, c := range g.controllers {
+		if err := os.Remove(g.dirs[c]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, opErr("remove cgroup", "", g.dirs[c], nil, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// --- small file helpers shared by both hierarchies ---
+
+const pageSlack = 4096 // the kernel rounds memory limits to pages
+
+func writeReadInt(dir, file string, v, slack int64) (int64, error) {
+	p := filepath.Join(dir, file)
+	if err := os.WriteFile(p, []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+		return 0, opErr("write "+file, "", p, nil, err)
+	}
+	rb, err := readInt(p)
+	if err != nil {
+		return 0, opErr("read back "+file, "", p, nil, err)
+	}
+	if d := rb - v; d > slack || d < -slack {
+		return rb, opErr("read back "+file, "", p, ErrLimitMismatch, fmt.Errorf("wrote %d, read %d", v, rb))
+	}
+	return rb, nil
+}
+
+// readInt parses a single-number cgroup file; "max" reads as -1.
+func readInt(p string) (int64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "max" {
+		return -1, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// readKey reads "key value" lines (memory.events, memory.oom_control, pids.events).
+func readKey(p, key string) (int64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no %q", p, key)
+}
+
+func readPids(p string) ([]int, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, s := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(s); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,164 @@
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// v2Group is one domain's cgroup in a unified (cgroup2) hierarchy. In ModeV2 it carries the
+// limits; in ModeHybrid it sits in the controller-less /sys/fs/cgroup/unified and is used only
+// for placement at birth, cgroup.kill and the populated flag.
+type v2Group struct {
+	mount string // hierarchy root, "/sys/fs/cgroup" or "/sys/fs/cgroup/unified"
+	rel   string
+	dir   string
+	fd    *os.File // O_PATH|O_DIRECTORY fd for CLONE_INTO_CGROUP
+}
+
+// unifiedMount returns where the cgroup2 hierarchy is mounted, or "".
+func unifiedMount() string {
+	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return p
+		}
+	}
+	return ""
+}
+
+// v2Controllers lists the controllers available at the hierarchy root.
+func v2Controllers(mount string) []string {
+	b, _ := os.ReadFile(filepath.Join(mount, "cgroup.controllers"))
+	return strings.Fields(string(b))
+}
+
+// newV2Group creates rel under mount. With limits, it first enables memory and pids in every
+// ancestor's subtree_control so the leaf gets the interface files.
+func newV2Group(mount, rel string, limits bool) (g *v2Group, retErr error) {
+	g = &v2Group{mount: mount, rel: rel, dir: filepath.Join(mount, rel)}
+	if limits {
+		anc := mount
+		for _, part := range strings.Split(filepath.Dir(rel), "/") {
+			if err := enableControllers(anc); err != nil {
+				return nil, err
+			}
+			anc = filepath.Join(anc, part)
+			if err := os.Mkdir(anc, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return nil, opErr("create cgroup", ModeV2, anc, nil, err)
+			}
+		}
+		if err := enableControllers(anc); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(g.dir, 0o755); err != nil {
+		return nil, opErr("create cgroup", "", g.dir, nil, err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = g.remove()
+		}
+	}()
+	fd, err := os.OpenFile(g.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, opErr("open cgroup", "", g.dir, nil, err)
+	}
+	g.fd = fd
+	return g, nil
+}
+
+func enableControllers(dir string) error {
+	p := filepath.Join(dir, "cgroup.subtree_control")
+	if err := os.WriteFile(p, []byte("+memory +pids"), 0); err != nil {
+		return opErr("enable controllers", ModeV2, p, nil, err)
+	}
+	return nil
+}
+
+// setLimits writes memory.max, memory.swap.max=0, pids.max, memory.oom.group=1 and reads them
+// back. oom.group makes an OOM kill take the whole domain, not one victim.
+func (g *v2Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err error) {
+	if memRB, err = writeReadInt(g.dir, "memory.max", mem, pageSlack); err != nil {
+		return
+	}
+	if _, statErr := os.Stat(filepath.Join(g.dir, "memory.swap.max")); statErr == nil {
+		if swapRB, err = writeReadInt(g.dir, "memory.swap.max", 0, 0); err != nil {
+			return
+		}
+	}
+	if _, err = writeReadInt(g.dir, "memory.oom.group", 1, 0); err != nil {
+		return
+	}
+	pidsRB, err = writeReadInt(g.dir, "pids.max", pids, 0)
+	return
+}
+
+// cgroupFD is the fd to pass as SysProcAttr.CgroupFD.
+func (g *v2Group) cgroupFD() int { return int(g.fd.Fd()) }
+
+// verify checks that pid's unified path is this group.
+func (g *v2Group) verify(pid int) error {
+	_, u, err := readProcCgroup(pid)
+	if err != nil {
+		return opErr("verify placement", "", "", ErrPlacement, err)
+	}
+	if u != "/"+g.rel {
+		return opErr("verify placement", "", "", ErrPlacement, fmt.Errorf("pid %d is in 0::%s, want /%s", pid, u, g.rel))
+	}
+	return nil
+}
+
+// attach moves pid in by writing cgroup.procs (used only when a child could not be born here).
+func (g *v2Group) attach(pid int) error {
+	p := filepath.Join(g.dir, "cgroup.procs")
+	if err := os.WriteFile(p, []byte(fmt.Sprint(pid)), 0); err != nil {
+		return opErr("attach", "", p, ErrPlacement, err)
+	}
+	return g.verify(pid)
+}
+
+// kill SIGKILLs every process in the group atomically with respect to fork (kernel ≥ 5.14).
+func (g *v2Group) kill() error {
+	p := filepath.Join(g.dir, "cgroup.kill")
+	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
+		return opErr("cgroup.kill", "", p, nil, err)
+	}
+	return nil
+}
+
+// populated reads cgroup.events; a missing directory counts as empty.
+func (g *v2Group) populated() (bool, error) {
+	v, err := readKey(filepath.Join(g.dir, "cgroup.events"), "populated")
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return v != 0, err
+}
+
+func (g *v2Group) procs() ([]int, error) { return readPids(filepath.Join(g.dir, "cgroup.procs")) }
+
+// oomKills reads memory.events; memory.events counts kills in the whole subtree.
+func (g *v2Group) oomKills() (int64, error) {
+	return readKey(filepath.Join(g.dir, "memory.events"), "oom_kill")
+}
+
+func (g *v2Group) peak() int64 {
+	v, _ := readInt(filepath.Join(g.dir, "memory.peak"))
+	return v
+}
+
+func (g *v2Group) remove() error {
+	if g.fd != nil {
+		_ = g.fd.Close()
+		g.fd = nil
+	}
+	if err := os.Remove(g.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return opErr("remove cgroup", "", g.dir, nil, err)
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package isolation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// domainCgroups is one domain's cgroups in the layout of its mode:
+//
+//	ModeV2:     v2 (limits, birth placement, cgroup.kill)
+//	ModeHybrid: v1 memory+pids (limits) + v2 in the controller-less unified hierarchy
+//	ModeV1:     v1 memory+pids+freezer
+type domainCgroups struct {
+	mode    Mode
+	v1      *v1Group
+	v2      *v2Group
+	mem     int64 // limits as read back
+	swap    int64
+	pids    int64
+	oomBase int64
+}
+
+func newDomainCgroups(mode Mode, rel string, mem, pids int64) (c *domainCgroups, retErr error) {
+	c = &domainCgroups{mode: mode}
+	defer func() {
+		if retErr != nil {
+			_ = c.remove()
+		}
+	}()
+	var err error
+	switch mode {
+	case ModeV2:
+		mount := unifiedMount()
+		if mount == "" {
+			return nil, opErr("create cgroups", mode, "", nil, errors.New("no cgroup2 hierarchy mounted"))
+		}
+		if c.v2, err = newV2Group(mount, rel, true); err != nil {
+			return nil, err
+		}
+		c.mem, c.swap, c.pids, err = c.v2.setLimits(mem, pids)
+	case ModeHybrid, ModeV1:
+		ctrls := []string{"memory", "pids"}
+		if mode == ModeV1 {
+			ctrls = append(ctrls, "freezer")
+		}
+		if c.v1, err = newV1Group(rel, ctrls); err != nil {
+			return nil, err
+		}
+		if mode == ModeHybrid {
+			if c.v2, err = newV2Group(unifiedMount(), rel, false); err != nil {
+				return nil, err
+			}
+		}
+		c.mem, c.swap, c.pids, err = c.v1.setLimits(mem, pids)
+	default:
+		return nil, opErr("create cgroups", mode, "", ErrInvalidSpec, fmt.Errorf("unknown mode %q", mode))
+	}
+	if err != nil {
+		return nil, withMode(err, mode)
+	}
+	c.oomBase, _ = c.oomKills()
+	return c, nil
+}
+
+func withMode(err error, mode Mode) error {
+	var e *Error
+	if errors.As(err, &e) && e.Mode == "" {
+		e.Mode = mode
+	}
+	return err
+}
+
+// bornFD returns the cgroup2 directory fd a child can be cloned into, if the mode has one.
+func (c *domainCgroups) bornFD() (int, bool) {
+	if c.v2 == nil {
+		return -1, false
+	}
+	return c.v2.cgroupFD(), true
+}
+
+// needsBarrier: v1 hierarchies cannot take a child at birth (CLONE_INTO_CGROUP gives EBADF for
+// a v1 fd), so the child must wait until it has been written into them.
+func (c *domainCgroups) needsBarrier() bool { return c.v1 != nil }
+
+// place puts pid into the v1 groups (if any) and verifies every membership in /proc/<pid>/cgroup.
+func (c *domainCgroups) place(pid int) error {
+	if c.v1 != nil {
+		if err := c.v1.attach(pid); err != nil {
+			return withMode(err, c.mode)
+		}
+	}
+	if c.v2 != nil {
+		if err := c.v2.verify(pid); err != nil {
+			return withMode(err, c.mode)
+		}
+	}
+	return nil
+}
+
+// member reports whether a live pid is in this domain. For zombies only the unified path is
+// meaningful (v1 shows "/" for an exited task), so member is false for v1-only zombies.
+func (c *domainCgroups) member(pid int) bool {
+	v1, u, err := readProcCgroup(pid)
+	if err != nil {
+		return false
+	}
+	if c.v2 != nil {
+		return u == "/"+c.v2.rel
+	}
+	return v1["pids"] == "/"+c.v1.rel
+}
+
+func (c *domainCgroups) procs() ([]int, error) {
+	if c.v2 != nil {
+		return c.v2.procs()
+	}
+	return c.v1.procs()
+}
+
+// populated: any live task left. Unified has a flag for it; v1 has only the task list.
+func (c *domainCgroups) populated() bool {
+	if c.v2 != nil {
+		p, err := c.v2.populated()
+		return err != nil || p
+	}
+	pids, err := c.v1.procs()
+	return err != nil || len(pids) > 0
+}
+
+// killOnce SIGKILLs everything in the domain: cgroup.kill where there is a unified cgroup,
+// otherwise one freeze → kill → thaw round. mark pins and records each pid for the reaper.
+func (c *domainCgroups) killOnce(ctx context.Context, mark func(int) (int, bool)) error {
+	if c.v2 != nil {
+		return withMode(c.v2.kill(), c.mode)
+	}
+	return c.v1.freezeKillThaw(ctx, mark)
+}
+
+func (c *domainCgroups) oomKills() (int64, error) {
+	if c.mode == ModeV2 {
+		return c.v2.oomKills()
+	}
+	return c.v1.oomKills()
+}
+
+func (c *domainCgroups) oomKilled() bool {
+	n, err := c.oomKills()
+	return err == nil && n > c.oomBase
+}
+
+func (c *domainCgroups) peak() int64 {
+	if c.mode == ModeV2 {
+		return c.v2.peak()
+	}
+	return c.v1.peak()
+}
+
+// remove deletes every directory; safe to call more than once.
+func (c *domainCgroups) remove() error {
+	var errs []error
+	if c.v2 != nil {
+		errs = append(errs, c.v2.remove())
+	}
+	if c.v1 != nil {
+		errs = append(errs, c.v1.remove())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,167 @@
+package isolation
+
+import (
+	"io"
+	"os"
+	"time"
+)
+
+// Mode names a cgroup layout.
+type Mode string
+
+const (
+	// ModeAuto (the zero value) probes the modes the host can offer, best first: v2, hybrid, v1.
+	ModeAuto Mode = ""
+	// ModeV2: unified hierarchy with delegated memory+pids; children born in their cgroup,
+	// killed through cgroup.kill.
+	ModeV2 Mode = "v2"
+	// ModeHybrid: limits in v1 memory+pids cgroups, placement, kill and "populated" in a
+	// controller-less cgroup of the unified hierarchy (/sys/fs/cgroup/unified).
+	ModeHybrid Mode = "hybrid"
+	// ModeV1: v1 memory+pids+freezer only; barrier placement, freeze-kill-thaw.
+	ModeV1 Mode = "v1"
+	// ModeNone is reported when nothing verified.
+	ModeNone Mode = "none"
+)
+
+// Defaults applied by Config.WithDefaults.
+const (
+	DefaultParent      = "steward"
+	DefaultMemoryLimit = 1 << 30
+	DefaultPidsLimit   = 256
+	DefaultTermGrace   = 10 * time.Second
+	DefaultReapBound   = 11 * time.Second
+	DefaultNoFile      = 1024
+	DefaultWorkerPath  = "/proc/self/exe"
+)
+
+// Config is the Supervisor's configuration. The zero value plus WithDefaults is usable.
+type Config struct {
+	// Parent is the cgroup directory, relative to each hierarchy's root, under which every
+	// sidecar keeps its per-process directory. Default "steward". Under systemd on pure v2 set
+	// it to the delegated subtree (Delegate=yes).
+	Parent string
+	// MemoryLimit is the per-domain memory limit in bytes, swap disabled. Default 1 GiB.
+	MemoryLimit int64
+	// PidsLimit is the per-domain limit on tasks (pids.max). Default 256.
+	PidsLimit int64
+	// TermGrace is how long Terminate waits after SIGTERM before killing the domain. Default 10s.
+	TermGrace time.Duration
+	// ReapBound is how long the kill and reap stage may take before Terminate/Kill report
+	// ErrReapBound. Default 11s.
+	ReapBound time.Duration
+	// NoFile is the worker's RLIMIT_NOFILE (soft and hard), applied by EnterWorker. Default 1024.
+	NoFile uint64
+	// Mode forces a cgroup mode; ModeAuto (default) picks the best one that verifies.
+	Mode Mode
+	// WorkerPath is the executable the preflight probe launches and the default Spec.Path.
+	// Default "/proc/self/exe" (never $PATH).
+	WorkerPath string
+	// WorkerArgs are the arguments (argv[1:]) under which WorkerPath calls EnterWorker first
+	// thing, e.g. []string{"worker"}. Used by the probe. Default none.
+	WorkerArgs []string
+}
+
+// WithDefaults returns c with every zero field replaced by its documented default.
+func (c Config) WithDefaults() Config {
+	if c.Parent == "" {
+		c.Parent = DefaultParent
+	}
+	if c.MemoryLimit <= 0 {
+		c.MemoryLimit = DefaultMemoryLimit
+	}
+	if c.PidsLimit <= 0 {
+		c.PidsLimit = DefaultPidsLimit
+	}
+	if c.TermGrace <= 0 {
+		c.TermGrace = DefaultTermGrace
+	}
+	if c.ReapBound <= 0 {
+		c.ReapBound = DefaultReapBound
+	}
+	if c.NoFile == 0 {
+		c.NoFile = DefaultNoFile
+	}
+	if c.WorkerPath == "" {
+		c.WorkerPath = DefaultWorkerPath
+	}
+	return c
+}
+
+// Spec describes one worker launch.
+type Spec struct {
+	// ID names the domain's cgroup directory ([A-Za-z0-9._-], at most 64 bytes, unique per
+	// Supervisor). Default: a generated "w<n>".
+	ID string
+	// Path is the executable. Default Config.WorkerPath ("/proc/self/exe").
+	Path string
+	// Args are argv[1:]; argv[0] is Path.
+	Args []string
+	// Env is the worker's whole environment ("KEY=value"); nothing is inherited. Build it with
+	// AllowEnv. Start appends the STEWARD_ISOLATION_* variables itself and rejects entries that
+	// use those names or go-plugin's PLUGIN_* names.
+	Env []string
+	// ExtraFiles are the only descriptors the worker inherits besides stdio: ExtraFiles[i] is
+	// fd ExtraFD(i) (3+i) in the worker.
+	ExtraFiles []*os.File
+	// Stdout and Stderr receive the worker's output; nil means /dev/null.
+	Stdout, Stderr io.Writer
+	// MemoryLimit and PidsLimit override the Config defaults for this domain when > 0.
+	MemoryLimit, PidsLimit int64
+}
+
+// Outcome is what is known about a domain once it is down. Facts about the cgroup (OOMKilled,
+// PeakMemory) are read after every process was reaped, never from asynchronous events.
+type Outcome struct {
+	// ExitCode of the main process, or -1 if a signal ended it or it has not exited.
+	ExitCode int `json:"exit_code"`
+	// Signal that ended the main process (0 if none), and its name ("SIGKILL").
+	Signal     int    `json:"signal,omitempty"`
+	SignalName string `json:"signal_name,omitempty"`
+	// OOMKilled: the domain's oom_kill counter rose during its life.
+	OOMKilled bool `json:"oom_killed"`
+	// PeakMemory in bytes (v1 memory.max_usage_in_bytes, v2 memory.peak); 0 if unknown.
+	PeakMemory int64 `json:"peak_memory"`
+	// Wall is the time from launch to the main process's exit.
+	Wall time.Duration `json:"wall_ns"`
+	// Stage is how far the kill ladder went: "exited" (nothing to signal), "term", "kill".
+	Stage string `json:"stage,omitempty"`
+	// AllReaped: the cgroup is empty and every descendant the domain can be proven to own was
+	// reaped.
+	AllReaped bool `json:"all_reaped"`
+	// Survivors counts processes of the domain still alive or unreaped when the ladder ended.
+	Survivors int `json:"survivors"`
+}
+
+// Report is the preflight's result, returned to hosts by steward.hello. Plain JSON, no steward
+// types.
+type Report struct {
+	// Mode that verified, or "none".
+	Mode Mode `json:"mode"`
+	// Verified: a probe child was placed and every limit read back as written.
+	Verified bool `json:"verified"`
+	// Host is the layout detected: "unified", "hybrid", "legacy" or "unavailable".
+	Host string `json:"host"`
+	// Controllers used by the verified mode (e.g. "memory", "pids", "freezer", "unified").
+	Controllers []string `json:"controllers,omitempty"`
+	// Limits read back from the probe cgroup.
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	SwapLimit   int64 `json:"swap_limit"`
+	PidsLimit   int64 `json:"pids_limit,omitempty"`
+	// BornInCgroup: workers are created inside their cgroup (CLONE_INTO_CGROUP), so limits and
+	// kill cover them from their first instruction.
+	BornInCgroup bool `json:"born_in_cgroup"`
+	// Barrier: workers wait on a barrier pipe until placed in v1 cgroups.
+	Barrier bool `json:"barrier"`
+	// Reason the verified mode was not better, or why nothing verified.
+	Reason string `json:"reason,omitempty"`
+	// Attempts lists each mode tried and why it failed, best first.
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// Attempt is one mode's preflight result.
+type Attempt struct {
+	Mode   Mode   `json:"mode"`
+	Error  string `json:"error,omitempty"`
+	Passed bool   `json:"passed"`
+}

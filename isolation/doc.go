@@ -1,0 +1,21 @@
+// Package isolation runs one worker process under verified cgroup limits, supervises it by pidfd,
+// and brings its whole process tree down and reaped on demand.
+//
+// It owns: detecting and verifying the cgroup layout (unified v2 with delegated memory+pids,
+// hybrid v1-limits-plus-unified-placement, or v1 only), creating one cgroup set per worker
+// ("domain") and reading every limit back, launching the worker inside it (born there through
+// CLONE_INTO_CGROUP where the kernel allows, otherwise held behind a barrier pipe until placed),
+// the worker-side entry checks (EnterWorker), the kill ladder (SIGTERM → grace → cgroup kill →
+// reap), reaping of re-parented descendants as a child subreaper, OOM and peak-memory facts read
+// after reaping, and removal of cgroups left behind by a dead sidecar.
+//
+// It refuses: launching anything when no mode verifies (ErrIsolationUnavailable), inheriting the
+// caller's environment or descriptors, identifying a process by a bare pid number when signalling
+// or reaping it, and reaping a child it cannot prove belongs to one of its domains (so the exit
+// status of other children of the process is never stolen). It imports no other steward package
+// and knows nothing about the protocol spoken on the worker's pipes.
+//
+// Cgroup layout: <hierarchy>/<Parent>/<owner>/<domain>, where owner is "<pid>-<starttime>" of the
+// supervising process. A later supervisor removes only owner directories whose process is gone,
+// so several live sidecars can share one Parent.
+package isolation

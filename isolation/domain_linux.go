@@ -1,0 +1,108 @@
+package isolation
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Domain is one launched worker with its cgroups and every process it spawns.
+type Domain struct {
+	id      string
+	cfg     Config
+	cg      *domainCgroups
+	proc    *os.Process // holds the worker's pidfd
+	pid     int
+	started time.Time
+	onClose func(*Domain)
+
+	exited  chan struct{} // closed after the main process was reaped
+	state   *os.ProcessState
+	waitErr error
+	wall    time.Duration
+	copiers sync.WaitGroup // stdout/stderr copy goroutines
+
+	mu       sync.Mutex // serialises teardown and Close
+	tr       *tracker
+	final    *Outcome
+	finalErr error
+	closed   bool
+}
+
+// ID is the domain's cgroup directory name.
+func (d *Domain) ID() string { return d.id }
+
+// Pid is the worker's pid, for logs only: every signal and wait goes through its pidfd.
+func (d *Domain) Pid() int { return d.pid }
+
+// Done is closed when the main process has exited and been reaped.
+func (d *Domain) Done() <-chan struct{} { return d.exited }
+
+// Wait waits until the main process exits and returns what is known then: exit code or signal
+// and wall time (OOMKilled and PeakMemory as of now). Other processes of the domain may still
+// run: Terminate, Kill or Close bring them down and return the final Outcome.
+func (d *Domain) Wait(ctx context.Context) (Outcome, error) {
+	select {
+	case <-d.exited:
+	case <-ctx.Done():
+		return d.mainOutcome(), ctx.Err()
+	}
+	o := d.mainOutcome()
+	o.OOMKilled = d.cg.oomKilled()
+	o.PeakMemory = d.cg.peak()
+	return o, d.waitErr
+}
+
+// mainOutcome reads the main process's exit facts; ExitCode is -1 until it has exited.
+func (d *Domain) mainOutcome() Outcome {
+	o := Outcome{ExitCode: -1}
+	select {
+	case <-d.exited:
+	default:
+		return o
+	}
+	o.Wall = d.wall
+	if d.state == nil {
+		return o
+	}
+	ws, _ := d.state.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Exited():
+		o.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		o.Signal = int(ws.Signal())
+		o.SignalName = unix.SignalName(ws.Signal())
+	}
+	return o
+}
+
+// Close brings the domain down if Terminate/Kill has not (SIGKILL, no grace), then removes its
+// cgroups. Idempotent.
+func (d *Domain) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	var errs []error
+	if d.final == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ReapBound)
+		_, err := d.teardownLocked(ctx, false)
+		cancel()
+		errs = append(errs, err)
+	}
+	errs = append(errs, d.cg.remove())
+	d.tr.close()
+	d.closed = true
+	d.mu.Unlock()
+	d.copiers.Wait() // every writer of the output pipes is dead now
+	if d.onClose != nil {
+		d.onClose(d)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,77 @@
+package isolation
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Environment variables Start adds to the worker's environment, read by EnterWorker.
+const (
+	// EnvParent holds the supervisor's pid; EnterWorker refuses to run under another parent.
+	EnvParent = "STEWARD_ISOLATION_PARENT"
+	// EnvBarrierFD holds the fd number of the barrier pipe's read end, when there is one.
+	EnvBarrierFD = "STEWARD_ISOLATION_BARRIER_FD"
+	// EnvNoFile holds the RLIMIT_NOFILE value EnterWorker applies.
+	EnvNoFile = "STEWARD_ISOLATION_NOFILE"
+	// EnvProbe is set to "1" for the preflight probe child: EnterWorker exits 0 after its checks.
+	EnvProbe = "STEWARD_ISOLATION_PROBE"
+)
+
+// FirstExtraFD is the worker's fd number of Spec.ExtraFiles[0].
+const FirstExtraFD = 3
+
+// ExitRefused is the exit code the worker should use when EnterWorker fails; the probe treats
+// it as a failed entry check.
+const ExitRefused = 125
+
+// ExtraFD returns the worker's fd number of Spec.ExtraFiles[i].
+func ExtraFD(i int) int { return FirstExtraFD + i }
+
+// WorkerEnvKeys lists the variables Start adds, so a worker-side allow-list check can accept them.
+func WorkerEnvKeys() []string { return []string{EnvParent, EnvBarrierFD, EnvNoFile, EnvProbe} }
+
+// AllowEnv returns the entries of environ ("KEY=value", e.g. os.Environ()) whose key is in allow,
+// in environ's order. Use it to build Spec.Env from an explicit allow-list.
+func AllowEnv(environ []string, allow ...string) []string {
+	ok := make(map[string]bool, len(allow))
+	for _, k := range allow {
+		ok[k] = true
+	}
+	var out []string
+	for _, kv := range environ {
+		if k, _, found := strings.Cut(kv, "="); found && ok[k] {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// checkEnv rejects malformed entries and names that belong to isolation or go-plugin: a worker
+// must never see the plugin handshake variables of the process that launched the sidecar.
+func checkEnv(env []string) error {
+	for _, kv := range env {
+		k, _, found := strings.Cut(kv, "=")
+		switch {
+		case !found || k == "":
+			return fmt.Errorf("%w: malformed env entry (no KEY=)", ErrInvalidSpec)
+		case strings.HasPrefix(k, "STEWARD_ISOLATION_"):
+			return fmt.Errorf("%w: env %s is reserved for isolation", ErrInvalidSpec, k)
+		case strings.HasPrefix(k, "PLUGIN_"):
+			return fmt.Errorf("%w: go-plugin variable %s must not reach a worker", ErrInvalidSpec, k)
+		}
+	}
+	return nil
+}
+
+// validName accepts cgroup directory names that cannot escape their parent.
+func validName(s string) bool {
+	if s == "" || len(s) > 64 || s == "." || s == ".." {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}

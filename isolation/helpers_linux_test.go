@@ -1,0 +1,201 @@
+package isolation
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The test binary re-executes itself as workers and their descendants (go-plugin's
+// helperProcess pattern): TestMain runs the behaviour named by helperEnv instead of the tests.
+const (
+	helperEnv = "STEWARD_TEST_HELPER"
+	runEnv    = "STEWARD_TEST_RUN"    // marks every process of this suite: "<pid of go test binary>"
+	parentEnv = "STEWARD_TEST_PARENT" // cgroup parent for the sidecar helper
+	modeEnv   = "STEWARD_TEST_MODE"
+)
+
+// helpers that are workers (they call EnterWorker first) or descendants of workers.
+var helpers = map[string]func(){
+	"noop":     func() { enter() },
+	"exit3":    func() { enter(); os.Exit(3) },
+	"alloc":    helperAlloc,
+	"forkbomb": helperForkBomb,
+	"tree":     helperTree,
+	"orphaner": helperOrphaner,
+	"ignoreterm": func() {
+		enter()
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		report("ready")
+		select {}
+	},
+	"envcheck": helperEnvCheck,
+	"sidecar":  helperSidecar,
+	// descendants (no EnterWorker: their parent is a worker, not the supervisor)
+	"block": func() {
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		report(os.Getenv("STEWARD_TEST_KIND"))
+		select {}
+	},
+	"chain": func() {
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		spawn("block", "chainkid", false)
+		report("chain")
+		select {}
+	},
+	"escape": func() { spawn("block", "escapee", true); os.Exit(0) },
+}
+
+func enter() {
+	if err := EnterWorker(); err != nil {
+		fmt.Fprintln(os.Stderr, "EnterWorker:", err)
+		os.Exit(ExitRefused)
+	}
+}
+
+// report writes "<kind> <pid> <sid>\n" to fd 3 when there is one; lines under PIPE_BUF are atomic.
+func report(kind string) {
+	if kind == "" {
+		return
+	}
+	sid, _ := unix.Getsid(0)
+	_, _ = unix.Write(3, []byte(fmt.Sprintf("%s %d %d\n", kind, os.Getpid(), sid)))
+}
+
+// spawn starts the test binary as helper h, passing fd 3 on; it does not wait for it.
+func spawn(h, kind string, setsid bool) *exec.Cmd {
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), helperEnv+"="+h, "STEWARD_TEST_KIND="+kind)
+	if f := os.NewFile(3, "report"); f != nil {
+		cmd.ExtraFiles = []*os.File{f}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
+	if err := cmd.Start(); err != nil {
+		return nil
+	}
+	return cmd
+}
+
+func helperAlloc() {
+	enter()
+	var keep [][]byte
+	for {
+		b := make([]byte, 8<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		keep = append(keep, b)
+	}
+}
+
+func helperForkBomb() {
+	enter()
+	signal.Ignore(syscall.SIGTERM)
+	for {
+		if spawn("block", "", false) == nil {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// helperTree builds 50 descendants: 20 leaves, 10 chains of two, 10 double-forked setsid
+// escapees (their intermediate parent exits at once).
+func helperTree() {
+	enter()
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	for range 20 {
+		spawn("block", "leaf", false)
+	}
+	for range 10 {
+		spawn("chain", "", false)
+	}
+	for range 10 {
+		if c := spawn("escape", "", false); c != nil {
+			go c.Wait()
+		}
+	}
+	select {}
+}
+
+func helperOrphaner() {
+	enter()
+	for range 5 {
+		spawn("block", "orphan", false)
+	}
+	os.Exit(0)
+}
+
+type envReport struct {
+	Env        []string
+	Dumpable   int
+	NoNewPrivs string
+	Core       uint64
+	NoFile     uint64
+	FDs        map[int]string
+	PPid       int
+}
+
+func helperEnvCheck() {
+	enter()
+	var r envReport
+	r.Env = os.Environ()
+	d, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	r.Dumpable = d
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == "NoNewPrivs" {
+			r.NoNewPrivs = strings.TrimSpace(v)
+		}
+	}
+	var lim unix.Rlimit
+	_ = unix.Getrlimit(unix.RLIMIT_CORE, &lim)
+	r.Core = lim.Max
+	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
+	r.NoFile = lim.Max
+	r.FDs = map[int]string{}
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		fd, _ := strconv.Atoi(e.Name())
+		r.FDs[fd], _ = os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+	}
+	r.PPid = os.Getppid()
+	out, _ := json.Marshal(r)
+	_, _ = unix.Write(3, append(out, '\n'))
+}
+
+// helperSidecar plays a sidecar: New, start one SIGTERM-ignoring worker, print
+// "<worker pid> <cgroup path>" and block until SIGKILLed by the test.
+func helperSidecar() {
+	s, err := New(Config{Parent: os.Getenv(parentEnv), Mode: Mode(os.Getenv(modeEnv))})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	r, w, _ := os.Pipe()
+	d, err := s.Start(contextBackground(), Spec{
+		Env:        []string{helperEnv + "=ignoreterm", runEnv + "=" + os.Getenv(runEnv)},
+		ExtraFiles: []*os.File{w},
+	})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	if !strings.HasPrefix(line, "ready") {
+		fmt.Println("ERR worker not ready")
+		os.Exit(1)
+	}
+	fmt.Printf("%d %s\n", d.Pid(), s.CgroupPath(d))
+	select {}
+}

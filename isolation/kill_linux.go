@@ -1,0 +1,125 @@
+package isolation
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Terminate runs the kill ladder: SIGTERM to every process of the domain, up to TermGrace for
+// them to exit, then SIGKILL the domain (cgroup.kill, or freeze → SIGKILL each → thaw on v1)
+// until the cgroup is empty and every descendant is reaped, within ReapBound. Cancelling ctx
+// during the grace skips to SIGKILL; during reaping it stops waiting. The Outcome is always
+// filled in; ErrReapBound (or ctx's error) says it is not final. Calling it again returns the
+// same result.
+func (d *Domain) Terminate(ctx context.Context) (Outcome, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.teardownLocked(ctx, true)
+}
+
+// Kill is Terminate without the SIGTERM stage.
+func (d *Domain) Kill(ctx context.Context) (Outcome, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.teardownLocked(ctx, false)
+}
+
+func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, error) {
+	if d.final != nil {
+		return *d.final, d.finalErr
+	}
+	if d.closed {
+		return Outcome{ExitCode: -1}, ErrClosed
+	}
+	stage := "exited"
+	if graceful && !d.quiet() {
+		stage = "term"
+		d.tr.signal(unix.SIGTERM)
+		graceCtx, cancel := context.WithTimeout(ctx, d.cfg.TermGrace)
+		d.pollUntil(graceCtx, d.quiet)
+		cancel()
+	}
+	reapCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ReapBound)
+	defer cancel()
+	if !d.quiet() {
+		stage = "kill"
+	}
+	var killErr error
+	lastKill := time.Time{}
+	done := d.pollUntil(reapCtx, func() bool {
+		if d.cg.populated() {
+			// Repeat the kill now and then: on v1 each round only kills what the freezer caught.
+			if time.Since(lastKill) > 20*time.Millisecond {
+				killErr = d.cg.killOnce(reapCtx, d.tr.mark)
+				lastKill = time.Now()
+			}
+			d.tr.reapOnce()
+			return false
+		}
+		if !d.mainExited() || d.tr.reapOnce() > 0 {
+			return false
+		}
+		return d.tr.survivors() == 0
+	})
+
+	o := d.mainOutcome()
+	o.Stage = stage
+	o.Survivors = d.tr.survivors()
+	o.AllReaped = done && o.Survivors == 0
+	o.OOMKilled = d.cg.oomKilled() // read after reaping: asynchronous events miss kills
+	o.PeakMemory = d.cg.peak()
+
+	var err error
+	switch {
+	case !o.AllReaped && ctx.Err() != nil:
+		err = fmt.Errorf("isolation: teardown of %s: %w", d.id, ctx.Err())
+	case !o.AllReaped:
+		err = opErr("teardown "+d.id, d.cg.mode, "", ErrReapBound,
+			fmt.Errorf("%d processes left after %s (last kill error: %v)", o.Survivors, d.cfg.ReapBound, killErr))
+	}
+	// A final result is cached; a cut-short one is not, so a later call can finish the job.
+	if err == nil {
+		d.final, d.finalErr = &o, nil
+	}
+	return o, err
+}
+
+func (d *Domain) mainExited() bool {
+	select {
+	case <-d.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// quiet: the main process is reaped and the cgroup holds no live task.
+func (d *Domain) quiet() bool { return d.mainExited() && !d.cg.populated() }
+
+// pollUntil calls cond with a short, growing interval until it holds or ctx ends. Exits take
+// tens of microseconds to milliseconds each, so the first polls are tight.
+func (d *Domain) pollUntil(ctx context.Context, cond func() bool) bool {
+	interval := 100 * time.Microsecond
+	exited := d.exited // woken once by the main exit, then only by the timer
+	for {
+		if cond() {
+			return true
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return cond()
+		case <-exited:
+			exited = nil
+			t.Stop()
+		case <-t.C:
+		}
+		if interval < 5*time.Millisecond {
+			interval *= 2
+		}
+	}
+}

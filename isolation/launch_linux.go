@@ -1,0 +1,180 @@
+package isolation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// launchSpec is a validated Spec plus what the launch path adds.
+type launchSpec struct {
+	path    string
+	argv    []string
+	env     []string
+	extra   []*os.File
+	stdout  io.Writer
+	stderr  io.Writer
+	barrier bool // hold the child behind a barrier even when it could be born in place (probe)
+}
+
+// launch starts the worker in cg and returns its Domain. Any failure leaves nothing running:
+// the child, if it exists, is killed through its pidfd and reaped before launch returns.
+func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls launchSpec) (_ *Domain, retErr error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d := &Domain{id: id, cfg: cfg, cg: cg, exited: make(chan struct{})}
+
+	var closeAfterStart []*os.File
+	defer func() {
+		for _, f := range closeAfterStart {
+			_ = f.Close()
+		}
+	}()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	closeAfterStart = append(closeAfterStart, devnull)
+	files := []*os.File{devnull, nil, nil}
+	for i, w := range []io.Writer{ls.stdout, ls.stderr} {
+		f, err := d.outputFile(w, devnull, &closeAfterStart)
+		if err != nil {
+			return nil, err
+		}
+		files[i+1] = f
+	}
+	files = append(files, ls.extra...)
+	env := append([]string(nil), ls.env...)
+	env = append(env, EnvParent+"="+strconv.Itoa(os.Getpid()), EnvNoFile+"="+strconv.FormatUint(cfg.NoFile, 10))
+
+	var release *os.File // barrier write end: one byte = placed, EOF = refused
+	if ls.barrier || cg.needsBarrier() {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		closeAfterStart = append(closeAfterStart, r)
+		release = w
+		defer func() { _ = release.Close() }() // on failure the child reads EOF and exits
+		env = append(env, EnvBarrierFD+"="+strconv.Itoa(len(files)))
+		files = append(files, r)
+	}
+
+	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if fd, ok := cg.bornFD(); ok {
+		sys.UseCgroupFD, sys.CgroupFD = true, fd
+	}
+	if err := sealInheritedFDs(); err != nil {
+		return nil, err
+	}
+	attr := &os.ProcAttr{Env: env, Files: files, Sys: sys}
+	err = d.start(ls.path, ls.argv, attr)
+	// The parent's copies of the child's ends go now, so output pipes see EOF once the
+	// domain is dead and the copiers can finish.
+	for _, f := range closeAfterStart {
+		_ = f.Close()
+	}
+	closeAfterStart = nil
+	if err != nil {
+		d.copiers.Wait()
+		return nil, opErr("start worker", cg.mode, ls.path, nil, err)
+	}
+	d.tr = newTracker(cg, d.pid)
+	defer func() {
+		if retErr != nil {
+			_ = d.proc.Signal(syscall.SIGKILL) // pidfd_send_signal: cannot hit a reused pid
+			_ = cg.killOnce(context.Background(), d.tr.mark)
+			<-d.exited
+			d.tr.close()
+			d.copiers.Wait()
+		}
+	}()
+	if err := cg.place(d.pid); err != nil {
+		return nil, err
+	}
+	if release != nil {
+		if _, err := release.Write([]byte{1}); err != nil {
+			return nil, opErr("release barrier", cg.mode, "", ErrPlacement, err)
+		}
+	}
+	return d, nil
+}
+
+// start forks the worker from a goroutine locked to its OS thread, and keeps that goroutine
+// (and thread) blocked in Wait for the worker's whole life: PDEATHSIG fires when the creating
+// thread exits, not the process (golang/go#27505), so the thread must outlive the worker.
+func (d *Domain) start(path string, argv []string, attr *os.ProcAttr) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		p, err := os.StartProcess(path, argv, attr)
+		if err != nil {
+			started <- err
+			return // exits locked: the runtime discards the thread, harmless
+		}
+		d.proc, d.pid, d.started = p, p.Pid, time.Now()
+		started <- nil
+		st, werr := p.Wait() // waitid(P_PIDFD): Go 1.23+ holds a pidfd for p
+		d.state, d.waitErr, d.wall = st, werr, time.Since(d.started)
+		close(d.exited)
+		runtime.UnlockOSThread() // the worker is gone; PDEATHSIG no longer matters
+	}()
+	return <-started
+}
+
+// outputFile returns the *os.File to hand the child for w: w itself if it is a file, /dev/null
+// for nil, else a pipe drained into w by a goroutine that ends when the last writer is gone.
+func (d *Domain) outputFile(w io.Writer, devnull *os.File, closeAfter *[]*os.File) (*os.File, error) {
+	if w == nil {
+		return devnull, nil
+	}
+	if f, ok := w.(*os.File); ok {
+		return f, nil
+	}
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	*closeAfter = append(*closeAfter, pw)
+	d.copiers.Add(1)
+	go func() {
+		defer d.copiers.Done()
+		_, _ = io.Copy(w, r)
+		_ = r.Close()
+	}()
+	return pw, nil
+}
+
+// sealInheritedFDs sets close-on-exec on every descriptor ≥ 3 of this process. Go opens its own
+// descriptors with O_CLOEXEC, but one created by cgo or a library without it would otherwise
+// leak into every worker; the worker must receive only its stdio and Spec.ExtraFiles (which
+// the fork path dup2s into place regardless of the flag).
+func sealInheritedFDs() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("isolation: list fds: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue // closed meanwhile (e.g. the ReadDir fd itself) or already sealed
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("isolation: seal fd %d: %w", fd, err)
+		}
+	}
+	return nil
+}

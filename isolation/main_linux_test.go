@@ -1,0 +1,156 @@
+package isolation
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cba1309c/steward/internal/testenv"
+)
+
+// testParent is this run's cgroup parent, so a real sidecar on the machine is never touched.
+var testParent = fmt.Sprintf("steward-test-%d", os.Getpid())
+
+func contextBackground() context.Context { return context.Background() }
+
+func TestMain(m *testing.M) {
+	if os.Getenv(EnvProbe) == "1" {
+		enter() // exits 0 after its checks in probe mode
+		os.Exit(ExitRefused)
+	}
+	if h := os.Getenv(helperEnv); h != "" {
+		f, ok := helpers[h]
+		if !ok {
+			os.Exit(2)
+		}
+		f()
+		os.Exit(0)
+	}
+	code := m.Run()
+	if err := suiteLeftovers(); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: suite left something behind:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// suiteLeftovers is the invariant checked after every run: no cgroup directory under this
+// run's parent, no process carrying this run's marker, no zombie child. It removes what it finds.
+func suiteLeftovers() error {
+	var problems []string
+	for _, root := range hierarchyRoots() {
+		dir := filepath.Join(root, testParent)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				problems = append(problems, "cgroup "+filepath.Join(dir, e.Name()))
+				_ = killOwnerTree(context.Background(), filepath.Join(testParent, e.Name()))
+				_ = removeOwnerDirs(filepath.Join(testParent, e.Name()))
+			}
+		}
+		_ = os.Remove(dir)
+	}
+	if pids := markedProcesses(); len(pids) > 0 {
+		problems = append(problems, fmt.Sprintf("processes %v", pids))
+		for _, p := range pids {
+			if fd, err := pidfdOpen(p); err == nil {
+				_ = pidfdSignal(fd, 9)
+			}
+		}
+	}
+	if z := zombieChildren(); len(z) > 0 {
+		problems = append(problems, fmt.Sprintf("zombie children %v", z))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// markedProcesses lists live processes whose environment carries this run's marker.
+func markedProcesses() []int {
+	marker := runEnv + "=" + strconv.Itoa(os.Getpid())
+	var out []int
+	for _, pid := range allPids() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		for _, kv := range strings.Split(string(b), "\x00") {
+			if kv == marker {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+func zombieChildren() []int {
+	kids, _ := ownChildren()
+	var out []int
+	for _, k := range kids {
+		if st, err := readProcStat(k); err == nil && st.state == 'Z' {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// needCgroups skips (or fails under STEWARD_REQUIRE_REAL=1) without root and a v1 hierarchy.
+func needCgroups(t testing.TB) {
+	t.Helper()
+	testenv.NeedRoot(t)
+	if !v1Mounted("memory") || !v1Mounted("pids") || !v1Mounted("freezer") {
+		testenv.Unavailable(t, "v1 memory, pids and freezer hierarchies not mounted")
+	}
+}
+
+// realModes are the modes this machine can run for real: hybrid (needs the unified mount beside
+// v1) and v1-only.
+func realModes(t testing.TB) []Mode {
+	modes := []Mode{ModeV1}
+	if available(ModeHybrid) == nil {
+		modes = append([]Mode{ModeHybrid}, modes...)
+	} else if testenv.RequireReal() {
+		t.Fatalf("hybrid mode unavailable: %v", available(ModeHybrid))
+	}
+	return modes
+}
+
+func newSupervisor(t testing.TB, mode Mode, tweak func(*Config)) *Supervisor {
+	t.Helper()
+	cfg := Config{Parent: testParent, Mode: mode, TermGrace: 300 * time.Millisecond, ReapBound: 5 * time.Second}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New(%s): %v", mode, err)
+	}
+	if s.Mode() != mode && mode != ModeAuto {
+		t.Fatalf("mode %s, want %s", s.Mode(), mode)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Errorf("Supervisor.Close: %v", err)
+		}
+		for _, root := range hierarchyRoots() {
+			if _, err := os.Stat(filepath.Join(root, s.ownerRel)); err == nil {
+				t.Errorf("cgroup dir %s left after Close", filepath.Join(root, s.ownerRel))
+			}
+		}
+	})
+	return s
+}
+
+func workerEnv(helper string, extra ...string) []string {
+	return append([]string{helperEnv + "=" + helper, runEnv + "=" + strconv.Itoa(os.Getpid())}, extra...)
+}

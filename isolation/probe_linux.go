@@ -1,0 +1,164 @@
+package isolation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+)
+
+var probeSeq atomic.Uint64
+
+// Probe is the preflight: for each candidate mode (Config.Mode, or best first under ModeAuto)
+// it creates a probe cgroup under Parent, writes the limits and reads them back, launches
+// WorkerPath WorkerArgs as a probe child (held behind a barrier; EnterWorker exits 0 in probe
+// mode), verifies /proc/<pid>/cgroup, and removes it all. The first mode that passes is reported.
+func Probe(cfg Config) Report {
+	cfg = cfg.WithDefaults()
+	owner, err := ownerName(os.Getpid())
+	if err != nil {
+		return Report{Mode: ModeNone, Host: hostLayout(), Reason: err.Error()}
+	}
+	rel := path.Join(cfg.Parent, owner)
+	r := probe(context.Background(), cfg, rel)
+	removeOwnerDirs(rel) // a standalone probe keeps nothing; errors mean a live Supervisor uses it
+	return r
+}
+
+func hostLayout() string {
+	switch cgroups.Mode() {
+	case cgroups.Unified:
+		return "unified"
+	case cgroups.Hybrid:
+		return "hybrid"
+	case cgroups.Legacy:
+		return "legacy"
+	default:
+		return "unavailable"
+	}
+}
+
+// candidates lists the modes to try, best first: v2 kills atomically and needs no barrier,
+// hybrid still gets birth placement and cgroup.kill, v1 has neither.
+func candidates(forced Mode, host string) []Mode {
+	if forced != ModeAuto {
+		return []Mode{forced}
+	}
+	switch host {
+	case "unified":
+		return []Mode{ModeV2}
+	case "hybrid":
+		return []Mode{ModeV2, ModeHybrid, ModeV1}
+	case "legacy":
+		return []Mode{ModeV1}
+	}
+	return nil
+}
+
+func probe(ctx context.Context, cfg Config, ownerRel string) Report {
+	r := Report{Mode: ModeNone, Host: hostLayout()}
+	var failures []error
+	for _, m := range candidates(cfg.Mode, r.Host) {
+		err := probeMode(ctx, cfg, m, ownerRel, &r)
+		a := Attempt{Mode: m, Passed: err == nil}
+		if err != nil {
+			a.Error = err.Error()
+			failures = append(failures, fmt.Errorf("%s: %w", m, err))
+		}
+		r.Attempts = append(r.Attempts, a)
+		if err == nil {
+			r.Mode, r.Verified = m, true
+			break
+		}
+	}
+	if len(failures) > 0 {
+		r.Reason = errors.Join(failures...).Error()
+	} else if !r.Verified {
+		r.Reason = "no cgroup hierarchy mounted"
+	}
+	return r
+}
+
+// available checks the mounts a mode needs before touching anything.
+func available(m Mode) error {
+	switch m {
+	case ModeV2:
+		mount := unifiedMount()
+		if mount == "" {
+			return errors.New("no cgroup2 hierarchy mounted")
+		}
+		have := map[string]bool{}
+		for _, c := range v2Controllers(mount) {
+			have[c] = true
+		}
+		if !have["memory"] || !have["pids"] {
+			return fmt.Errorf("cgroup2 at %s does not offer memory and pids (controllers: %v)", mount, v2Controllers(mount))
+		}
+	case ModeHybrid, ModeV1:
+		need := []string{"memory", "pids"}
+		if m == ModeV1 {
+			need = append(need, "freezer")
+		} else if unifiedMount() != filepath.Join(v1Root, "unified") {
+			return errors.New("no cgroup2 hierarchy at /sys/fs/cgroup/unified beside v1")
+		}
+		for _, c := range need {
+			if !v1Mounted(c) {
+				return fmt.Errorf("v1 %s controller not mounted", c)
+			}
+		}
+	default:
+		return fmt.Errorf("%w: unknown mode %q", ErrInvalidSpec, m)
+	}
+	return nil
+}
+
+func probeMode(ctx context.Context, cfg Config, m Mode, ownerRel string, r *Report) error {
+	if err := available(m); err != nil {
+		return err
+	}
+	id := fmt.Sprintf("probe-%d", probeSeq.Add(1))
+	cg, err := newDomainCgroups(m, path.Join(ownerRel, id), cfg.MemoryLimit, cfg.PidsLimit)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	argv := append([]string{cfg.WorkerPath}, cfg.WorkerArgs...)
+	d, err := launch(ctx, cfg, id, cg, launchSpec{path: cfg.WorkerPath, argv: argv, env: []string{EnvProbe + "=1"}, barrier: true})
+	if err != nil {
+		_ = cg.remove()
+		return err
+	}
+	o, werr := d.Wait(ctx)
+	_, kerr := d.Kill(ctx)
+	cerr := d.Close()
+	switch {
+	case werr != nil:
+		return fmt.Errorf("probe child did not exit: %w", werr)
+	case o.ExitCode != 0:
+		return fmt.Errorf("%w: probe child %s exited %d signal %d: it must call EnterWorker first (Config.WorkerArgs)",
+			ErrPlacement, cfg.WorkerPath, o.ExitCode, o.Signal)
+	case kerr != nil:
+		return kerr
+	case cerr != nil:
+		return cerr
+	}
+	r.MemoryLimit, r.SwapLimit, r.PidsLimit = cg.mem, cg.swap, cg.pids
+	r.BornInCgroup = cg.v2 != nil
+	r.Barrier = cg.needsBarrier()
+	switch m {
+	case ModeV2:
+		r.Controllers = []string{"memory", "pids"}
+	case ModeHybrid:
+		r.Controllers = []string{"memory", "pids", "unified"}
+	case ModeV1:
+		r.Controllers = []string{"memory", "pids", "freezer"}
+	}
+	return nil
+}

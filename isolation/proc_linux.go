@@ -1,0 +1,168 @@
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/cgroups/v3"
+	"golang.org/x/sys/unix"
+)
+
+// procStat is the part of /proc/<pid>/stat isolation needs.
+type procStat struct {
+	state   byte
+	ppid    int
+	session int
+	start   uint64 // starttime in clock ticks since boot: with the pid, a process identity
+}
+
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	// comm may contain spaces and ')': the fields start after the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return procStat{}, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	var st procStat
+	st.state = f[0][0]
+	st.ppid, _ = strconv.Atoi(f[1])
+	st.session, _ = strconv.Atoi(f[3])
+	st.start, _ = strconv.ParseUint(f[19], 10, 64)
+	return st, nil
+}
+
+// ownerName identifies a live process across pid reuse: "<pid>-<starttime>".
+func ownerName(pid int) (string, error) {
+	st, err := readProcStat(pid)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d-%d", pid, st.start), nil
+}
+
+// ownerAlive reports whether the process named by an ownerName still exists.
+func ownerAlive(name string) bool {
+	p, start, ok := strings.Cut(name, "-")
+	if !ok {
+		return false
+	}
+	pid, err := strconv.Atoi(p)
+	if err != nil || pid <= 0 {
+		return false
+	}
+	st, err := readProcStat(pid)
+	return err == nil && strconv.FormatUint(st.start, 10) == start && st.state != 'Z' && st.state != 'X'
+}
+
+// readProcCgroup returns pid's v1 paths by controller and its unified path. A zombie keeps its
+// unified path (with " (deleted)" once the cgroup is gone) but shows "/" in v1 hierarchies.
+func readProcCgroup(pid int) (map[string]string, string, error) {
+	v1, unified, err := cgroups.ParseCgroupFileUnified(fmt.Sprintf("/proc/%d/cgroup", pid))
+	return v1, strings.TrimSuffix(unified, " (deleted)"), err
+}
+
+// ownChildren lists the children of this process, from every thread's children file: a
+// re-parented orphan becomes the child of whichever thread the kernel picked as reaper.
+func ownChildren() ([]int, error) {
+	files, err := filepath.Glob("/proc/self/task/*/children")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread exited
+		}
+		for _, s := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(s); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out, nil
+}
+
+// childrenOf lists pid's children (including zombies) from its threads' children files.
+func childrenOf(pid int) []int {
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, s := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(s); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// allPids lists every process on the host.
+func allPids() []int {
+	ents, _ := os.ReadDir("/proc")
+	out := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// pidfdOpen pins a process: signals and waits through the fd can never reach a later process
+// that reuses the number.
+func pidfdOpen(pid int) (int, error) {
+	for {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if !errors.Is(err, unix.EINTR) {
+			return fd, err
+		}
+	}
+}
+
+// pidfdSignal sends sig through fd; a process already gone is not an error.
+func pidfdSignal(fd int, sig unix.Signal) error {
+	err := unix.PidfdSendSignal(fd, sig, nil, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// pidfdReap reaps the process behind fd if it is an exited child of ours. It returns reaped
+// (it was reaped now), gone (it no longer exists for us to reap: reaped by someone else or
+// not our child and dead), or neither (still running, or a zombie of another parent).
+func pidfdReap(fd int) (reaped, gone bool, err error) {
+	var info unix.Siginfo
+	for {
+		info = unix.Siginfo{}
+		err = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOHANG, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+		return info.Signo == int32(unix.SIGCHLD), false, nil
+	case errors.Is(err, unix.ECHILD):
+		// Not our child (yet): it is gone only if it can no longer be signalled.
+		return false, errors.Is(unix.PidfdSendSignal(fd, 0, nil, 0), unix.ESRCH), nil
+	default:
+		return false, false, err
+	}
+}

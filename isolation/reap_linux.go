@@ -1,0 +1,157 @@
+package isolation
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// tracker knows which processes belong to one domain and reaps those that became children of
+// this process (the supervisor is a child subreaper, so orphans of the domain re-parent here).
+//
+// It never calls wait on "any child": that would steal exit statuses from other children of
+// the process (other workers, go-plugin, os/exec users). A process is reaped only through a
+// pidfd opened for it after proving it is in this domain: by its unified cgroup path (which a
+// zombie keeps), or, in v1-only mode, because it was seen in the frozen cgroup or is a zombie
+// child of a process that was.
+type tracker struct {
+	cg      *domainCgroups
+	mainPid int         // reaped by os.Process.Wait in the launcher goroutine, never here
+	members map[int]int // pid → pidfd
+}
+
+func newTracker(cg *domainCgroups, mainPid int) *tracker {
+	return &tracker{cg: cg, mainPid: mainPid, members: map[int]int{}}
+}
+
+// mark pins pid with a pidfd if it is in the domain and returns the fd. Membership is checked
+// after opening the pidfd, so the fd cannot refer to an unrelated process that reused the pid.
+func (t *tracker) mark(pid int) (int, bool) {
+	if fd, ok := t.members[pid]; ok {
+		return fd, true
+	}
+	fd, err := pidfdOpen(pid)
+	if err != nil {
+		return -1, false
+	}
+	if !t.cg.member(pid) {
+		unix.Close(fd)
+		return -1, false
+	}
+	t.members[pid] = fd
+	if t.cg.v2 == nil {
+		t.markZombieChildren(pid)
+	}
+	return fd, true
+}
+
+// markZombieChildren records exited children of a domain process: in v1 they no longer show
+// the domain's path, yet they re-parent to us when their parent is killed.
+func (t *tracker) markZombieChildren(parent int) {
+	for _, c := range childrenOf(parent) {
+		if _, ok := t.members[c]; ok {
+			continue
+		}
+		fd, err := pidfdOpen(c)
+		if err != nil {
+			continue
+		}
+		if st, err := readProcStat(c); err != nil || st.ppid != parent {
+			unix.Close(fd)
+			continue
+		}
+		t.members[c] = fd
+	}
+}
+
+// sweep marks every process currently listed in the domain's cgroup.
+func (t *tracker) sweep() {
+	pids, _ := t.cg.procs()
+	for _, pid := range pids {
+		t.mark(pid)
+	}
+}
+
+// signal sends sig to every process in the domain, each through its pidfd.
+func (t *tracker) signal(sig unix.Signal) {
+	pids, _ := t.cg.procs()
+	for _, pid := range pids {
+		if fd, ok := t.mark(pid); ok {
+			_ = pidfdSignal(fd, sig)
+		}
+	}
+}
+
+// reapOnce reaps what it can without blocking and returns how many known members are left.
+func (t *tracker) reapOnce() int {
+	if t.cg.v2 != nil {
+		t.adoptZombies()
+	}
+	left := 0
+	for pid, fd := range t.members {
+		if pid == t.mainPid {
+			// Reaped only by its own Wait; once that happened the pidfd can no longer signal.
+			if unix.PidfdSendSignal(fd, 0, nil, 0) == unix.ESRCH {
+				unix.Close(fd)
+				delete(t.members, pid)
+			}
+			continue
+		}
+		reaped, gone, err := pidfdReap(fd)
+		if err == nil && (reaped || gone) {
+			unix.Close(fd)
+			delete(t.members, pid)
+			continue
+		}
+		left++
+	}
+	return left
+}
+
+// adoptZombies marks children of ours that are zombies of this domain: processes that exited
+// before any sweep saw them, identified by the unified path a zombie keeps.
+func (t *tracker) adoptZombies() {
+	kids, _ := ownChildren()
+	for _, pid := range kids {
+		if pid == t.mainPid {
+			continue
+		}
+		if _, ok := t.members[pid]; ok {
+			continue
+		}
+		if st, err := readProcStat(pid); err == nil && st.state == 'Z' {
+			t.mark(pid)
+		}
+	}
+}
+
+// survivors counts processes of the domain alive or unreaped anywhere on the host: the cgroup's
+// task list, unreaped members and (with a unified cgroup) a scan of /proc for the domain's path,
+// which also finds zombies whose parent has not exited yet.
+func (t *tracker) survivors() int {
+	seen := map[int]bool{}
+	if pids, err := t.cg.procs(); err == nil {
+		for _, p := range pids {
+			seen[p] = true
+		}
+	}
+	for pid := range t.members {
+		seen[pid] = true
+	}
+	if t.cg.v2 != nil {
+		self := os.Getpid()
+		for _, pid := range allPids() {
+			if pid != self && !seen[pid] && t.cg.member(pid) {
+				seen[pid] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
+func (t *tracker) close() {
+	for pid, fd := range t.members {
+		unix.Close(fd)
+		delete(t.members, pid)
+	}
+}

@@ -1,0 +1,176 @@
+package isolation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Supervisor launches workers into verified cgroups. One per sidecar process.
+type Supervisor struct {
+	cfg       Config
+	report    Report
+	ownerRel  string   // Parent/<pid>-<starttime>
+	leftovers []string // owner directories of dead supervisors removed by New
+
+	mu      sync.Mutex
+	seq     uint64
+	domains map[string]*Domain
+	closed  bool
+}
+
+// New makes this process a child subreaper (so a worker's orphaned descendants re-parent to it
+// and can be reaped), removes cgroups left under Parent by supervisors that are no longer
+// running (killing their processes first), and runs the preflight. If no mode verifies it
+// returns an error wrapping ErrIsolationUnavailable, and the Report says why.
+func New(cfg Config) (*Supervisor, error) {
+	cfg = cfg.WithDefaults()
+	if err := checkParent(cfg.Parent); err != nil {
+		return nil, err
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, opErr("set child subreaper", "", "", ErrIsolationUnavailable, err)
+	}
+	owner, err := ownerName(os.Getpid())
+	if err != nil {
+		return nil, opErr("identify self", "", "", ErrIsolationUnavailable, err)
+	}
+	s := &Supervisor{cfg: cfg, ownerRel: path.Join(cfg.Parent, owner), domains: map[string]*Domain{}}
+	// A leftover that cannot be removed is reported but does not stop this sidecar: its own
+	// directories are separate.
+	s.leftovers, err = removeLeftovers(context.Background(), cfg.Parent)
+	s.report = probe(context.Background(), cfg, s.ownerRel)
+	if !s.report.Verified {
+		_ = removeOwnerDirs(s.ownerRel)
+		return nil, &Error{Op: "preflight", Mode: ModeNone, Err: fmt.Errorf("%w: %s", ErrIsolationUnavailable, s.report.Reason)}
+	}
+	if err != nil {
+		s.report.Reason = "leftover cleanup: " + err.Error()
+	}
+	return s, nil
+}
+
+func checkParent(p string) error {
+	if p == "" || path.IsAbs(p) || path.Clean(p) != p {
+		return fmt.Errorf("%w: cgroup parent %q must be a clean relative path", ErrInvalidSpec, p)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if !validName(part) {
+			return fmt.Errorf("%w: cgroup parent %q", ErrInvalidSpec, p)
+		}
+	}
+	return nil
+}
+
+// Report is the preflight result of New.
+func (s *Supervisor) Report() Report { return s.report }
+
+// Mode is the verified mode.
+func (s *Supervisor) Mode() Mode { return s.report.Mode }
+
+// Config is the effective configuration (defaults applied).
+func (s *Supervisor) Config() Config { return s.cfg }
+
+// Leftovers lists the cgroup directories of dead supervisors that New removed.
+func (s *Supervisor) Leftovers() []string { return append([]string(nil), s.leftovers...) }
+
+// CgroupPath returns the domain directory relative to each hierarchy root, e.g.
+// "steward/4242-8812345/w7".
+func (s *Supervisor) CgroupPath(d *Domain) string { return path.Join(s.ownerRel, d.id) }
+
+// Start creates the domain's cgroups (limits read back), launches the worker inside them and
+// returns its Domain. On any error nothing is left running and no cgroup remains.
+func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr error) {
+	if err := checkEnv(spec.Env); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	id := spec.ID
+	if id == "" {
+		s.seq++
+		id = fmt.Sprintf("w%d", s.seq)
+	}
+	if !validName(id) || strings.HasPrefix(id, "probe-") {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: domain id %q", ErrInvalidSpec, id)
+	}
+	if _, dup := s.domains[id]; dup {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: domain id %q in use", ErrInvalidSpec, id)
+	}
+	s.domains[id] = nil // reserve the name while launching
+	s.mu.Unlock()
+	defer func() {
+		if retErr != nil {
+			s.forget(id)
+		}
+	}()
+
+	mem, pids := s.cfg.MemoryLimit, s.cfg.PidsLimit
+	if spec.MemoryLimit > 0 {
+		mem = spec.MemoryLimit
+	}
+	if spec.PidsLimit > 0 {
+		pids = spec.PidsLimit
+	}
+	cg, err := newDomainCgroups(s.report.Mode, path.Join(s.ownerRel, id), mem, pids)
+	if err != nil {
+		return nil, err
+	}
+	p := spec.Path
+	if p == "" {
+		p = s.cfg.WorkerPath
+	}
+	d, err := launch(ctx, s.cfg, id, cg, launchSpec{
+		path: p, argv: append([]string{p}, spec.Args...), env: spec.Env,
+		extra: spec.ExtraFiles, stdout: spec.Stdout, stderr: spec.Stderr,
+	})
+	if err != nil {
+		_ = cg.remove()
+		return nil, err
+	}
+	d.onClose = func(d *Domain) { s.forget(d.id) }
+	s.mu.Lock()
+	s.domains[id] = d
+	s.mu.Unlock()
+	return d, nil
+}
+
+func (s *Supervisor) forget(id string) {
+	s.mu.Lock()
+	delete(s.domains, id)
+	s.mu.Unlock()
+}
+
+// Close kills and removes every open domain, then this supervisor's cgroup directories.
+// Further Starts fail with ErrClosed.
+func (s *Supervisor) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	var open []*Domain
+	for _, d := range s.domains {
+		if d != nil {
+			open = append(open, d)
+		}
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, d := range open {
+		if _, err := d.Kill(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		errs = append(errs, d.Close())
+	}
+	errs = append(errs, removeOwnerDirs(s.ownerRel))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,55 @@
+//go:build !linux
+
+package isolation
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+)
+
+// errUnsupported names the platform so a host log says why.
+var errUnsupported = &Error{Op: "isolation on " + runtime.GOOS, Err: ErrUnsupported}
+
+// Supervisor is unavailable off Linux.
+type Supervisor struct{}
+
+// Domain is unavailable off Linux.
+type Domain struct{}
+
+// Probe reports that no mode is available.
+func Probe(cfg Config) Report {
+	return Report{Mode: ModeNone, Host: "unavailable", Reason: errUnsupported.Error()}
+}
+
+// New fails with ErrUnsupported and ErrIsolationUnavailable.
+func New(cfg Config) (*Supervisor, error) {
+	return nil, fmt.Errorf("%w: %w", ErrIsolationUnavailable, errUnsupported)
+}
+
+// EnterWorker fails with ErrUnsupported.
+func EnterWorker() error { return errUnsupported }
+
+func (s *Supervisor) Report() Report              { return Probe(Config{}) }
+func (s *Supervisor) Mode() Mode                  { return ModeNone }
+func (s *Supervisor) Config() Config              { return Config{} }
+func (s *Supervisor) Leftovers() []string         { return nil }
+func (s *Supervisor) CgroupPath(d *Domain) string { return "" }
+func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Domain, error) {
+	return nil, errUnsupported
+}
+func (s *Supervisor) Close(ctx context.Context) error { return nil }
+
+func (d *Domain) ID() string            { return "" }
+func (d *Domain) Pid() int              { return 0 }
+func (d *Domain) Done() <-chan struct{} { return nil }
+func (d *Domain) Wait(ctx context.Context) (Outcome, error) {
+	return Outcome{ExitCode: -1}, errUnsupported
+}
+func (d *Domain) Terminate(ctx context.Context) (Outcome, error) {
+	return Outcome{ExitCode: -1}, errUnsupported
+}
+func (d *Domain) Kill(ctx context.Context) (Outcome, error) {
+	return Outcome{ExitCode: -1}, errUnsupported
+}
+func (d *Domain) Close() error { return nil }
