@@ -137,11 +137,15 @@ func (c *domainCgroups) killOnce(ctx context.Context, mark func(int) (int, bool)
 	return c.v1.freezeKillThaw(ctx, mark)
 }
 
+// oomKills reads the counter of whichever hierarchy holds the memory limit.
 func (c *domainCgroups) oomKills() (int64, error) {
-	if c.mode == ModeV2 {
+	switch {
+	case c.v1 != nil && c.mode != ModeV2:
+		return c.v1.oomKills()
+	case c.v2 != nil:
 		return c.v2.oomKills()
 	}
-	return c.v1.oomKills()
+	return 0, ErrUnsupported
 }
 
 func (c *domainCgroups) oomKilled() bool {
@@ -150,10 +154,13 @@ func (c *domainCgroups) oomKilled() bool {
 }
 
 func (c *domainCgroups) peak() int64 {
-	if c.mode == ModeV2 {
+	switch {
+	case c.v1 != nil && c.mode != ModeV2:
+		return c.v1.peak()
+	case c.v2 != nil:
 		return c.v2.peak()
 	}
-	return c.v1.peak()
+	return 0
 }
 
 // remove deletes every directory; safe to call more than once.

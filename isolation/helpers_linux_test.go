@@ -37,21 +37,22 @@ var helpers = map[string]func(){
 		enter()
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 		report("ready")
-		select {}
+		sleepForever()
 	},
-	"envcheck": helperEnvCheck,
-	"sidecar":  helperSidecar,
+	"ignoreterm-no": func() { enter(); report("ready"); sleepForever() },
+	"envcheck":      helperEnvCheck,
+	"sidecar":       helperSidecar,
 	// descendants (no EnterWorker: their parent is a worker, not the supervisor)
 	"block": func() {
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 		report(os.Getenv("STEWARD_TEST_KIND"))
-		select {}
+		sleepForever()
 	},
 	"chain": func() {
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 		spawn("block", "chainkid", false)
 		report("chain")
-		select {}
+		sleepForever()
 	},
 	"escape": func() { spawn("block", "escapee", true); os.Exit(0) },
 }
@@ -124,7 +125,7 @@ func helperTree() {
 			go c.Wait()
 		}
 	}
-	select {}
+	sleepForever()
 }
 
 func helperOrphaner() {
@@ -197,5 +198,12 @@ func helperSidecar() {
 		os.Exit(1)
 	}
 	fmt.Printf("%d %s\n", d.Pid(), s.CgroupPath(d))
-	select {}
+	sleepForever()
+}
+
+// sleepForever blocks without tripping the runtime's "all goroutines are asleep" check.
+func sleepForever() {
+	for {
+		time.Sleep(time.Hour)
+	}
 }

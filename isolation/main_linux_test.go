@@ -20,7 +20,7 @@ func contextBackground() context.Context { return context.Background() }
 
 func TestMain(m *testing.M) {
 	if os.Getenv(EnvProbe) == "1" {
-		enter() // exits 0 after its checks in probe mode
+		enter() // exits with probeExitCode after its checks in probe mode
 		os.Exit(ExitRefused)
 	}
 	if h := os.Getenv(helperEnv); h != "" {
@@ -153,4 +153,14 @@ func newSupervisor(t testing.TB, mode Mode, tweak func(*Config)) *Supervisor {
 
 func workerEnv(helper string, extra ...string) []string {
 	return append([]string{helperEnv + "=" + helper, runEnv + "=" + strconv.Itoa(os.Getpid())}, extra...)
+}
+
+// dumpZombies logs each zombie child's stat and cgroup lines: the evidence needed when a
+// reaping assertion fails.
+func dumpZombies(t *testing.T, where string) {
+	for _, z := range zombieChildren() {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", z))
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", z))
+		t.Logf("%s: zombie %d: %s %q", where, z, st, cg)
+	}
 }

@@ -17,8 +17,8 @@ var probeSeq atomic.Uint64
 
 // Probe is the preflight: for each candidate mode (Config.Mode, or best first under ModeAuto)
 // it creates a probe cgroup under Parent, writes the limits and reads them back, launches
-// WorkerPath WorkerArgs as a probe child (held behind a barrier; EnterWorker exits 0 in probe
-// mode), verifies /proc/<pid>/cgroup, and removes it all. The first mode that passes is reported.
+// WorkerPath WorkerArgs as a probe child (held behind a barrier; EnterWorker exits with a probe
+// code), verifies /proc/<pid>/cgroup, and removes it all. The first mode that passes is reported.
 func Probe(cfg Config) Report {
 	cfg = cfg.WithDefaults()
 	owner, err := ownerName(os.Getpid())
@@ -141,7 +141,7 @@ func probeMode(ctx context.Context, cfg Config, m Mode, ownerRel string, r *Repo
 	switch {
 	case werr != nil:
 		return fmt.Errorf("probe child did not exit: %w", werr)
-	case o.ExitCode != 0:
+	case o.ExitCode != probeExitCode:
 		return fmt.Errorf("%w: probe child %s exited %d signal %d: it must call EnterWorker first (Config.WorkerArgs)",
 			ErrPlacement, cfg.WorkerPath, o.ExitCode, o.Signal)
 	case kerr != nil:

@@ -28,6 +28,9 @@ func newTracker(cg *domainCgroups, mainPid int) *tracker {
 // after opening the pidfd, so the fd cannot refer to an unrelated process that reused the pid.
 func (t *tracker) mark(pid int) (int, bool) {
 	if fd, ok := t.members[pid]; ok {
+		if t.cg.v2 == nil {
+			t.markZombieChildren(pid) // it may have gained exited children since
+		}
 		return fd, true
 	}
 	fd, err := pidfdOpen(pid)
@@ -45,8 +48,9 @@ func (t *tracker) mark(pid int) (int, bool) {
 	return fd, true
 }
 
-// markZombieChildren records exited children of a domain process: in v1 they no longer show
-// the domain's path, yet they re-parent to us when their parent is killed.
+// markZombieChildren records the children of a domain process, including exited and exiting
+// ones: in v1 those no longer show the domain's path, yet they re-parent to us when their
+// parent is killed. Called while the domain is frozen, the list is complete.
 func (t *tracker) markZombieChildren(parent int) {
 	for _, c := range childrenOf(parent) {
 		if _, ok := t.members[c]; ok {

@@ -17,7 +17,8 @@ import (
 // that its parent is still the supervisor that launched it.
 //
 // On error the worker must exit at once, with ExitRefused. For the preflight probe child
-// (EnvProbe=1) EnterWorker does not return: it exits 0 after its checks.
+// (EnvProbe=1) EnterWorker does not return: it exits with probeExitCode after its checks, a
+// code a binary that never called EnterWorker is unlikely to produce.
 func EnterWorker() error {
 	parent, err := strconv.Atoi(os.Getenv(EnvParent))
 	if err != nil || parent <= 0 {
@@ -37,7 +38,7 @@ func EnterWorker() error {
 		return fmt.Errorf("%w: parent %d, want %d", ErrParentMismatch, got, parent)
 	}
 	if os.Getenv(EnvProbe) == "1" {
-		os.Exit(0)
+		os.Exit(probeExitCode)
 	}
 	return nil
 }
@@ -90,3 +91,6 @@ func hardenSelf() error {
 	}
 	return nil
 }
+
+// probeExitCode is how a probe child proves it ran EnterWorker to the end.
+const probeExitCode = 86
