@@ -518,4 +518,3 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
-

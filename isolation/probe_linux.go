@@ -133,6 +133,10 @@ func probeMode(ctx context.Context, cfg Config, m Mode, ownerRel string, r *Repo
 	d, err := launch(ctx, cfg, id, cg, launchSpec{path: cfg.WorkerPath, argv: argv, env: []string{EnvProbe + "=1"}, barrier: true})
 	if err != nil {
 		_ = cg.remove()
+		if errors.Is(err, ErrPlacement) {
+			// Typically the child never blocked on the barrier and already exited.
+			err = fmt.Errorf("%w (the probe child must call EnterWorker first: check Config.WorkerArgs)", err)
+		}
 		return err
 	}
 	o, werr := d.Wait(ctx)
