@@ -1,0 +1,19 @@
+// Package dataset owns steward's Lance-style versioned datasets on a storage.Store and the
+// index mutations on them.
+//
+// A dataset is a key prefix holding:
+//
+//	_versions/<v:020>.manifest   JSON manifest of version v (schema, fragments, indices, transaction)
+//	data/<uuid>.parquet          immutable data fragments (Parquet, one row group per ~1M rows)
+//	_indices/<uuid>/<kind>.seg   index segments (formats in storage/index)
+//
+// A commit is a put-if-absent of manifest pinned+1, so of concurrent committers exactly one
+// wins; the others get a *CommitConflictError. A fence manifest (ResolveSlot) copies version
+// pinned into slot pinned+1 to settle whether an invocation can still commit; readers treat it
+// as a no-op version.
+//
+// Object keys reported to callers (custody hooks, MutateResult.Created) are relative to the
+// Store the dataset was opened on, i.e. they include the dataset prefix.
+//
+// The package refuses to know about ledgers, RPC or processes; custody is a callback.
+package dataset

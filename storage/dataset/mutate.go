@@ -1,0 +1,324 @@
+package dataset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/cba1309c/steward/storage/index"
+)
+
+// MutateOp is an index mutation.
+type MutateOp string
+
+// Index mutations.
+const (
+	MutateCreate  MutateOp = "CREATE"
+	MutateReplace MutateOp = "REPLACE" // create, or rebuild and swap an existing index of that name
+	MutateDrop    MutateOp = "DROP"
+)
+
+// MutateSpec describes one index mutation.
+type MutateSpec struct {
+	Op      MutateOp
+	Name    string    // index name; looked up case-folded, stored as given
+	Columns []string  // exactly one column (CREATE/REPLACE)
+	Type    IndexType // BTREE or BITMAP (CREATE/REPLACE)
+	// Params: BTREE "page_entries" (default 4096); BITMAP "max_keys" (default 1048576).
+	Params      map[string]string
+	IfNotExists bool // CREATE of an existing name is a no-op instead of ErrIndexExists
+	IfExists    bool // DROP of a missing name is a no-op instead of ErrIndexNotFound
+}
+
+// MutateOptions carries the per-invocation context of a mutation.
+type MutateOptions struct {
+	// InvocationID is recorded in the committed transaction; ResolveSlot matches on it.
+	InvocationID string
+	// BeforeUpload is the custody hook, called before every index segment upload. The
+	// manifest itself is not reported: it is the commit slot, owned by whoever wins it, and a
+	// ledger that deleted it on abandon could delete another writer's commit.
+	BeforeUpload BeforeUploadFunc
+	// Progress, if set, receives rows read so far and the total.
+	Progress func(done, total int64)
+	// TempDir holds staged segments and sort spills. Default: os.TempDir().
+	TempDir string
+	// RunEntries bounds the in-memory sort of a BTREE build (pairs). Default: 1<<20.
+	RunEntries int
+}
+
+// MutateResult reports a mutation.
+type MutateResult struct {
+	// Version is the committed version, or the pinned one for a no-op.
+	Version int64
+	// NoOp is set when IF NOT EXISTS / IF EXISTS made the mutation do nothing.
+	NoOp bool
+	// IndexUUID is the index created (CREATE/REPLACE) or dropped (DROP).
+	IndexUUID string
+	// IndexName is the stored spelling of the index affected.
+	IndexName string
+	// Manifest is the key of the committed manifest ("" for a no-op).
+	Manifest string
+	// Created lists every object written (keys relative to the store), also when the
+	// mutation failed after uploading: the caller owns their cleanup.
+	Created []string
+}
+
+// Plan is the outcome of Precheck.
+type Plan struct {
+	NoOp     bool
+	Existing *IndexMeta // the stored index the name resolves to, if any
+	Field    Field      // the indexed column (CREATE/REPLACE)
+}
+
+// FindIndex resolves name case-folded to exactly one stored index.
+func (d *Dataset) FindIndex(name string) (IndexMeta, error) {
+	var found []IndexMeta
+	for _, ix := range d.m.Indices {
+		if strings.EqualFold(ix.Name, name) {
+			found = append(found, ix)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return IndexMeta{}, fmt.Errorf("%w: %q", ErrIndexNotFound, name)
+	case 1:
+		return found[0], nil
+	}
+	ae := &AmbiguousNameError{Name: name}
+	for _, ix := range found {
+		ae.Matches = append(ae.Matches, ix.Name)
+	}
+	return IndexMeta{}, ae
+}
+
+// CheckSchema verifies the schema contract on the pinned version (see Schema.CheckSchema).
+func (d *Dataset) CheckSchema(contract map[string]FieldType) error {
+	return d.m.Schema.CheckSchema(contract)
+}
+
+// Precheck validates spec against the pinned version and decides IF [NOT] EXISTS no-ops. It
+// is authoritative: Mutate runs it again on the same snapshot.
+func (d *Dataset) Precheck(spec MutateSpec) (Plan, error) {
+	if spec.Name == "" || len(spec.Name) > 256 || !utf8.ValidString(spec.Name) {
+		return Plan{}, invalidf("index name %q", spec.Name)
+	}
+	existing, err := d.FindIndex(spec.Name)
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrIndexNotFound) {
+		return Plan{}, err // ambiguous
+	}
+	var plan Plan
+	if found {
+		plan.Existing = &existing
+	}
+	switch spec.Op {
+	case MutateDrop:
+		if !found {
+			if spec.IfExists {
+				return Plan{NoOp: true}, nil
+			}
+			return Plan{}, err
+		}
+		return plan, nil
+	case MutateCreate, MutateReplace:
+	default:
+		return Plan{}, invalidf("unknown mutation %q", spec.Op)
+	}
+	if found && spec.Op == MutateCreate {
+		if spec.IfNotExists {
+			plan.NoOp = true
+			return plan, nil
+		}
+		return Plan{}, fmt.Errorf("%w: %q (stored as %q)", ErrIndexExists, spec.Name, existing.Name)
+	}
+	switch {
+	case len(spec.Columns) == 0:
+		return Plan{}, invalidf("index %q names no column", spec.Name)
+	case len(spec.Columns) > 1:
+		return Plan{}, fmt.Errorf("%w: multi-column index %q", ErrNotSupported, spec.Name)
+	}
+	f, ok := d.m.Schema.Field(spec.Columns[0])
+	if !ok {
+		return Plan{}, &SchemaError{Field: spec.Columns[0]}
+	}
+	plan.Field = f
+	typ := IndexType(strings.ToUpper(string(spec.Type)))
+	if typ != BTree && typ != Bitmap {
+		return Plan{}, invalidf("index type %q (want BTREE or BITMAP)", spec.Type)
+	}
+	if _, err := parseParams(typ, spec.Params); err != nil {
+		return Plan{}, err
+	}
+	return plan, nil
+}
+
+type buildParams struct {
+	pageEntries int
+	maxKeys     int
+}
+
+func parseParams(t IndexType, params map[string]string) (buildParams, error) {
+	var p buildParams
+	for k, v := range params {
+		n, err := strconv.Atoi(v)
+		switch {
+		case t == BTree && k == "page_entries" && err == nil && n > 0 && n <= 1<<20:
+			p.pageEntries = n
+		case t == Bitmap && k == "max_keys" && err == nil && n > 0:
+			p.maxKeys = n
+		default:
+			return p, invalidf("%s index parameter %s=%q", t, k, v)
+		}
+	}
+	return p, nil
+}
+
+// Mutate runs one index mutation on the pinned version and commits it at Version()+1. It
+// builds and uploads segments first (each after opts.BeforeUpload accepts its key), then
+// publishes them with one put-if-absent manifest commit. Losing the slot is a
+// *CommitConflictError; MutateResult.Created is filled even on failure.
+func (d *Dataset) Mutate(ctx context.Context, spec MutateSpec, opts MutateOptions) (MutateResult, error) {
+	plan, err := d.Precheck(spec)
+	if err != nil {
+		return MutateResult{Version: d.Version()}, err
+	}
+	res := MutateResult{Version: d.Version(), NoOp: plan.NoOp}
+	if plan.Existing != nil {
+		res.IndexUUID, res.IndexName = plan.Existing.UUID, plan.Existing.Name
+	}
+	if plan.NoOp {
+		return res, nil
+	}
+	m := d.m.clone()
+	m.Transaction = Transaction{InvocationID: opts.InvocationID}
+	if plan.Existing != nil {
+		m.Indices = deleteIndex(m.Indices, plan.Existing.UUID)
+	}
+	switch spec.Op {
+	case MutateDrop:
+		m.Transaction.Op, m.Transaction.Index = OpDropIndex, plan.Existing.Name
+	default:
+		m.Transaction.Op = OpCreateIndex
+		if plan.Existing != nil {
+			m.Transaction.Op = OpReplaceIndex
+		}
+		meta, created, err := d.buildIndex(ctx, spec, plan.Field, opts)
+		res.Created = created
+		if err != nil {
+			return res, err
+		}
+		m.Indices = append(m.Indices, meta)
+		m.Transaction.Index = meta.Name
+		res.IndexUUID, res.IndexName = meta.UUID, meta.Name
+	}
+	nd, err := d.commit(ctx, m)
+	if err != nil {
+		return res, err
+	}
+	res.Version, res.Manifest = nd.Version(), d.fullKey(VersionKey(nd.Version()))
+	return res, nil
+}
+
+func deleteIndex(ixs []IndexMeta, uuid string) []IndexMeta {
+	out := ixs[:0]
+	for _, ix := range ixs {
+		if ix.UUID != uuid {
+			out = append(out, ix)
+		}
+	}
+	return out
+}
+
+// buildIndex reads the column of every fragment, writes the segment to a temp file and
+// uploads it. It returns the new index's metadata and the keys it wrote.
+func (d *Dataset) buildIndex(ctx context.Context, spec MutateSpec, f Field, opts MutateOptions) (IndexMeta, []string, error) {
+	typ := IndexType(strings.ToUpper(string(spec.Type)))
+	params, _ := parseParams(typ, spec.Params)
+	id := uuid.NewString()
+	rel := fmt.Sprintf("_indices/%s/%s.seg", id, strings.ToLower(string(typ)))
+	tmp, err := os.CreateTemp(opts.TempDir, "steward-segment-*")
+	if err != nil {
+		return IndexMeta{}, nil, err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	var rows uint64
+	switch f.Type {
+	case Int64:
+		rows, err = buildSegment[int64](ctx, d, f, typ, params, opts, tmp)
+	case Float64:
+		rows, err = buildSegment[float64](ctx, d, f, typ, params, opts, tmp)
+	default:
+		rows, err = buildSegment[string](ctx, d, f, typ, params, opts, tmp)
+	}
+	if err != nil {
+		return IndexMeta{}, nil, err
+	}
+	size, err := tmp.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return IndexMeta{}, nil, err
+	}
+	key, err := d.upload(ctx, rel, tmp, size, opts.BeforeUpload)
+	var created []string
+	if key != "" {
+		created = []string{key}
+	}
+	if err != nil {
+		return IndexMeta{}, created, err
+	}
+	meta := IndexMeta{
+		UUID: id, Name: spec.Name, FieldIDs: []int32{f.ID}, Type: typ, Params: spec.Params,
+		Files: []IndexFile{{Path: rel, Size: size}}, DatasetVersion: d.Version(), Rows: rows,
+	}
+	for _, fr := range d.m.Fragments {
+		meta.FragmentIDs = append(meta.FragmentIDs, fr.ID)
+	}
+	return meta, created, nil
+}
+
+// segmentBuilder is what both index builders offer.
+type segmentBuilder[K index.Key] interface {
+	Add(keys []K, firstRowID uint64) error
+	Finish(w io.Writer) (uint64, error)
+}
+
+func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ IndexType, p buildParams, opts MutateOptions, w io.Writer) (uint64, error) {
+	var b segmentBuilder[K]
+	if typ == BTree {
+		bt := index.NewBTreeBuilder[K](index.BuildOptions{RunEntries: opts.RunEntries, TempDir: opts.TempDir, PageEntries: p.pageEntries})
+		defer bt.Close()
+		b = bt
+	} else {
+		bm := index.NewBitmapBuilder[K]()
+		bm.MaxKeys = p.maxKeys
+		b = bm
+	}
+	total, done := d.Rows(), int64(0)
+	for _, fr := range d.m.Fragments {
+		err := scanColumn(ctx, d, fr, f, func(keys []K, first uint64) error {
+			if err := b.Add(keys, first); err != nil {
+				return fmt.Errorf("%w: %w", ErrIndexBuild, err)
+			}
+			done += int64(len(keys))
+			if opts.Progress != nil {
+				opts.Progress(done, total)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	n, err := b.Finish(w)
+	if err != nil {
+		return 0, fmt.Errorf("dataset: write %s segment: %w", typ, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,15 @@
+// Package index owns the on-disk formats of steward's scalar index segments and the algorithms
+// that build and query them:
+//
+//   - BTREE: (key, row id) pairs sorted by key, cut into checksummed pages, followed by a lookup
+//     table holding each page's offset, count, and min/max key. Equality and range lookups read
+//     the lookup table once and then only the pages that can hold matches.
+//   - BITMAP: one roaring bitmap of row ids per distinct key, followed by a lookup table of keys
+//     and bitmap offsets. Equality, IN and range lookups union the bitmaps they need.
+//
+// Keys are int64, float64 or string, ordered by cmp.Compare (NaN sorts first and equals NaN).
+// Decoders validate every length, offset and checksum and return errors wrapping
+// storage.ErrCorrupt (through ErrCorruptSegment); they never panic on bad input. The package
+// knows nothing about datasets or object keys: it reads through a RangeReader and writes to an
+// io.Writer.
+package index

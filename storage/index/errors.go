@@ -1,0 +1,34 @@
+package index
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cba1309c/steward/storage"
+)
+
+var (
+	// ErrCorruptSegment: a segment does not decode. It wraps storage.ErrCorrupt.
+	ErrCorruptSegment = fmt.Errorf("index: corrupt segment: %w", storage.ErrCorrupt)
+	// ErrKeyType: a segment holds keys of another type than the caller asked for.
+	ErrKeyType = errors.New("index: key type mismatch")
+	// ErrUnsorted: a writer was fed keys out of order (a bug in the caller).
+	ErrUnsorted = errors.New("index: keys not in order")
+)
+
+// CorruptError tells where a segment stopped making sense.
+type CorruptError struct {
+	Segment string // "btree" or "bitmap"
+	Offset  int64  // byte offset of the bad part, -1 if not applicable
+	Reason  string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("index: corrupt %s segment at offset %d: %s", e.Segment, e.Offset, e.Reason)
+}
+
+func (e *CorruptError) Unwrap() error { return ErrCorruptSegment }
+
+func corrupt(seg string, off int64, format string, args ...any) error {
+	return &CorruptError{Segment: seg, Offset: off, Reason: fmt.Sprintf(format, args...)}
+}

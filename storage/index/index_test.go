@@ -1,0 +1,254 @@
+package index_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/index"
+)
+
+func genKeys[K index.Key](r *rand.Rand, n, distinct int) []K {
+	out := make([]K, n)
+	for i := range out {
+		v := r.IntN(distinct) - distinct/3
+		switch p := any(&out[i]).(type) {
+		case *int64:
+			*p = int64(v)
+		case *float64:
+			*p = float64(v) / 4
+			if r.IntN(200) == 0 {
+				*p = math.NaN()
+			}
+		case *string:
+			*p = fmt.Sprintf("k%05d", v)
+		}
+	}
+	return out
+}
+
+func randRange[K index.Key](r *rand.Rand, keys []K) index.Range[K] {
+	bound := func() *index.Bound[K] {
+		if r.IntN(5) == 0 {
+			return nil
+		}
+		return &index.Bound[K]{Value: keys[r.IntN(len(keys))], Inclusive: r.IntN(2) == 0}
+	}
+	if r.IntN(3) == 0 {
+		return index.Point(keys[r.IntN(len(keys))])
+	}
+	lo, hi := bound(), bound()
+	if lo != nil && hi != nil && cmp.Compare(lo.Value, hi.Value) > 0 && r.IntN(4) != 0 {
+		lo, hi = hi, lo
+	}
+	return index.Range[K]{Lo: lo, Hi: hi}
+}
+
+func brute[K index.Key](keys []K, first uint64, match func(K) bool) []uint64 {
+	var out []uint64
+	for i, k := range keys {
+		if match(k) {
+			out = append(out, first+uint64(i))
+		}
+	}
+	return out
+}
+
+func buildBTree[K index.Key](t testing.TB, keys []K, first uint64, opts index.BuildOptions) []byte {
+	t.Helper()
+	b := index.NewBTreeBuilder[K](opts)
+	defer b.Close()
+	for i := 0; i < len(keys); i += 100 {
+		if err := b.Add(keys[i:min(i+100, len(keys))], first+uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	n, err := b.Finish(&buf)
+	if err != nil || n != uint64(len(keys)) {
+		t.Fatalf("finish: %d, %v", n, err)
+	}
+	return buf.Bytes()
+}
+
+func buildBitmap[K index.Key](t testing.TB, keys []K, first uint64) []byte {
+	t.Helper()
+	b := index.NewBitmapBuilder[K]()
+	if err := b.Add(keys, first); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := b.Finish(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func checkType[K index.Key](t *testing.T, seed uint64) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(seed, 7))
+	for _, tc := range []struct {
+		name     string
+		n, dist  int
+		runs     int
+		pageSize int
+	}{
+		{"empty", 0, 1, 0, 0},
+		{"one", 1, 1, 0, 0},
+		{"dups-spill", 5000, 40, 700, 64},
+		{"unique-spill", 3000, 100000, 1000, 17},
+		{"in-memory", 2000, 300, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := genKeys[K](r, tc.n, tc.dist)
+			const first = 1 << 33 // row ids beyond 32 bits
+			seg := buildBTree(t, keys, first, index.BuildOptions{RunEntries: tc.runs, PageEntries: tc.pageSize, TempDir: t.TempDir()})
+			bt, err := index.OpenBTree[K](ctx, index.BytesReader(seg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := index.VerifyBTree[K](ctx, index.BytesReader(seg)); err != nil || n != uint64(tc.n) {
+				t.Fatalf("verify: %d, %v", n, err)
+			}
+			bmSeg := buildBitmap(t, keys, first)
+			bm, err := index.OpenBitmap[K](ctx, index.BytesReader(bmSeg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := index.VerifyBitmap[K](ctx, index.BytesReader(bmSeg)); err != nil || n != uint64(tc.n) {
+				t.Fatalf("verify bitmap: %d, %v", n, err)
+			}
+			if tc.n == 0 {
+				return
+			}
+			for q := range 200 {
+				rg := randRange(r, keys)
+				want := brute(keys, first, rg.Contains)
+				got, err := bt.Search(ctx, rg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, want) {
+					t.Fatalf("query %d btree: %d ids, want %d", q, len(got), len(want))
+				}
+				bits, err := bm.Search(ctx, rg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(bits.ToArray(), want) {
+					t.Fatalf("query %d bitmap: %d ids, want %d", q, bits.GetCardinality(), len(want))
+				}
+				in := []K{keys[r.IntN(len(keys))], keys[r.IntN(len(keys))], genKeys[K](r, 1, tc.dist*2)[0]}
+				wantIn := brute(keys, first, func(k K) bool {
+					return slices.ContainsFunc(in, func(x K) bool { return cmp.Compare(x, k) == 0 })
+				})
+				bits, err = bm.In(ctx, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(bits.ToArray(), wantIn) {
+					t.Fatalf("query %d IN: %d ids, want %d", q, bits.GetCardinality(), len(wantIn))
+				}
+			}
+		})
+	}
+}
+
+// TestIndexesMatchBruteForce is the property test of both segment kinds: random keys with
+// duplicates (and NaN for floats), forced spills, tiny pages, random ranges and IN lists.
+func TestIndexesMatchBruteForce(t *testing.T) {
+	t.Run("int64", func(t *testing.T) { checkType[int64](t, 1) })
+	t.Run("float64", func(t *testing.T) { checkType[float64](t, 2) })
+	t.Run("string", func(t *testing.T) { checkType[string](t, 3) })
+}
+
+func TestKeyTypeMismatch(t *testing.T) {
+	ctx := context.Background()
+	seg := buildBTree(t, []int64{1, 2, 3}, 0, index.BuildOptions{})
+	if _, err := index.OpenBTree[string](ctx, index.BytesReader(seg)); !errors.Is(err, index.ErrKeyType) {
+		t.Fatalf("err = %v", err)
+	}
+	bm := buildBitmap(t, []string{"a"}, 0)
+	if _, err := index.OpenBitmap[int64](ctx, index.BytesReader(bm)); !errors.Is(err, index.ErrKeyType) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestCorruptSegments truncates and flips every byte position of small segments: each must
+// fail with a storage.ErrCorrupt error (or still answer correctly), never panic.
+func TestCorruptSegments(t *testing.T) {
+	ctx := context.Background()
+	keys := []string{"b", "a", "c", "a", "d", "b", "e"}
+	segs := map[string][]byte{
+		"btree":  buildBTree(t, keys, 10, index.BuildOptions{PageEntries: 2}),
+		"bitmap": buildBitmap(t, keys, 10),
+	}
+	verify := map[string]func([]byte) error{
+		"btree": func(b []byte) error {
+			_, err := index.VerifyBTree[string](ctx, index.BytesReader(b))
+			return err
+		},
+		"bitmap": func(b []byte) error {
+			_, err := index.VerifyBitmap[string](ctx, index.BytesReader(b))
+			return err
+		},
+	}
+	for name, seg := range segs {
+		t.Run(name+"/truncated", func(t *testing.T) {
+			for n := range len(seg) {
+				if err := verify[name](seg[:n]); !errors.Is(err, storage.ErrCorrupt) {
+					t.Fatalf("truncated to %d: %v", n, err)
+				}
+			}
+		})
+		t.Run(name+"/bitflip", func(t *testing.T) {
+			for i := range len(seg) {
+				b := bytes.Clone(seg)
+				b[i] ^= 0x10
+				if err := verify[name](b); err != nil && !errors.Is(err, storage.ErrCorrupt) {
+					t.Fatalf("flip at %d: unclassified %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+func TestWriterRejectsUnsorted(t *testing.T) {
+	w, err := index.NewBTreeWriter[int64](&bytes.Buffer{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Add(5, 1)
+	if err := w.Add(4, 2); !errors.Is(err, index.ErrUnsorted) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestBitmapTooManyKeys(t *testing.T) {
+	b := index.NewBitmapBuilder[int64]()
+	b.MaxKeys = 3
+	if err := b.Add([]int64{1, 2, 3, 4}, 0); !errors.Is(err, index.ErrTooManyKeys) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func Example() {
+	ctx := context.Background()
+	b := index.NewBTreeBuilder[int64](index.BuildOptions{})
+	defer b.Close()
+	_ = b.Add([]int64{30, 10, 20, 10}, 100) // row ids 100..103
+	var seg bytes.Buffer
+	_, _ = b.Finish(&seg)
+	bt, _ := index.OpenBTree[int64](ctx, index.BytesReader(seg.Bytes()))
+	ids, _ := bt.Search(ctx, index.Point[int64](10))
+	fmt.Println(ids)
+	// Output: [101 103]
+}

@@ -1,0 +1,150 @@
+package index
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Key is the set of key types an index can hold.
+type Key interface {
+	int64 | float64 | string
+}
+
+// KeyType tags the key type inside a segment.
+type KeyType uint8
+
+// Key types as stored in segment trailers.
+const (
+	KeyInt64   KeyType = 1
+	KeyFloat64 KeyType = 2
+	KeyString  KeyType = 3
+)
+
+func (t KeyType) String() string {
+	switch t {
+	case KeyInt64:
+		return "int64"
+	case KeyFloat64:
+		return "float64"
+	case KeyString:
+		return "string"
+	}
+	return fmt.Sprintf("KeyType(%d)", uint8(t))
+}
+
+// KeyTypeOf returns the KeyType for K.
+func KeyTypeOf[K Key]() KeyType {
+	var k K
+	switch any(k).(type) {
+	case int64:
+		return KeyInt64
+	case float64:
+		return KeyFloat64
+	default:
+		return KeyString
+	}
+}
+
+// maxKeyLen bounds a string key; longer lengths in a segment are corruption.
+const maxKeyLen = 1 << 20
+
+func appendKey[K Key](b []byte, k K) []byte {
+	switch v := any(k).(type) {
+	case int64:
+		return binary.LittleEndian.AppendUint64(b, uint64(v))
+	case float64:
+		return binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	case string:
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		return append(b, v...)
+	}
+	panic("unreachable")
+}
+
+// decodeKey reads one key from b, returning it and the bytes consumed, or n <= 0 on bad input.
+func decodeKey[K Key](b []byte) (k K, n int) {
+	switch p := any(&k).(type) {
+	case *int64:
+		if len(b) < 8 {
+			return k, -1
+		}
+		*p = int64(binary.LittleEndian.Uint64(b))
+		return k, 8
+	case *float64:
+		if len(b) < 8 {
+			return k, -1
+		}
+		*p = math.Float64frombits(binary.LittleEndian.Uint64(b))
+		return k, 8
+	case *string:
+		l, m := binary.Uvarint(b)
+		if m <= 0 || l > maxKeyLen || uint64(len(b)-m) < l {
+			return k, -1
+		}
+		*p = string(b[m : m+int(l)])
+		return k, m + int(l)
+	}
+	return k, -1
+}
+
+// Bound is one end of a range; a nil *Bound means unbounded.
+type Bound[K Key] struct {
+	Value     K
+	Inclusive bool
+}
+
+// Range is a key interval. Lo or Hi nil means open on that side.
+type Range[K Key] struct {
+	Lo, Hi *Bound[K]
+}
+
+// Point is the range holding exactly k.
+func Point[K Key](k K) Range[K] {
+	return Range[K]{Lo: &Bound[K]{k, true}, Hi: &Bound[K]{k, true}}
+}
+
+// Contains reports whether k lies in r, under cmp.Compare.
+func (r Range[K]) Contains(k K) bool {
+	return !r.below(k) && !r.above(k)
+}
+
+func (r Range[K]) below(k K) bool { // k is left of the range
+	if r.Lo == nil {
+		return false
+	}
+	c := cmp.Compare(k, r.Lo.Value)
+	return c < 0 || (c == 0 && !r.Lo.Inclusive)
+}
+
+func (r Range[K]) above(k K) bool { // k is right of the range
+	if r.Hi == nil {
+		return false
+	}
+	c := cmp.Compare(k, r.Hi.Value)
+	return c > 0 || (c == 0 && !r.Hi.Inclusive)
+}
+
+// RangeReader reads byte ranges of one segment object.
+type RangeReader interface {
+	// ReadRange returns exactly n bytes at off, or an error.
+	ReadRange(ctx context.Context, off, n int64) ([]byte, error)
+	// Size is the segment's length in bytes.
+	Size() int64
+}
+
+// BytesReader serves a segment held in memory.
+type BytesReader []byte
+
+// ReadRange implements RangeReader.
+func (b BytesReader) ReadRange(_ context.Context, off, n int64) ([]byte, error) {
+	if off < 0 || n < 0 || off > int64(len(b)) || n > int64(len(b))-off {
+		return nil, corrupt("segment", off, "range of %d bytes past end %d", n, len(b))
+	}
+	return b[off : off+n], nil
+}
+
+// Size implements RangeReader.
+func (b BytesReader) Size() int64 { return int64(len(b)) }
