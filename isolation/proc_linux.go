@@ -72,23 +72,19 @@ func readProcCgroup(pid int) (map[string]string, string, error) {
 	return v1, strings.TrimSuffix(unified, " (deleted)"), err
 }
 
-// ownChildren lists the children of this process, from every thread's children file: a
-// re-parented orphan becomes the child of whichever thread the kernel picked as reaper.
+// ownChildren lists the children of this process's thread-group leader. An orphan re-parents
+// to the first live thread of its subreaper, which is the leader (the Go runtime never lets the
+// main thread exit), so every re-parented descendant of a domain is listed here. A worker itself
+// is the child of its launcher thread and is reaped by its own Wait, not found through this.
 func ownChildren() ([]int, error) {
-	files, err := filepath.Glob("/proc/self/task/*/children")
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/children", os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
 	var out []int
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread exited
-		}
-		for _, s := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(s); err == nil {
-				out = append(out, pid)
-			}
+	for _, s := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(s); err == nil {
+			out = append(out, pid)
 		}
 	}
 	return out, nil

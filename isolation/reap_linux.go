@@ -1,8 +1,6 @@
 package isolation
 
 import (
-	"os"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -129,9 +127,12 @@ func (t *tracker) adoptZombies() {
 	}
 }
 
-// survivors counts processes of the domain alive or unreaped anywhere on the host: the cgroup's
-// task list, unreaped members and (with a unified cgroup) a scan of /proc for the domain's path,
-// which also finds zombies whose parent has not exited yet.
+// survivors counts processes of the domain alive or unreaped: the cgroup's task list, unreaped
+// members, and children of ours that are in the domain. That last set is enough to find every
+// straggler, including one that left the cgroup but has not finished exiting: a parent cannot
+// be reaped before its children are re-parented, so each unreaped domain process has a chain
+// of unreaped domain ancestors that ends at one of our children. (The main process is
+// excluded once its own Wait reaped it.)
 func (t *tracker) survivors() int {
 	seen := map[int]bool{}
 	if pids, err := t.cg.procs(); err == nil {
@@ -142,12 +143,10 @@ func (t *tracker) survivors() int {
 	for pid := range t.members {
 		seen[pid] = true
 	}
-	if t.cg.v2 != nil {
-		self := os.Getpid()
-		for _, pid := range allPids() {
-			if pid != self && !seen[pid] && t.cg.member(pid) {
-				seen[pid] = true
-			}
+	kids, _ := ownChildren()
+	for _, pid := range kids {
+		if !seen[pid] && t.cg.member(pid) {
+			seen[pid] = true
 		}
 	}
 	return len(seen)

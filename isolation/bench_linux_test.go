@@ -1,0 +1,162 @@
+package isolation
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// BenchmarkLaunchNoop: launch + wait + teardown of a no-op worker inside isolation, against a
+// raw ForkExec + wait4 of the same executable doing the same work (EnterWorker, exit), and the
+// fork/exec floor of a small static Go binary.
+func BenchmarkLaunchNoop(b *testing.B) {
+	needCgroups(b)
+	for _, mode := range realModes(b) {
+		b.Run("isolated-"+string(mode), func(b *testing.B) {
+			s := newSupervisor(b, mode, nil)
+			env := workerEnv("noop")
+			ctx := context.Background()
+			for b.Loop() {
+				d, err := s.Start(ctx, Spec{Env: env})
+				if err != nil {
+					b.Fatal(err)
+				}
+				o, err := d.Wait(ctx)
+				if err != nil || o.ExitCode != 0 {
+					b.Fatalf("noop worker: %+v %v", o, err)
+				}
+				if o, err := d.Terminate(ctx); err != nil || !o.AllReaped {
+					b.Fatalf("teardown: %+v %v", o, err)
+				}
+				if err := d.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("raw-forkexec", func(b *testing.B) {
+		env := append(workerEnv("noop"), EnvParent+"="+strconv.Itoa(os.Getpid()), EnvNoFile+"=1024")
+		benchForkExec(b, "/proc/self/exe", env, 0)
+	})
+	b.Run("static-floor", func(b *testing.B) {
+		bin := filepath.Join(b.TempDir(), "tinystatic")
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+		cmd.Dir = filepath.Join("testdata", "tinystatic")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("build tinystatic: %v\n%s", err, out)
+		}
+		benchForkExec(b, bin, nil, 0)
+	})
+}
+
+func benchForkExec(b *testing.B, path string, env []string, want int) {
+	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}}
+	for b.Loop() {
+		pid, err := syscall.ForkExec(path, []string{path}, attr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil || ws.ExitStatus() != want {
+			b.Fatalf("wait4: %v status %v", err, ws)
+		}
+	}
+}
+
+// BenchmarkKillTree50: bringing down a 50-descendant tree (20 leaves, 10 chains, 10 setsid
+// escapees, all ignoring SIGTERM) with the full Kill path (kill, reap every descendant, verify
+// no survivor anywhere) against the bare mechanism alone (cgroup.kill, or freeze → SIGKILL each
+// → thaw, until the cgroup is empty). Only the teardown is timed.
+func BenchmarkKillTree50(b *testing.B) {
+	needCgroups(b)
+	for _, mode := range realModes(b) {
+		s := newSupervisor(b, mode, nil)
+		b.Run("ladder-"+string(mode), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				d := startTree(b, s)
+				b.StartTimer()
+				o, err := d.Kill(context.Background())
+				b.StopTimer()
+				if err != nil || !o.AllReaped {
+					b.Fatalf("kill: %+v %v", o, err)
+				}
+				d.Close()
+				b.StartTimer()
+			}
+		})
+		b.Run("bare-"+string(mode), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				d := startTree(b, s)
+				b.StartTimer()
+				bareKill(b, d.cg)
+				b.StopTimer()
+				if _, err := d.Kill(context.Background()); err != nil { // reap, untimed
+					b.Fatal(err)
+				}
+				d.Close()
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func startTree(b *testing.B, s *Supervisor) *Domain {
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	d, err := s.Start(context.Background(), Spec{Env: workerEnv("tree"), ExtraFiles: []*os.File{w}})
+	w.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	br := bufio.NewReader(r)
+	for range 50 {
+		if _, err := br.ReadString('\n'); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return d
+}
+
+// bareKill is the mechanism without bookkeeping: no pidfds, no reaping, no /proc scan.
+func bareKill(b *testing.B, cg *domainCgroups) {
+	if cg.v2 != nil {
+		if err := cg.v2.kill(); err != nil {
+			b.Fatal(err)
+		}
+		for p, _ := cg.v2.populated(); p; p, _ = cg.v2.populated() {
+			time.Sleep(100 * time.Microsecond)
+		}
+		return
+	}
+	state := filepath.Join(cg.v1.dirs["freezer"], "freezer.state")
+	for {
+		pids, _ := cg.v1.procs()
+		if len(pids) == 0 {
+			return
+		}
+		for {
+			_ = os.WriteFile(state, []byte("FROZEN"), 0)
+			if s, _ := os.ReadFile(state); string(s) == "FROZEN\n" {
+				break
+			}
+		}
+		pids, _ = readPids(filepath.Join(cg.v1.dirs["freezer"], "cgroup.procs"))
+		for _, p := range pids {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		_ = os.WriteFile(state, []byte("THAWED"), 0)
+		time.Sleep(100 * time.Microsecond)
+	}
+}
