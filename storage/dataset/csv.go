@@ -145,4 +145,3 @@ func (c *CSVSource) appendRecord(b *Batch, rec []string) error {
 
 var _ RowSource = (*CSVSource)(nil)
 var _ RowSource = (*Generator)(nil)
-

@@ -3,11 +3,13 @@ package dataset
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
 
+	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/index"
 )
 
@@ -142,6 +144,15 @@ func queryTyped[K index.Key](ctx context.Context, d *Dataset, f Field, p Predica
 }
 
 func searchIndex[K index.Key](ctx context.Context, d *Dataset, ix IndexMeta, ranges []index.Range[K]) ([]uint64, error) {
+	ids, err := searchIndexRaw(ctx, d, ix, ranges)
+	if err != nil && errors.Is(err, storage.ErrCorrupt) && !errors.Is(err, index.ErrCorruptSegment) {
+		// A short or unreadable segment object is a broken index, whatever layer noticed.
+		err = fmt.Errorf("%w: %w", index.ErrCorruptSegment, err)
+	}
+	return ids, err
+}
+
+func searchIndexRaw[K index.Key](ctx context.Context, d *Dataset, ix IndexMeta, ranges []index.Range[K]) ([]uint64, error) {
 	r, err := indexReader[K](ctx, d, ix)
 	if err != nil {
 		return nil, err
