@@ -20,6 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	removeScratch()
 	testminio.Cleanup()
 	os.Exit(code)
 }

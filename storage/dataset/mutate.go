@@ -31,7 +31,7 @@ type MutateSpec struct {
 	Name    string    // index name; looked up case-folded, stored as given
 	Columns []string  // exactly one column (CREATE/REPLACE)
 	Type    IndexType // BTREE or BITMAP (CREATE/REPLACE)
-	// Params: BTREE "page_entries" (default 4096); BITMAP "max_keys" (default 1048576).
+	// Params: BTREE "page_entries" (default 1024); BITMAP "max_keys" (default 1048576).
 	Params      map[string]string
 	IfNotExists bool // CREATE of an existing name is a no-op instead of ErrIndexExists
 	IfExists    bool // DROP of a missing name is a no-op instead of ErrIndexNotFound

@@ -12,7 +12,7 @@ import (
 const btreeMagic = "STWBT001"
 
 // DefaultPageEntries is the number of (key, row id) pairs per BTREE page.
-const DefaultPageEntries = 4096
+const DefaultPageEntries = 1024
 
 // maxPageEntries bounds a page's entry count read from a segment.
 const maxPageEntries = 1 << 20

@@ -1,0 +1,292 @@
+package dataset_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cba1309c/steward/internal/testminio"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/cba1309c/steward/storage/storagetest"
+)
+
+// Benchmarks run on a generated dataset of STEWARD_BENCH_ROWS rows (default 10,000,000) in
+// fragments of 1M rows, generated once into STEWARD_BENCH_CACHE (default
+// $TMPDIR/steward-bench) and reused across runs. Each process works on a scratch copy: hard
+// links on the local store, an upload into a fresh bucket on MinIO. Run with -benchtime 1x:
+//
+//	STEWARD_REQUIRE_REAL=1 go test -run '^$' -bench . -benchtime 1x -timeout 60m ./storage/dataset/
+
+const benchSeed = 2024
+
+func benchRows() int64 {
+	if v, err := strconv.ParseInt(os.Getenv("STEWARD_BENCH_ROWS"), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	return 10_000_000
+}
+
+// benchBase returns the local store holding the cached base dataset ("bench", version 1).
+func benchBase(b *testing.B) *storage.LocalStore {
+	b.Helper()
+	dir := os.Getenv("STEWARD_BENCH_CACHE")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "steward-bench")
+	}
+	dir = filepath.Join(dir, fmt.Sprintf("rows%d-seed%d", benchRows(), benchSeed))
+	s, err := storage.NewLocalStore(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := dataset.Open(ctx, s, "bench", 1); err == nil {
+		return s
+	}
+	start := time.Now()
+	_, _, err = dataset.Create(ctx, s, "bench", dataset.NewGenerator(benchRows(), benchSeed), dataset.WriteOptions{RowsPerFragment: 1 << 20})
+	if err != nil {
+		b.Fatalf("generate bench dataset: %v", err)
+	}
+	b.Logf("generated %d rows into %s in %v", benchRows(), dir, time.Since(start))
+	return s
+}
+
+var (
+	envMu    sync.Mutex
+	benchEnv = map[string]storage.Store{}
+)
+
+// benchStore returns this process's scratch store of the given kind holding "bench" v1.
+func benchStore(b *testing.B, kind string) storage.Store {
+	b.Helper()
+	envMu.Lock()
+	defer envMu.Unlock()
+	if s, ok := benchEnv[kind]; ok {
+		return s
+	}
+	base := benchBase(b)
+	ctx := context.Background()
+	keys := []string{"bench/" + dataset.VersionKey(1)}
+	d, err := dataset.Open(ctx, base, "bench", 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range d.Manifest().Fragments {
+		keys = append(keys, "bench/"+f.Path)
+	}
+	var s storage.Store
+	switch kind {
+	case "local":
+		scratch, err := os.MkdirTemp(filepath.Dir(base.Root()), "scratch-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		scratchDirs = append(scratchDirs, scratch)
+		for _, k := range keys {
+			dst := filepath.Join(scratch, k)
+			os.MkdirAll(filepath.Dir(dst), 0o755)
+			if err := os.Link(filepath.Join(base.Root(), k), dst); err != nil {
+				b.Fatal(err)
+			}
+		}
+		s, err = storage.NewLocalStore(scratch)
+		if err != nil {
+			b.Fatal(err)
+		}
+	case "minio":
+		srv := testminio.Shared(b)
+		// Not storagetest.NewS3: its cleanup would drop the bucket after the first
+		// sub-benchmark. The shared server and its data go away in TestMain.
+		s3, err := storage.NewS3Store(ctx, storage.StoreConfig{
+			Kind: storage.KindS3, Endpoint: srv.Endpoint, Bucket: storagetest.RandomName("bench-"),
+			AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for _, k := range keys {
+			f, err := os.Open(filepath.Join(base.Root(), k))
+			if err != nil {
+				b.Fatal(err)
+			}
+			fi, _ := f.Stat()
+			err = s3.Put(ctx, k, f, fi.Size())
+			f.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Logf("uploaded base dataset to MinIO in %v", time.Since(start))
+		s = s3
+	}
+	benchEnv[kind] = s
+	return s
+}
+
+var scratchDirs []string
+
+func removeScratch() {
+	for _, d := range scratchDirs {
+		os.RemoveAll(d)
+	}
+}
+
+// peakHeap samples live heap bytes every 2ms until stop is called and returns the peak
+// above the level when it started.
+func peakHeap() (stop func() uint64) {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
+	base := read()
+	var peak uint64
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v := read(); v > peak {
+				peak = v
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(done)
+		<-finished
+		if peak < base {
+			return 0
+		}
+		return peak - base
+	}
+}
+
+// BenchmarkIndexBuild measures each index build against a plain full read of the same column
+// in the same run and reports build/read (goal <= 2) and the build's peak heap.
+func BenchmarkIndexBuild(b *testing.B) {
+	cases := []struct {
+		name   string
+		column string
+		typ    dataset.IndexType
+		probe  any // a value not in the column, so the full read matches nothing
+	}{
+		{"btree-id", "id", dataset.BTree, int64(-1)},
+		{"btree-price", "price", dataset.BTree, -1.0},
+		{"btree-name", "name", dataset.BTree, "~"},
+		{"bitmap-category", "category", dataset.Bitmap, "~"},
+	}
+	for _, kind := range []string{"local", "minio"} {
+		for _, tc := range cases {
+			b.Run(kind+"/"+tc.name, func(b *testing.B) {
+				s := benchStore(b, kind)
+				ctx := context.Background()
+				var readDur, buildDur time.Duration
+				var peak uint64
+				b.ResetTimer()
+				for range b.N {
+					d, err := dataset.Open(ctx, s, "bench", 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					start := time.Now()
+					if _, err := d.Scan(ctx, dataset.Eq(tc.column, tc.probe)); err != nil {
+						b.Fatal(err)
+					}
+					readDur += time.Since(start)
+					stop := peakHeap()
+					start = time.Now()
+					_, err = d.Mutate(ctx, dataset.MutateSpec{
+						Op: dataset.MutateReplace, Name: "bench_" + tc.name, Columns: []string{tc.column}, Type: tc.typ,
+					}, dataset.MutateOptions{InvocationID: "bench"})
+					buildDur += time.Since(start)
+					if p := stop(); p > peak {
+						peak = p
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				n := float64(b.N)
+				b.ReportMetric(readDur.Seconds()/n, "read-s")
+				b.ReportMetric(buildDur.Seconds()/n, "build-s")
+				b.ReportMetric(buildDur.Seconds()/readDur.Seconds(), "build/read")
+				b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+			})
+		}
+	}
+}
+
+// BenchmarkPointLookup compares an equality lookup through a BTREE index with a full scan of
+// the same column and reports scan/index (goal >= 100).
+func BenchmarkPointLookup(b *testing.B) {
+	for _, kind := range []string{"local", "minio"} {
+		b.Run(kind, func(b *testing.B) {
+			s := benchStore(b, kind)
+			ctx := context.Background()
+			d, err := dataset.Open(ctx, s, "bench", 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := d.FindIndex("bench_btree-id"); err != nil {
+				if _, err := d.Mutate(ctx, dataset.MutateSpec{Op: dataset.MutateReplace, Name: "bench_btree-id", Columns: []string{"id"}, Type: dataset.BTree}, dataset.MutateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				if d, err = dataset.Open(ctx, s, "bench", 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rows := d.Rows()
+			r := rand.New(rand.NewPCG(1, 2))
+			start := time.Now()
+			first, err := d.Query(ctx, dataset.Eq("id", r.Int64N(rows)))
+			if err != nil || len(first.RowIDs) != 1 || first.Index == "" {
+				b.Fatalf("first lookup: %+v, %v", first, err)
+			}
+			cold := time.Since(start)
+			var scanDur, idxDur time.Duration
+			var scans, lookups int
+			b.ResetTimer()
+			for range b.N {
+				want := r.Int64N(rows)
+				start := time.Now()
+				sc, err := d.Scan(ctx, dataset.Eq("id", want))
+				scanDur += time.Since(start)
+				scans++
+				if err != nil || len(sc.RowIDs) != 1 {
+					b.Fatalf("scan: %v", err)
+				}
+				for range 200 {
+					want := r.Int64N(rows)
+					start := time.Now()
+					q, err := d.Query(ctx, dataset.Eq("id", want))
+					idxDur += time.Since(start)
+					lookups++
+					if err != nil || len(q.RowIDs) != 1 || q.RowIDs[0] != uint64(want) {
+						b.Fatalf("lookup %d: %+v, %v", want, q, err)
+					}
+				}
+			}
+			scanAvg := scanDur.Seconds() / float64(scans)
+			idxAvg := idxDur.Seconds() / float64(lookups)
+			b.ReportMetric(scanAvg*1e3, "scan-ms")
+			b.ReportMetric(idxAvg*1e6, "lookup-us")
+			b.ReportMetric(cold.Seconds()*1e3, "first-lookup-ms")
+			b.ReportMetric(scanAvg/idxAvg, "scan/index")
+		})
+	}
+}
