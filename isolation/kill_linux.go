@@ -52,7 +52,7 @@ func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, er
 	done := d.pollUntil(reapCtx, func() bool {
 		if d.cg.populated() {
 			// Repeat the kill now and then: on v1 each round only kills what the freezer caught.
-			if time.Since(lastKill) > 20*time.Millisecond {
+			if time.Since(lastKill) > 5*time.Millisecond {
 				killErr = d.cg.killOnce(reapCtx, d.tr.mark)
 				lastKill = time.Now()
 			}
