@@ -70,15 +70,7 @@ func (bw *BitmapWriter[K]) Close() error {
 		return nil
 	}
 	bw.finished = true
-	t := trailer{
-		keyType: KeyTypeOf[K](), count: bw.keys, entries: bw.entries,
-		lookupOff: uint64(bw.w.off), lookupLen: uint32(len(bw.lookup)), lookupCRC: checksum(bw.lookup),
-	}
-	if _, err := bw.w.Write(bw.lookup); err != nil {
-		return err
-	}
-	_, err := bw.w.Write(t.append(nil, bitmapMagic))
-	return err
+	return writeTail(bw.w, KeyTypeOf[K](), bw.keys, bw.entries, bw.lookup, bitmapMagic)
 }
 
 type bitmapEntry[K Key] struct {

@@ -106,15 +106,7 @@ func (bw *BTreeWriter[K]) Close() error {
 	if err := bw.flush(); err != nil {
 		return err
 	}
-	t := trailer{
-		keyType: KeyTypeOf[K](), count: bw.pages, entries: bw.entries,
-		lookupOff: uint64(bw.w.off), lookupLen: uint32(len(bw.lookup)), lookupCRC: checksum(bw.lookup),
-	}
-	if _, err := bw.w.Write(bw.lookup); err != nil {
-		return err
-	}
-	_, err := bw.w.Write(t.append(nil, btreeMagic))
-	return err
+	return writeTail(bw.w, KeyTypeOf[K](), bw.pages, bw.entries, bw.lookup, btreeMagic)
 }
 
 type btreePage[K Key] struct {

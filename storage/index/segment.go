@@ -41,6 +41,19 @@ func (t trailer) append(b []byte, magic string) []byte {
 	return append(b, magic...)
 }
 
+// writeTail writes a segment's lookup table and trailer after its body.
+func writeTail(w *countingWriter, kt KeyType, count uint32, entries uint64, lookup []byte, magic string) error {
+	t := trailer{
+		keyType: kt, count: count, entries: entries,
+		lookupOff: uint64(w.off), lookupLen: uint32(len(lookup)), lookupCRC: checksum(lookup),
+	}
+	if _, err := w.Write(lookup); err != nil {
+		return err
+	}
+	_, err := w.Write(t.append(nil, magic))
+	return err
+}
+
 // readFrame reads and checks a segment's header magic, trailer and lookup table.
 func readFrame(ctx context.Context, r RangeReader, seg, magic string, want KeyType) (trailer, []byte, error) {
 	size := r.Size()
