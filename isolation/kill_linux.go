@@ -11,9 +11,10 @@ import (
 // Terminate runs the kill ladder: SIGTERM to every process of the domain, up to TermGrace for
 // them to exit, then SIGKILL the domain (cgroup.kill, or freeze → SIGKILL each → thaw on v1)
 // until the cgroup is empty and every descendant is reaped, within ReapBound. Cancelling ctx
-// during the grace skips to SIGKILL; during reaping it stops waiting. The Outcome is always
-// filled in; ErrReapBound (or ctx's error) says it is not final. Calling it again returns the
-// same result.
+// cuts the grace short and skips to SIGKILL; the kill and reap stage then still runs to
+// completion or ReapBound, so a caller that gave up still leaves a domain that is down. The
+// Outcome is always filled in; ErrReapBound says it is not final (a later call retries). Once
+// final, calling it again returns the same result.
 func (d *Domain) Terminate(ctx context.Context) (Outcome, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
