@@ -91,7 +91,12 @@ func TestS3Outage(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := storage.ReadAll(context.Background(), s, "k"); err != nil || string(b) != "v" {
+	b, err := storage.ReadAll(context.Background(), s, "k")
+	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, storage.ErrUnavailable) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond) // a restarted MinIO answers 503 while it initializes
+		b, err = storage.ReadAll(context.Background(), s, "k")
+	}
+	if err != nil || string(b) != "v" {
 		t.Fatalf("after restart: %q, %v", b, err)
 	}
 }

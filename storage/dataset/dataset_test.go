@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cba1309c/steward/internal/testminio"
 	"github.com/cba1309c/steward/storage"
@@ -422,6 +423,10 @@ func TestResolveSlotUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := dataset.ResolveSlot(context.Background(), s, "ds", 1, "X")
+	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, storage.ErrUnavailable) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond) // a restarted MinIO answers 503 while it initializes
+		out, err = dataset.ResolveSlot(context.Background(), s, "ds", 1, "X")
+	}
 	if err != nil || !out.FenceWritten {
 		t.Fatalf("after restart: %+v, %v", out, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"testing"
 	"time"
 
@@ -37,10 +38,17 @@ func RandomName(prefix string) string {
 func NewS3(t testing.TB, endpoint, accessKey, secretKey string) *storage.S3Store {
 	t.Helper()
 	ctx := context.Background()
-	s, err := storage.NewS3Store(ctx, storage.StoreConfig{
+	cfg := storage.StoreConfig{
 		Kind: storage.KindS3, Endpoint: endpoint, Bucket: RandomName("steward-test-"),
 		AccessKey: accessKey, SecretKey: secretKey, MaxRetries: 1, RequestTimeout: 20 * time.Second,
-	})
+	}
+	s, err := storage.NewS3Store(ctx, cfg)
+	// A MinIO that has just reported ready can still answer "Server not initialized" (503)
+	// for a moment: give it a few seconds.
+	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, storage.ErrUnavailable) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		s, err = storage.NewS3Store(ctx, cfg)
+	}
 	if err != nil {
 		t.Fatalf("open s3 store: %v", err)
 	}
