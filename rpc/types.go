@@ -1,0 +1,104 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Validator is implemented by params that check their own invariants after decoding. A failure is
+// answered with ErrInvalidParams.
+type Validator interface {
+	Validate() error
+}
+
+// HelloParams opens a session.
+type HelloParams struct {
+	// ProtocolVersion is the version the host speaks; it must equal ProtocolVersion.
+	ProtocolVersion int `json:"protocol_version"`
+	// Client names the host software, for logs only.
+	Client string `json:"client,omitempty"`
+}
+
+// Validate implements Validator.
+func (p HelloParams) Validate() error {
+	if p.ProtocolVersion <= 0 {
+		return errors.New("protocol_version must be a positive integer")
+	}
+	if len(p.Client) > 256 {
+		return errors.New("client must be at most 256 bytes")
+	}
+	return nil
+}
+
+// HelloResult describes the sidecar process the host is talking to.
+type HelloResult struct {
+	ProtocolVersion int      `json:"protocol_version"`
+	Epoch           string   `json:"epoch"` // random per sidecar process start (128-bit hex)
+	Pid             int      `json:"pid"`
+	Version         string   `json:"version"` // build version of the steward binary
+	Capabilities    []string `json:"capabilities"`
+	// Isolation is the preflight report of the worker isolation (nil until the sidecar has one).
+	Isolation *IsolationReport `json:"isolation,omitempty"`
+	// Limits are the admission limits this sidecar enforces.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// IsolationReport is the wire form of the worker-isolation preflight.
+type IsolationReport struct {
+	Mode        string           `json:"mode"` // "v2", "hybrid", "v1" or "none"
+	Verified    bool             `json:"verified"`
+	Reason      string           `json:"reason,omitempty"` // why nothing verified
+	Controllers []string         `json:"controllers,omitempty"`
+	Limits      map[string]int64 `json:"limits,omitempty"` // limits read back from the probe cgroup
+}
+
+// Limits are the bounds a sidecar applies; hosts use them to size requests.
+type Limits struct {
+	MaxFrameBytes   int   `json:"max_frame_bytes"`
+	QueueCapacity   int   `json:"queue_capacity,omitempty"`
+	ExecutorSlots   int   `json:"executor_slots,omitempty"`
+	KillBudgetMs    int64 `json:"kill_budget_ms,omitempty"`
+	MinRunnableMs   int64 `json:"min_runnable_ms,omitempty"`
+	WorkerMemoryMax int64 `json:"worker_memory_max,omitempty"`
+	WorkerPidsMax   int64 `json:"worker_pids_max,omitempty"`
+	LedgerCapacity  int   `json:"ledger_capacity,omitempty"`
+}
+
+// ShutdownParams asks the sidecar to stop gracefully.
+type ShutdownParams struct {
+	// Reason is logged by the sidecar.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Validate implements Validator.
+func (p ShutdownParams) Validate() error {
+	if len(p.Reason) > 1024 {
+		return fmt.Errorf("reason is %d bytes, at most 1024 allowed", len(p.Reason))
+	}
+	return nil
+}
+
+// ShutdownResult acknowledges a shutdown; the sidecar exits 0 after in-flight calls finish.
+type ShutdownResult struct {
+	InFlight int `json:"in_flight"` // calls still running when the shutdown was accepted
+}
+
+// MetricsParams selects the exposition format.
+type MetricsParams struct {
+	// Format is "text" (Prometheus text exposition 0.0.4, the default).
+	Format string `json:"format,omitempty"`
+}
+
+// Validate implements Validator.
+func (p MetricsParams) Validate() error {
+	if p.Format != "" && p.Format != "text" {
+		return fmt.Errorf("format %q is not supported (want \"text\")", p.Format)
+	}
+	return nil
+}
+
+// MetricsResult carries the exposition.
+type MetricsResult struct {
+	ContentType string `json:"content_type"`
+	Text        string `json:"text"`
+}
