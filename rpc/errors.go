@@ -21,13 +21,13 @@ const (
 	CodeInvalidParams  Code = -32602 // params missing, mistyped, unknown field, or failed validation
 	CodeInternal       Code = -32603 // a steward bug; nothing was enqueued
 
-	CodeOverloaded          Code = -32001 // receive queue or handler pool full; retry later
-	CodeDeadlineUnfundable  Code = -32002 // deadline cannot fund the kill budget + runnable window
+	CodeOverloaded           Code = -32001 // receive queue or handler pool full; retry later
+	CodeDeadlineUnfundable   Code = -32002 // deadline cannot fund the kill budget + runnable window
 	CodeIsolationUnavailable Code = -32003 // isolation did not verify; nothing is ever launched
-	CodeShuttingDown        Code = -32004 // the sidecar is stopping and accepts no new work
-	CodeUnsupportedProtocol Code = -32005 // the host's protocol_version is not spoken here
-	CodeFrameTooLarge       Code = -32006 // the frame exceeds the negotiated maximum size
-	CodeDuplicateOwner      Code = -32007 // reserved: an owner/invocation id that is already in use
+	CodeShuttingDown         Code = -32004 // the sidecar is stopping and accepts no new work
+	CodeUnsupportedProtocol  Code = -32005 // the host's protocol_version is not spoken here
+	CodeFrameTooLarge        Code = -32006 // the frame exceeds the negotiated maximum size
+	CodeDuplicateOwner       Code = -32007 // reserved: an owner/invocation id that is already in use
 
 	CodeLedgerFull         Code = -32010 // no ticket capacity left; nothing was reserved
 	CodeUnknownOwner       Code = -32011 // the owner holds no tickets
@@ -59,23 +59,23 @@ var sentinels []*Sentinel
 
 // Sentinels of the wire contract, one per code.
 var (
-	ErrParse               = newSentinel(CodeParseError, "parse error")
-	ErrInvalidRequest      = newSentinel(CodeInvalidRequest, "invalid request")
-	ErrMethodNotFound      = newSentinel(CodeMethodNotFound, "method not found")
-	ErrInvalidParams       = newSentinel(CodeInvalidParams, "invalid params")
-	ErrInternal            = newSentinel(CodeInternal, "internal error")
-	ErrOverloaded          = newSentinel(CodeOverloaded, "overloaded")
-	ErrDeadlineUnfundable  = newSentinel(CodeDeadlineUnfundable, "deadline cannot fund the kill budget")
+	ErrParse                = newSentinel(CodeParseError, "parse error")
+	ErrInvalidRequest       = newSentinel(CodeInvalidRequest, "invalid request")
+	ErrMethodNotFound       = newSentinel(CodeMethodNotFound, "method not found")
+	ErrInvalidParams        = newSentinel(CodeInvalidParams, "invalid params")
+	ErrInternal             = newSentinel(CodeInternal, "internal error")
+	ErrOverloaded           = newSentinel(CodeOverloaded, "overloaded")
+	ErrDeadlineUnfundable   = newSentinel(CodeDeadlineUnfundable, "deadline cannot fund the kill budget")
 	ErrIsolationUnavailable = newSentinel(CodeIsolationUnavailable, "isolation unavailable")
-	ErrShuttingDown        = newSentinel(CodeShuttingDown, "shutting down")
-	ErrUnsupportedProtocol = newSentinel(CodeUnsupportedProtocol, "unsupported protocol version")
-	ErrFrameTooLarge       = newSentinel(CodeFrameTooLarge, "frame too large")
-	ErrDuplicateOwner      = newSentinel(CodeDuplicateOwner, "duplicate owner")
-	ErrLedgerFull          = newSentinel(CodeLedgerFull, "ledger full")
-	ErrUnknownOwner        = newSentinel(CodeUnknownOwner, "unknown owner")
-	ErrNameOwned           = newSentinel(CodeNameOwned, "object name owned by another owner")
-	ErrStorageUnavailable  = newSentinel(CodeStorageUnavailable, "storage unavailable")
-	ErrNotFound            = newSentinel(CodeNotFound, "not found")
+	ErrShuttingDown         = newSentinel(CodeShuttingDown, "shutting down")
+	ErrUnsupportedProtocol  = newSentinel(CodeUnsupportedProtocol, "unsupported protocol version")
+	ErrFrameTooLarge        = newSentinel(CodeFrameTooLarge, "frame too large")
+	ErrDuplicateOwner       = newSentinel(CodeDuplicateOwner, "duplicate owner")
+	ErrLedgerFull           = newSentinel(CodeLedgerFull, "ledger full")
+	ErrUnknownOwner         = newSentinel(CodeUnknownOwner, "unknown owner")
+	ErrNameOwned            = newSentinel(CodeNameOwned, "object name owned by another owner")
+	ErrStorageUnavailable   = newSentinel(CodeStorageUnavailable, "storage unavailable")
+	ErrNotFound             = newSentinel(CodeNotFound, "not found")
 )
 
 // Errors of the transport itself, seen only by the calling side.
