@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -163,26 +164,57 @@ func (s *Server) Start() error {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
+	// health/ready can answer 200 while the object layer still says 503 "Server not
+	// initialized"; an unsigned GET / is answered by that layer (403 AccessDenied once it is
+	// up), so wait for both.
+	ready := func() bool { return status(s.Endpoint, "/minio/health/ready") == http.StatusOK }
+	initialized := func() bool {
+		code := status(s.Endpoint, "/")
+		return code != 0 && code != http.StatusServiceUnavailable
+	}
+	for _, up := range []func() bool{ready, initialized} {
+		if err := waitFor(up, exited, deadline); err != nil {
+			_ = cmd.Process.Kill()
+			if errors.Is(err, errExited) {
+				log, _ := os.ReadFile(filepath.Join(s.dir, "minio.log"))
+				return fmt.Errorf("%w: %s", err, log)
+			}
+			return err
+		}
+	}
+	s.cmd = cmd
+	go func() { <-exited }()
+	return nil
+}
+
+var errExited = errors.New("minio exited")
+
+// waitFor polls up every 50ms until it holds, the server exits or deadline passes.
+func waitFor(up func() bool, exited <-chan error, deadline time.Time) error {
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			log, _ := os.ReadFile(filepath.Join(s.dir, "minio.log"))
-			return fmt.Errorf("minio exited (%v): %s", err, log)
+			return fmt.Errorf("%w (%v)", errExited, err)
 		default:
 		}
-		resp, err := http.Get("http://" + s.Endpoint + "/minio/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				s.cmd = cmd
-				go func() { <-exited }()
-				return nil
-			}
+		if up() {
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	_ = cmd.Process.Kill()
-	return errors.New("minio not healthy after 30s")
+	return errors.New("minio not ready after 30s")
+}
+
+// status returns the HTTP status of an unsigned GET of path, or 0 if the request failed.
+func status(endpoint, path string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + endpoint + path)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // Stop kills the server (SIGKILL: tests use it to simulate an outage) and waits for its port to close.

@@ -1,11 +1,12 @@
 package dataset
 
 import (
+	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -47,9 +48,13 @@ type MutateOptions struct {
 	BeforeUpload BeforeUploadFunc
 	// Progress, if set, receives rows read so far and the total.
 	Progress func(done, total int64)
-	// TempDir holds staged segments and sort spills. Default: os.TempDir().
+	// TempDir holds BTREE sort spills. Default: os.TempDir().
 	TempDir string
-	// RunEntries bounds the in-memory sort of a BTREE build (pairs). Default: 1<<20.
+	// MemoryBudget bounds the bytes a BTREE build keeps in memory before spilling sorted
+	// runs to TempDir. Default: index.DefaultMemoryBudget (256 MiB).
+	MemoryBudget int64
+	// RunEntries is the number of pairs a BTREE build sorts as one run. Default:
+	// index.DefaultRunEntries.
 	RunEntries int
 }
 
@@ -236,36 +241,31 @@ func deleteIndex(ixs []IndexMeta, uuid string) []IndexMeta {
 	return out
 }
 
-// buildIndex reads the column of every fragment, writes the segment to a temp file and
-// uploads it. It returns the new index's metadata and the keys it wrote.
+// buildIndex reads the column of every fragment into a builder, then streams the segment
+// straight into the store (no staging file). It returns the new index's metadata and the
+// keys it wrote.
 func (d *Dataset) buildIndex(ctx context.Context, spec MutateSpec, f Field, opts MutateOptions) (IndexMeta, []string, error) {
 	typ := IndexType(strings.ToUpper(string(spec.Type)))
 	params, _ := parseParams(typ, spec.Params)
 	id := uuid.NewString()
 	rel := fmt.Sprintf("_indices/%s/%s.seg", id, strings.ToLower(string(typ)))
-	tmp, err := os.CreateTemp(opts.TempDir, "steward-segment-*")
-	if err != nil {
-		return IndexMeta{}, nil, err
-	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	var rows uint64
+	var b segmentBuilder
+	var err error
 	switch f.Type {
 	case Int64:
-		rows, err = buildSegment[int64](ctx, d, f, typ, params, opts, tmp)
+		b, err = buildSegment[int64](ctx, d, f, typ, params, opts)
 	case Float64:
-		rows, err = buildSegment[float64](ctx, d, f, typ, params, opts, tmp)
+		b, err = buildSegment[float64](ctx, d, f, typ, params, opts)
 	default:
-		rows, err = buildSegment[string](ctx, d, f, typ, params, opts, tmp)
+		b, err = buildSegment[string](ctx, d, f, typ, params, opts)
+	}
+	if b != nil {
+		defer b.Close()
 	}
 	if err != nil {
 		return IndexMeta{}, nil, err
 	}
-	size, err := tmp.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return IndexMeta{}, nil, err
-	}
-	key, err := d.upload(ctx, rel, tmp, size, opts.BeforeUpload)
+	key, size, rows, err := d.uploadSegment(ctx, rel, b, opts.BeforeUpload)
 	var created []string
 	if key != "" {
 		created = []string{key}
@@ -283,27 +283,35 @@ func (d *Dataset) buildIndex(ctx context.Context, spec MutateSpec, f Field, opts
 	return meta, created, nil
 }
 
-// segmentBuilder is what both index builders offer.
-type segmentBuilder[K index.Key] interface {
-	Add(keys []K, firstRowID uint64) error
+// segmentBuilder is what both index builders offer once fed.
+type segmentBuilder interface {
 	Finish(w io.Writer) (uint64, error)
+	Close() error
 }
 
-func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ IndexType, p buildParams, opts MutateOptions, w io.Writer) (uint64, error) {
-	var b segmentBuilder[K]
+type bitmapBuilder[K index.Key] struct{ *index.BitmapBuilder[K] }
+
+func (bitmapBuilder[K]) Close() error { return nil }
+
+// buildSegment feeds every fragment's column to a new builder. The builder is returned (to
+// be closed) even on error.
+func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ IndexType, p buildParams, opts MutateOptions) (segmentBuilder, error) {
+	var add func(keys []K, first uint64) error
+	var b segmentBuilder
 	if typ == BTree {
-		bt := index.NewBTreeBuilder[K](index.BuildOptions{RunEntries: opts.RunEntries, TempDir: opts.TempDir, PageEntries: p.pageEntries})
-		defer bt.Close()
-		b = bt
+		bt := index.NewBTreeBuilder[K](index.BuildOptions{
+			MemoryBudget: opts.MemoryBudget, RunEntries: opts.RunEntries, TempDir: opts.TempDir, PageEntries: p.pageEntries,
+		})
+		add, b = bt.Add, bt
 	} else {
 		bm := index.NewBitmapBuilder[K]()
 		bm.MaxKeys = p.maxKeys
-		b = bm
+		add, b = bm.Add, bitmapBuilder[K]{bm}
 	}
 	total, done := d.Rows(), int64(0)
 	for _, fr := range d.m.Fragments {
 		err := scanColumn(ctx, d, fr, f, func(keys []K, first uint64) error {
-			if err := b.Add(keys, first); err != nil {
+			if err := add(keys, first); err != nil {
 				return fmt.Errorf("%w: %w", ErrIndexBuild, err)
 			}
 			done += int64(len(keys))
@@ -313,12 +321,57 @@ func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ Ind
 			return nil
 		})
 		if err != nil {
-			return 0, err
+			return b, err
 		}
 	}
-	n, err := b.Finish(w)
-	if err != nil {
-		return 0, fmt.Errorf("dataset: write %s segment: %w", typ, err)
+	return b, nil
+}
+
+// uploadSegment asks the custody hook, then writes the segment through a pipe into Put while
+// the builder produces it: sorting, encoding and upload overlap, and nothing is staged on
+// disk. A build error closes the pipe with that error, so Put fails and publishes nothing.
+// It returns the full key once the hook has accepted it, the segment's size and row count.
+func (d *Dataset) uploadSegment(ctx context.Context, rel string, b segmentBuilder, hook BeforeUploadFunc) (key string, size int64, rows uint64, err error) {
+	key = d.fullKey(rel)
+	if hook != nil {
+		if err := hook(ctx, key); err != nil {
+			return "", 0, 0, fmt.Errorf("%w: %s: %w", ErrUploadRefused, key, err)
+		}
 	}
-	return n, nil
+	pr, pw := io.Pipe()
+	put := make(chan error, 1)
+	go func() {
+		err := d.store.Put(ctx, rel, pr, -1)
+		pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe)) // unblock the builder if Put gave up early
+		put <- err
+	}()
+	cw := &countWriter{w: pw}
+	bw := bufio.NewWriterSize(cw, 1<<20)
+	rows, err = b.Finish(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		err = fmt.Errorf("dataset: write segment: %w", err)
+	}
+	pw.CloseWithError(err) // nil: Put sees EOF
+	perr := <-put
+	switch {
+	case err != nil && (perr == nil || !errors.Is(err, perr)):
+		return key, 0, 0, err // the build failed; Put failed only because of it
+	case perr != nil:
+		return key, 0, 0, perr
+	}
+	return key, cw.n, rows, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -74,9 +74,7 @@ func (bw *BTreeWriter[K]) flush() error {
 	}
 	off := bw.w.off
 	b := binary.LittleEndian.AppendUint32(bw.page[:0], uint32(len(bw.keys)))
-	for _, k := range bw.keys {
-		b = appendKey(b, k)
-	}
+	b = appendKeys(b, bw.keys)
 	for _, id := range bw.ids {
 		b = binary.LittleEndian.AppendUint64(b, id)
 	}
@@ -93,6 +91,37 @@ func (bw *BTreeWriter[K]) flush() error {
 	bw.pages++
 	bw.entries += uint64(len(bw.keys))
 	bw.keys, bw.ids = bw.keys[:0], bw.ids[:0]
+	return nil
+}
+
+// addEntries appends pairs a builder has already sorted, skipping Add's order check.
+func addEntries[K Key](bw *BTreeWriter[K], es []entry) error {
+	for len(es) > 0 {
+		n := min(len(es), bw.perPage-len(bw.keys))
+		switch ks := any(&bw.keys).(type) {
+		case *[]int64:
+			for _, e := range es[:n] {
+				*ks = append(*ks, decodeInt(e.k))
+			}
+		case *[]float64:
+			for _, e := range es[:n] {
+				*ks = append(*ks, decodeFloat(e.k))
+			}
+		case *[]string:
+			for _, e := range es[:n] {
+				*ks = append(*ks, e.s)
+			}
+		}
+		for _, e := range es[:n] {
+			bw.ids = append(bw.ids, e.id)
+		}
+		es = es[n:]
+		if len(bw.keys) == bw.perPage {
+			if err := bw.flush(); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 

@@ -99,17 +99,20 @@ func checkType[K index.Key](t *testing.T, seed uint64) {
 		n, dist  int
 		runs     int
 		pageSize int
+		budget   int64 // 1: spill after every run
 	}{
-		{"empty", 0, 1, 0, 0},
-		{"one", 1, 1, 0, 0},
-		{"dups-spill", 5000, 40, 700, 64},
-		{"unique-spill", 3000, 100000, 1000, 17},
-		{"in-memory", 2000, 300, 0, 0},
+		{"empty", 0, 1, 0, 0, 0},
+		{"one", 1, 1, 0, 0, 0},
+		{"dups-spill", 5000, 40, 700, 64, 1},
+		{"unique-spill", 3000, 100000, 1000, 17, 1},
+		{"dups-runs", 5000, 40, 700, 64, 0},
+		{"some-spilled", 6000, 5000, 500, 0, 40 << 10},
+		{"in-memory", 2000, 300, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			keys := genKeys[K](r, tc.n, tc.dist)
 			const first = 1 << 33 // row ids beyond 32 bits
-			seg := buildBTree(t, keys, first, index.BuildOptions{RunEntries: tc.runs, PageEntries: tc.pageSize, TempDir: t.TempDir()})
+			seg := buildBTree(t, keys, first, index.BuildOptions{RunEntries: tc.runs, PageEntries: tc.pageSize, TempDir: t.TempDir(), MemoryBudget: tc.budget})
 			bt, err := index.OpenBTree[K](ctx, index.BytesReader(seg))
 			if err != nil {
 				t.Fatal(err)

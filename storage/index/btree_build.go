@@ -1,0 +1,212 @@
+package index
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+)
+
+// DefaultMemoryBudget bounds the memory of a BTREE build when BuildOptions.MemoryBudget is 0.
+const DefaultMemoryBudget = 256 << 20
+
+// DefaultRunEntries is the number of pairs sorted as one run when BuildOptions.RunEntries is 0.
+const DefaultRunEntries = 1 << 20
+
+// BTreeBuilder turns an unsorted stream of keys into a BTREE segment in bounded memory.
+//
+// Keys are collected in runs of RunEntries pairs. Each full run is sorted on a background
+// goroutine while the caller decodes and adds the next one, so input and sorting share two
+// cores: a run that is already in order (an id column) is recognised in O(n) and not sorted;
+// numbers are radix-sorted on order-preserving uint64 encodings; strings are radix-sorted on
+// 8-byte prefixes, then by comparison within equal prefixes. Sorted runs stay in memory
+// while they fit MemoryBudget; past it, the runs held are merged into one spill file in
+// TempDir. Finish merges everything straight into the segment writer.
+type BTreeBuilder[K Key] struct {
+	opts    BuildOptions
+	str     bool
+	cur     *memRun
+	runs    []*memRun // sorted runs in memory (owned by the background sort while pending)
+	held    int64     // bytes in runs
+	dataCap int       // string arena to allocate for the next run
+	spills  []*os.File
+	scratch sortScratch
+	pending chan error // result of the in-flight background sort, if any
+	stats   BuildStats
+	closed  bool
+}
+
+// BuildStats describes a finished (or failed) BTREE build.
+type BuildStats struct {
+	// Runs is the number of sorted runs; Spills the number of spill files written.
+	Runs, Spills int
+	// PeakBytes is the most memory the builder held at once in runs and sort scratch.
+	PeakBytes int64
+	// SpilledBytes is the size of all spill files.
+	SpilledBytes int64
+}
+
+// NewBTreeBuilder returns an empty builder.
+func NewBTreeBuilder[K Key](opts BuildOptions) *BTreeBuilder[K] {
+	if opts.RunEntries <= 0 {
+		opts.RunEntries = DefaultRunEntries
+	}
+	if opts.MemoryBudget <= 0 {
+		opts.MemoryBudget = DefaultMemoryBudget
+	}
+	return &BTreeBuilder[K]{opts: opts, str: KeyTypeOf[K]() == KeyString}
+}
+
+// Stats reports the build so far. Call it after Finish for the whole build.
+func (b *BTreeBuilder[K]) Stats() BuildStats { return b.stats }
+
+// Add records keys[i] at row id firstRowID+i.
+func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
+	if b.closed {
+		return errClosed
+	}
+	for len(keys) > 0 {
+		if b.cur == nil {
+			b.cur = newRun(b.str, b.opts.RunEntries, b.dataCap)
+		}
+		n := min(len(keys), b.opts.RunEntries-b.cur.n)
+		addToRun(b.cur, keys[:n], firstRowID)
+		keys, firstRowID = keys[n:], firstRowID+uint64(n)
+		// A run of long strings is sealed early: its arena must fit uint32 offsets and a
+		// fraction of the budget.
+		if b.cur.n == b.opts.RunEntries || int64(len(b.cur.data)) >= min(maxArena/2, b.opts.MemoryBudget/8) {
+			if err := b.seal(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// seal hands the run being filled to a background sort, after the previous one is done.
+func (b *BTreeBuilder[K]) seal() error {
+	if err := b.wait(); err != nil {
+		return err
+	}
+	r := b.cur
+	b.cur = nil
+	b.dataCap = len(r.data) + len(r.data)/16 // the next run is likely alike
+	b.pending = make(chan error, 1)
+	go func() { b.pending <- b.sortRun(r) }()
+	return nil
+}
+
+func (b *BTreeBuilder[K]) wait() error {
+	if b.pending == nil {
+		return nil
+	}
+	err := <-b.pending
+	b.pending = nil
+	return err
+}
+
+// sortRun sorts r and keeps it, spilling the runs held if they outgrow the budget. The run
+// being filled meanwhile is charged at r's size.
+func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
+	if b.str {
+		r.sortStrings(&b.scratch)
+	} else {
+		r.sortNumeric(&b.scratch)
+	}
+	b.runs = append(b.runs, r)
+	b.held += r.bytes()
+	b.stats.Runs++
+	scratch := int64(8*cap(b.scratch.a) + 8*cap(b.scratch.b) + 4*cap(b.scratch.o))
+	b.stats.PeakBytes = max(b.stats.PeakBytes, b.held+r.bytes()+scratch)
+	if b.held+r.bytes()+scratch <= b.opts.MemoryBudget {
+		return nil
+	}
+	return b.spillRuns()
+}
+
+// spillRuns merges every run held in memory into one spill file and lets them go.
+func (b *BTreeBuilder[K]) spillRuns() error {
+	f, err := os.CreateTemp(b.opts.TempDir, "steward-btree-run-*")
+	if err != nil {
+		return err
+	}
+	b.spills = append(b.spills, f)
+	w := bufio.NewWriterSize(f, 1<<20)
+	var rec []byte
+	err = merge(runSources(b.runs), mergeBlock, func(es []entry) error {
+		rec = appendSpilled(rec[:0], es, b.str)
+		_, err := w.Write(rec)
+		return err
+	})
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
+		return err
+	}
+	size, err := f.Seek(0, io.SeekCurrent)
+	b.stats.Spills++
+	b.stats.SpilledBytes += size
+	b.runs, b.held = nil, 0
+	return err
+}
+
+func runSources(runs []*memRun) []source {
+	srcs := make([]source, 0, len(runs))
+	for _, r := range runs {
+		srcs = append(srcs, &runSource{r: r})
+	}
+	return srcs
+}
+
+// Finish merges everything added into a segment on w and returns the number of pairs.
+func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
+	if b.closed {
+		return 0, errClosed
+	}
+	if b.cur != nil && b.cur.n > 0 {
+		if err := b.seal(); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.wait(); err != nil {
+		return 0, err
+	}
+	b.scratch = sortScratch{}
+	bw, err := NewBTreeWriter[K](w, b.opts.PageEntries)
+	if err != nil {
+		return 0, err
+	}
+	srcs := runSources(b.runs)
+	for _, f := range b.spills {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return 0, err
+		}
+		srcs = append(srcs, &fileSource{r: bufio.NewReaderSize(f, 256<<10), str: b.str})
+	}
+	var n uint64
+	err = merge(srcs, bw.perPage, func(es []entry) error {
+		n += uint64(len(es))
+		return addEntries(bw, es)
+	})
+	if err != nil {
+		return 0, err
+	}
+	b.runs, b.held = nil, 0
+	return n, bw.Close()
+}
+
+// Close removes spill files and drops everything held. Safe to call more than once.
+func (b *BTreeBuilder[K]) Close() error {
+	_ = b.wait()
+	b.closed = true
+	var errs []error
+	for _, f := range b.spills {
+		f.Close()
+		if err := os.Remove(f.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	b.spills, b.runs, b.cur, b.held, b.scratch = nil, nil, nil, 0, sortScratch{}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,175 @@
+package index_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cba1309c/steward/storage/index"
+)
+
+// scanAll returns every (key, row id) pair of a segment in segment order.
+func scanAll[K index.Key](t *testing.T, seg []byte) ([]K, []uint64) {
+	t.Helper()
+	ctx := context.Background()
+	bt, err := index.OpenBTree[K](ctx, index.BytesReader(seg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []K
+	var ids []uint64
+	err = bt.Scan(ctx, index.Range[K]{}, func(k K, id uint64) bool {
+		keys, ids = append(keys, k), append(ids, id)
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys, ids
+}
+
+type batch[K index.Key] struct {
+	keys  []K
+	first uint64
+}
+
+// checkOrder builds from batches (row ids in any order) and checks the segment holds exactly
+// the input pairs sorted by (cmp.Compare of key, row id).
+func checkOrder[K index.Key](t *testing.T, batches []batch[K], opts index.BuildOptions) index.BuildStats {
+	t.Helper()
+	type pair struct {
+		k  K
+		id uint64
+	}
+	var want []pair
+	b := index.NewBTreeBuilder[K](opts)
+	defer b.Close()
+	for _, bt := range batches {
+		if err := b.Add(bt.keys, bt.first); err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range bt.keys {
+			want = append(want, pair{k, bt.first + uint64(i)})
+		}
+	}
+	slices.SortFunc(want, func(a, b pair) int {
+		if c := cmp.Compare(a.k, b.k); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	var seg bytes.Buffer
+	if n, err := b.Finish(&seg); err != nil || n != uint64(len(want)) {
+		t.Fatalf("finish: %d, %v", n, err)
+	}
+	keys, ids := scanAll[K](t, seg.Bytes())
+	if len(keys) != len(want) {
+		t.Fatalf("%d pairs, want %d", len(keys), len(want))
+	}
+	for i, w := range want {
+		if cmp.Compare(keys[i], w.k) != 0 || ids[i] != w.id {
+			t.Fatalf("pair %d = (%v, %d), want (%v, %d)", i, keys[i], ids[i], w.k, w.id)
+		}
+	}
+	return b.Stats()
+}
+
+// drawBatches makes one batch of per keys drawn from pool at each first row id.
+func drawBatches[K index.Key](r *rand.Rand, pool []K, firsts []uint64, per int) []batch[K] {
+	var bs []batch[K]
+	for _, f := range firsts {
+		ks := make([]K, per)
+		for i := range ks {
+			ks[i] = pool[r.IntN(len(pool))]
+		}
+		bs = append(bs, batch[K]{ks, f})
+	}
+	return bs
+}
+
+// TestBTreeBuildOrder covers the sort paths: presorted input, row ids that are not one
+// ascending sequence, float spellings cmp.Compare holds equal, strings that tie on their
+// 8-byte prefix, in memory and spilled.
+func TestBTreeBuildOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	shuffledIDs := func(n, per int) []uint64 {
+		var firsts []uint64
+		for i := 0; i < n; i += per {
+			firsts = append(firsts, uint64(i)+1<<40)
+		}
+		r.Shuffle(len(firsts), func(i, j int) { firsts[i], firsts[j] = firsts[j], firsts[i] })
+		return firsts
+	}
+	for _, opts := range []struct {
+		name string
+		o    index.BuildOptions
+	}{
+		{"memory", index.BuildOptions{RunEntries: 300}},
+		{"spill", index.BuildOptions{RunEntries: 300, MemoryBudget: 1, PageEntries: 7}},
+	} {
+		opts.o.TempDir = t.TempDir()
+		t.Run(opts.name+"/presorted-int", func(t *testing.T) {
+			keys := make([]int64, 2000)
+			for i := range keys {
+				keys[i] = int64(i/3) - 100
+			}
+			var bs []batch[int64]
+			for i := 0; i < len(keys); i += 128 {
+				bs = append(bs, batch[int64]{keys[i:min(i+128, len(keys))], uint64(i)})
+			}
+			checkOrder(t, bs, opts.o)
+		})
+		t.Run(opts.name+"/shuffled-ids-int", func(t *testing.T) {
+			var bs []batch[int64]
+			for _, f := range shuffledIDs(3000, 50) {
+				ks := make([]int64, 50)
+				for i := range ks {
+					ks[i] = r.Int64N(20) - 10
+				}
+				bs = append(bs, batch[int64]{ks, f})
+			}
+			checkOrder(t, bs, opts.o)
+		})
+		t.Run(opts.name+"/floats", func(t *testing.T) {
+			special := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), -math.MaxFloat64,
+				math.SmallestNonzeroFloat64, -math.SmallestNonzeroFloat64, math.Float64frombits(0xfff8000000000001), 1.5, -1.5}
+			checkOrder(t, drawBatches(r, special, shuffledIDs(2000, 40), 40), opts.o)
+		})
+		t.Run(opts.name+"/strings", func(t *testing.T) {
+			words := []string{"", "a", "a\x00", "a\x00\x00", "abcdefgh", "abcdefgh\x00", "abcdefghi", "abcdefgg\xff",
+				"abcdefgh" + strings.Repeat("z", 100), "\xff\xff\xff\xff\xff\xff\xff\xff", "b"}
+			checkOrder(t, drawBatches(r, words, shuffledIDs(2000, 40), 40), opts.o)
+		})
+		t.Run(opts.name+"/presorted-strings", func(t *testing.T) {
+			var ks []string
+			for i := range 1000 {
+				ks = append(ks, strings.Repeat("x", i%13)+string(rune('a'+i/50)))
+			}
+			slices.Sort(ks)
+			checkOrder(t, []batch[string]{{ks[:500], 0}, {ks[500:], 500}}, opts.o)
+		})
+	}
+}
+
+// TestBTreeBuildBudget: runs stay in memory under the budget and spill beyond it.
+func TestBTreeBuildBudget(t *testing.T) {
+	keys := make([]int64, 10000)
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := range keys {
+		keys[i] = r.Int64()
+	}
+	bs := []batch[int64]{{keys, 0}}
+	st := checkOrder(t, bs, index.BuildOptions{RunEntries: 1000})
+	if st.Runs != 10 || st.Spills != 0 {
+		t.Fatalf("default budget: %+v", st)
+	}
+	st = checkOrder(t, bs, index.BuildOptions{RunEntries: 1000, MemoryBudget: 60 << 10, TempDir: t.TempDir()})
+	if st.Spills == 0 || st.SpilledBytes == 0 || st.PeakBytes > 60<<10+2*1000*12 {
+		t.Fatalf("60 KiB budget: %+v", st)
+	}
+}
