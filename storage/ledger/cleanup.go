@@ -1,0 +1,212 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cba1309c/steward/storage"
+)
+
+// The cleanup worker is one goroutine that deletes abandoned names. Abandoned slots belong to
+// it alone (no owner can accept, transfer or re-reserve them), so it may copy their names
+// out, drop the lock for the network call and release exactly the confirmed ones afterwards.
+//
+// Tasks are per store; consecutive abandons of one store merge into one task so that deletes
+// go out in full batches. The worker takes at most BatchSize names from the front task. A
+// name is released only on a clean per-key success ("already absent" is one); any other
+// result, including one that is ambiguous because the store did not answer, keeps its ticket.
+// After a clean batch the worker goes straight on; after a failure it moves the task (the
+// failed names first) to the back of the queue and waits RetryWait.
+
+type task struct {
+	store    uint16
+	slots    []uint32
+	failedAt time.Time // start of the current failure streak; zero while healthy
+}
+
+type cleanupState struct {
+	queue    []*task
+	inflight *task
+	wake     chan struct{}
+	resolved map[string]storage.Store
+}
+
+func (c *cleanupState) init() {
+	c.wake = make(chan struct{}, 1)
+	c.resolved = map[string]storage.Store{}
+}
+
+// enqueue hands abandoned slots of one store to the worker. Called with l.mu held.
+func (l *Ledger) enqueue(store uint16, ids []uint32) {
+	q := l.clean.queue
+	if n := len(q); n > 0 && q[n-1].store == store && q[n-1].failedAt.IsZero() {
+		q[n-1].slots = append(q[n-1].slots, ids...)
+	} else {
+		l.clean.queue = append(q, &task{store: store, slots: append([]uint32(nil), ids...)})
+	}
+	select {
+	case l.clean.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *Ledger) worker(ctx context.Context) {
+	defer l.wg.Done()
+	for {
+		t, batch, keys, store := l.nextBatch()
+		if t == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.clean.wake:
+				continue
+			}
+		}
+		results, err := l.deleteKeys(ctx, store, keys)
+		failed := l.finishBatch(t, batch, keys, results, err)
+		if ctx.Err() != nil {
+			return
+		}
+		if failed {
+			timer := time.NewTimer(l.cfg.RetryWait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+		}
+	}
+}
+
+// nextBatch takes the front task and copies the names of its first batch.
+func (l *Ledger) nextBatch() (*task, []uint32, []string, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.clean.queue) == 0 {
+		return nil, nil, nil, ""
+	}
+	t := l.clean.queue[0]
+	l.clean.queue[0] = nil
+	l.clean.queue = l.clean.queue[1:]
+	l.clean.inflight = t
+	batch := t.slots[:min(l.cfg.BatchSize, len(t.slots))]
+	keys := make([]string, len(batch))
+	for i, id := range batch {
+		keys[i] = l.idx.key(id)
+	}
+	return t, batch, keys, l.stores[t.store]
+}
+
+// deleteKeys deletes keys through the named store.
+func (l *Ledger) deleteKeys(ctx context.Context, store string, keys []string) ([]storage.DeleteResult, error) {
+	st, err := l.resolveStore(store)
+	if err != nil {
+		return nil, err
+	}
+	res := st.DeleteBatch(ctx, keys)
+	if len(res) != len(keys) {
+		return nil, fmt.Errorf("%w: store %q answered %d results for %d keys", storage.ErrUnavailable, store, len(res), len(keys))
+	}
+	return res, nil
+}
+
+// resolveStore returns the store called name, resolving it once through Config.Stores.
+func (l *Ledger) resolveStore(name string) (storage.Store, error) {
+	l.mu.Lock()
+	st := l.clean.resolved[name]
+	l.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	if l.cfg.Stores == nil {
+		return nil, fmt.Errorf("%w: no store resolver configured for %q", ErrInvalid, name)
+	}
+	st, err := l.cfg.Stores(name)
+	if err != nil {
+		return nil, fmt.Errorf("resolve store %q: %w", name, err)
+	}
+	l.mu.Lock()
+	l.clean.resolved[name] = st
+	l.mu.Unlock()
+	return st, nil
+}
+
+// finishBatch releases the confirmed names of a batch and requeues the rest. It reports
+// whether anything failed.
+func (l *Ledger) finishBatch(t *task, batch []uint32, keys []string, res []storage.DeleteResult, err error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var kept []uint32
+	var firstErr error
+	var ops []jop
+	for i, id := range batch {
+		if err == nil && res[i].Err == nil && res[i].Key == keys[i] {
+			if l.j != nil {
+				ops = append(ops, jop{bucket: bucketTickets, key: l.ticketKey(id)})
+			}
+			l.release(id)
+			continue
+		}
+		if firstErr == nil {
+			firstErr = err
+			if firstErr == nil {
+				firstErr = res[i].Err
+			}
+		}
+		kept = append(kept, id)
+	}
+	l.stats.deleted += uint64(len(batch) - len(kept))
+	l.submit(ops, false)
+	rest := t.slots[len(batch):]
+	l.clean.inflight = nil
+	defer l.notify()
+	if len(kept) == 0 {
+		t.failedAt = time.Time{}
+		if t.slots = rest; len(t.slots) > 0 {
+			l.clean.queue = append([]*task{t}, l.clean.queue...)
+		}
+		return false
+	}
+	l.stats.deleteFailures += uint64(len(kept))
+	if t.failedAt.IsZero() {
+		t.failedAt = l.cfg.Now()
+	}
+	t.slots = append(kept, rest...)
+	l.clean.queue = append(l.clean.queue, t)
+	l.log.Warn("delete batch failed; tickets kept for retry", "store", l.stores[t.store],
+		"keys", len(batch), "failed", len(kept), "error", firstErr)
+	return true
+}
+
+// release drops an abandoned slot whose object is gone.
+func (l *Ledger) release(id uint32) {
+	s := l.idx.slot(id)
+	oid := s.owner
+	rec := l.own.rec(oid)
+	unlink(l.idx, rec, id)
+	rec.abandoned--
+	l.idx.remove(id)
+	l.maybeDrop(oid)
+}
+
+// WaitIdle blocks until the cleanup worker has nothing left to delete (every abandoned name
+// is deleted and released) or ctx ends. With a store that keeps failing it waits until ctx
+// ends.
+func (l *Ledger) WaitIdle(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		idle := len(l.clean.queue) == 0 && l.clean.inflight == nil
+		ch := l.changed
+		l.mu.Unlock()
+		if idle {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ledger: waiting for cleanup: %w", ctx.Err())
+		case <-ch:
+		}
+	}
+}

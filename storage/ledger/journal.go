@@ -1,0 +1,171 @@
+package ledger
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	bolt "go.etcd.io/bbolt"
+)
+
+// The journal is the bbolt file behind the in-memory index. Changes are queued in the order
+// the ledger made them in memory (the ledger queues while holding its lock) and one committer
+// goroutine writes everything queued so far in a single transaction: concurrent reservations
+// share one commit and its fsyncs (group commit) without the fixed delay of bolt's db.Batch,
+// so a lone reservation pays exactly one commit.
+
+var (
+	bucketTickets   = []byte("tickets")
+	bucketTransfers = []byte("transfers")
+)
+
+// jop is one change: put val under key in the bucket, or delete key when val is nil.
+type jop struct {
+	bucket []byte
+	key    []byte
+	val    []byte
+}
+
+type journal struct {
+	db  *bolt.DB
+	log hclog.Logger
+
+	mu      sync.Mutex
+	queue   []jop
+	waiters []chan error
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func openJournal(path string, log hclog.Logger) (*journal, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        time.Second,
+		NoFreelistSync: true, // the freelist is rebuilt on open; commits write fewer pages
+		FreelistType:   bolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %w", ErrJournal, path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketTickets, bucketTransfers} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%w: init %s: %w", ErrJournal, path, err)
+	}
+	j := &journal{db: db, log: log, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go j.run()
+	return j, nil
+}
+
+// submit queues ops. With wait, the returned channel receives the commit's result; without
+// it the change becomes durable with the next commit and a failure is only logged (every
+// unwaited change is a release that is safe to lose: the ticket comes back on restart and is
+// settled or deleted again).
+func (j *journal) submit(ops []jop, wait bool) <-chan error {
+	var ch chan error
+	j.mu.Lock()
+	j.queue = append(j.queue, ops...)
+	if wait {
+		ch = make(chan error, 1)
+		j.waiters = append(j.waiters, ch)
+	}
+	j.mu.Unlock()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+	return ch
+}
+
+func (j *journal) run() {
+	defer close(j.done)
+	for {
+		select {
+		case <-j.wake:
+			j.commit()
+		case <-j.stop:
+			j.commit()
+			return
+		}
+	}
+}
+
+func (j *journal) commit() {
+	j.mu.Lock()
+	ops, waiters := j.queue, j.waiters
+	j.queue, j.waiters = nil, nil
+	j.mu.Unlock()
+	if len(ops) == 0 && len(waiters) == 0 {
+		return
+	}
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		for _, op := range ops {
+			b := tx.Bucket(op.bucket)
+			var err error
+			if op.val == nil {
+				err = b.Delete(op.key)
+			} else {
+				err = b.Put(op.key, op.val)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrJournal, err)
+		if len(waiters) == 0 {
+			j.log.Error("journal commit failed", "changes", len(ops), "error", err)
+		}
+	}
+	for _, w := range waiters {
+		w <- err
+	}
+}
+
+// close commits what is queued and closes the file.
+func (j *journal) close() error {
+	close(j.stop)
+	<-j.done
+	return j.db.Close()
+}
+
+// load calls fn for every ticket and pair record, in key order.
+func (j *journal) load(ticket func(store, key string, r record) error, pair func(from, to Owner, acked uint64) error) error {
+	return j.db.View(func(tx *bolt.Tx) error {
+		err := tx.Bucket(bucketTickets).ForEach(func(k, v []byte) error {
+			store, key, err := splitTicketKey(k)
+			if err != nil {
+				return err
+			}
+			r, err := decodeRecord(v)
+			if err != nil {
+				return fmt.Errorf("ticket %s:%q: %w", store, key, err)
+			}
+			return ticket(store, key, r)
+		})
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketTransfers).ForEach(func(k, v []byte) error {
+			from, to, err := decodePairKey(k)
+			if err != nil {
+				return err
+			}
+			acked, err := decodeSeq(v)
+			if err != nil {
+				return err
+			}
+			return pair(from, to, acked)
+		})
+	})
+}

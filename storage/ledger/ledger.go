@@ -1,0 +1,458 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/cba1309c/steward/storage"
+)
+
+// Defaults for Config.
+const (
+	DefaultCapacity  = 65536
+	DefaultRetryWait = time.Second
+)
+
+// Config configures a Ledger. The zero value is a memory-only ledger of default capacity whose
+// abandoned names wait until a store resolver is given (useful only in tests).
+type Config struct {
+	// Path is the bbolt journal file, created if missing. "" keeps the ledger in memory only
+	// (tests and benchmarks of the index): nothing survives Close. Default: "".
+	Path string
+	// Capacity bounds the tickets held, in transit and awaiting deletion. Default: 65,536.
+	Capacity int
+	// Stores resolves a store name for the cleanup worker's deletes and for Sweep. Results are
+	// cached per name. Default: none (every delete fails and is retried).
+	Stores func(name string) (storage.Store, error)
+	// RetryWait is how long the cleanup worker pauses after a failed delete batch.
+	// Default: 1s.
+	RetryWait time.Duration
+	// BatchSize is the most keys in one delete request. Default and maximum: 1000
+	// (storage.MaxDeleteBatch).
+	BatchSize int
+	// Logger receives cleanup failures and recovery decisions (names and owners only, never
+	// credentials). Default: a null logger.
+	Logger hclog.Logger
+	// Now is the clock behind retry ages. Default: time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Capacity <= 0 {
+		c.Capacity = DefaultCapacity
+	}
+	if c.RetryWait <= 0 {
+		c.RetryWait = DefaultRetryWait
+	}
+	if c.BatchSize <= 0 || c.BatchSize > storage.MaxDeleteBatch {
+		c.BatchSize = storage.MaxDeleteBatch
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Ledger is the ownership ledger. Safe for concurrent use.
+type Ledger struct {
+	cfg Config
+	log hclog.Logger
+	j   *journal // nil when memory-only
+
+	mu       sync.Mutex
+	closed   bool
+	idx      *index
+	own      owners
+	stores   []string
+	storeIDs map[string]uint16
+	xfer     transfers
+	loaded   map[Owner]struct{} // owners found in the journal, until Recover settles them
+	clean    cleanupState
+	changed  chan struct{} // closed and replaced when tickets are released or tasks move
+	stats    counters
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+type counters struct {
+	highWater         int
+	admissionFailures uint64
+	deleteFailures    uint64
+	deleted           uint64
+}
+
+// Open loads the journal at cfg.Path (if any) and starts the cleanup worker, which at once
+// resumes deleting the names that were abandoned before a restart.
+func Open(ctx context.Context, cfg Config) (*Ledger, error) {
+	cfg.setDefaults()
+	l := &Ledger{
+		cfg: cfg, log: cfg.Logger.Named("ledger"), idx: newIndex(), own: newOwners(),
+		storeIDs: map[string]uint16{}, xfer: newTransfers(), loaded: map[Owner]struct{}{},
+		changed: make(chan struct{}),
+	}
+	l.clean.init()
+	if cfg.Path != "" {
+		j, err := openJournal(cfg.Path, l.log)
+		if err != nil {
+			return nil, err
+		}
+		l.j = j
+		if err := l.load(); err != nil {
+			j.close()
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		l.Close()
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	l.stop = cancel
+	l.wg.Add(1)
+	go l.worker(wctx)
+	return l, nil
+}
+
+// Close stops the cleanup worker (an in-flight delete is cancelled and its tickets kept),
+// commits what the journal has queued and closes it. Tickets survive in the journal.
+func (l *Ledger) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.stop()
+	l.wg.Wait()
+	if l.j != nil {
+		if err := l.j.close(); err != nil {
+			return fmt.Errorf("%w: close: %w", ErrJournal, err)
+		}
+	}
+	return nil
+}
+
+// Reserve takes a ticket for each key of store for owner, before the objects are uploaded.
+// It is all or nothing: ErrCapacity when the ledger would exceed its capacity, ErrNameOwned
+// when another owner (or the cleanup worker) holds one of the names. Keys the owner already
+// holds are accepted again (idempotent). When Reserve returns nil the tickets are durable.
+func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []string) error {
+	if err := checkArgs(ctx, owner, store, keys, false); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	if _, known := l.storeIDs[store]; !known && len(l.stores) == MaxStores {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: more than %d store names", ErrInvalid, MaxStores)
+	}
+	sid := l.storeID(store)
+	oid, exists := l.own.lookup(owner)
+	fresh := 0
+	for _, k := range keys {
+		if id, ok := l.idx.lookup(sid, k); ok {
+			if s := l.idx.slot(id); !exists || s.owner != oid || s.state != stHeld {
+				l.mu.Unlock()
+				return keyErr("reserve", store, k, ErrNameOwned)
+			}
+			continue
+		}
+		fresh++
+	}
+	if l.idx.count+fresh > l.cfg.Capacity {
+		l.stats.admissionFailures++
+		used := l.idx.count
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %d tickets used, %d requested, capacity %d", ErrCapacity, used, fresh, l.cfg.Capacity)
+	}
+	oid = l.own.intern(owner)
+	rec := l.own.rec(oid)
+	var ops []jop
+	var added []uint32
+	for _, k := range keys {
+		id, ok := l.idx.lookup(sid, k)
+		if !ok {
+			if id, ok = l.idx.insert(sid, k, oid, stHeld); !ok {
+				l.rollback(oid, added)
+				l.mu.Unlock()
+				return keyErr("reserve", store, k, ErrCapacity)
+			}
+			link(l.idx, rec, id)
+			rec.held++
+			added = append(added, id)
+		}
+		if l.j != nil {
+			ops = append(ops, l.ticketOp(id))
+		}
+	}
+	l.stats.highWater = max(l.stats.highWater, l.idx.count)
+	done := l.submit(ops, true)
+	l.mu.Unlock()
+	if err := await(done); err != nil {
+		l.mu.Lock()
+		l.rollback(oid, added)
+		l.mu.Unlock()
+		return fmt.Errorf("reserve %d names of %s for %v: %w", len(keys), store, owner, err)
+	}
+	return nil
+}
+
+// rollback removes tickets a failed reservation added.
+func (l *Ledger) rollback(oid uint32, added []uint32) {
+	rec := l.own.rec(oid)
+	for _, id := range added {
+		if s := l.idx.slot(id); s.state == stHeld && s.owner == oid {
+			l.xfer.cancel(id)
+			unlink(l.idx, rec, id)
+			rec.held--
+			l.idx.remove(id)
+		}
+	}
+	l.maybeDrop(oid)
+}
+
+// Accept releases the owner's tickets for keys of store: the objects are published. keys nil
+// means every name the owner holds in store, or in every store when store is "". A key
+// without a ticket is skipped (a retried accept succeeds); a key held by someone else, or
+// already abandoned, fails the whole call with ErrNotOwned.
+//
+// The release is journaled with the next group commit, not waited for: if the process dies
+// first, the ticket comes back and Recover (or the host) settles it again.
+func (l *Ledger) Accept(ctx context.Context, owner Owner, store string, keys []string) error {
+	if err := checkArgs(ctx, owner, store, keys, true); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	oid, ids, err := l.targets("accept", owner, store, keys, false)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	rec := l.own.rec(oid)
+	var ops []jop
+	for _, id := range ids {
+		l.xfer.cancel(id)
+		if l.j != nil {
+			ops = append(ops, jop{bucket: bucketTickets, key: l.ticketKey(id)})
+		}
+		unlink(l.idx, rec, id)
+		rec.held--
+		l.idx.remove(id)
+	}
+	l.maybeDrop(oid)
+	l.submit(ops, false)
+	l.notify()
+	return nil
+}
+
+// Abandon hands the owner's tickets for keys of store to the cleanup worker, which deletes
+// the objects and then releases the tickets. keys nil means every name the owner holds in
+// store, or in every store when store is "". Keys without a ticket, or already abandoned by
+// this owner, are skipped; a key held by someone else fails the whole call with ErrNotOwned.
+// The hand-over is durable when Abandon returns nil.
+func (l *Ledger) Abandon(ctx context.Context, owner Owner, store string, keys []string) error {
+	if err := checkArgs(ctx, owner, store, keys, true); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	oid, ids, err := l.targets("abandon", owner, store, keys, true)
+	if err != nil || len(ids) == 0 {
+		l.mu.Unlock()
+		return err
+	}
+	done := l.abandonLocked(oid, ids)
+	l.mu.Unlock()
+	if err := await(done); err != nil {
+		// The worker deletes anyway; after a restart the names come back held and are
+		// settled (or abandoned) again, which is safe.
+		return fmt.Errorf("abandon %d names for %v: %w", len(ids), owner, err)
+	}
+	return nil
+}
+
+// abandonLocked marks held slots abandoned and queues them for deletion, one task per store.
+func (l *Ledger) abandonLocked(oid uint32, ids []uint32) <-chan error {
+	rec := l.own.rec(oid)
+	byStore := map[uint16][]uint32{}
+	var ops []jop
+	for _, id := range ids {
+		l.xfer.cancel(id)
+		s := l.idx.slot(id)
+		s.state = stAbandoned
+		rec.held--
+		rec.abandoned++
+		byStore[s.store] = append(byStore[s.store], id)
+		if l.j != nil {
+			ops = append(ops, l.ticketOp(id))
+		}
+	}
+	for st, sids := range byStore {
+		l.enqueue(st, sids)
+	}
+	return l.submit(ops, true)
+}
+
+// targets resolves keys (nil: all) to the owner's slots. With skipAbandoned, names the owner
+// already abandoned are skipped; otherwise they are ErrNotOwned.
+func (l *Ledger) targets(op string, owner Owner, store string, keys []string, skipAbandoned bool) (uint32, []uint32, error) {
+	oid, exists := l.own.lookup(owner)
+	sid, storeKnown := l.storeIDs[store]
+	if keys == nil {
+		if !exists || (store != "" && !storeKnown) {
+			return 0, nil, nil
+		}
+		return oid, slotsOf(l.idx, l.own.rec(oid), stHeld, sid, store == ""), nil
+	}
+	var ids []uint32
+	for _, k := range keys {
+		if !storeKnown {
+			break
+		}
+		id, ok := l.idx.lookup(sid, k)
+		if !ok {
+			continue
+		}
+		s := l.idx.slot(id)
+		switch {
+		case !exists || s.owner != oid:
+			return 0, nil, keyErr(op, store, k, ErrNotOwned)
+		case s.state == stAbandoned && skipAbandoned:
+			continue
+		case s.state != stHeld:
+			return 0, nil, keyErr(op, store, k, ErrNotOwned)
+		}
+		ids = append(ids, id)
+	}
+	return oid, dedupe(ids), nil
+}
+
+func dedupe(ids []uint32) []uint32 {
+	if len(ids) < 2 {
+		return ids
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	out := ids[:1]
+	for _, id := range ids[1:] {
+		if id != out[len(out)-1] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// maybeDrop forgets an owner with no tickets and no transfer in flight.
+func (l *Ledger) maybeDrop(oid uint32) {
+	r := l.own.rec(oid)
+	if r.held+r.abandoned != 0 || l.xfer.busy(oid) {
+		return
+	}
+	pairs := l.xfer.forget(oid)
+	for _, p := range pairs {
+		if l.j != nil {
+			l.j.submit([]jop{{bucket: bucketTransfers, key: pairKey(l.own.rec(p[0]).owner, l.own.rec(p[1]).owner)}}, false)
+		}
+	}
+	delete(l.loaded, r.owner)
+	l.own.drop(oid)
+	// A partner left without tickets (a receiver that never got anything) goes too.
+	for _, p := range pairs {
+		for _, other := range p {
+			if other != oid && l.own.rec(other).owner.Kind != 0 {
+				l.maybeDrop(other)
+			}
+		}
+	}
+}
+
+// storeID interns a store name.
+func (l *Ledger) storeID(name string) uint16 {
+	if id, ok := l.storeIDs[name]; ok {
+		return id
+	}
+	id := uint16(len(l.stores))
+	name = strings.Clone(name)
+	l.stores = append(l.stores, name)
+	l.storeIDs[name] = id
+	return id
+}
+
+// MaxStores bounds the distinct store names a ledger tracks.
+const MaxStores = 1 << 16
+
+func (l *Ledger) ticketKey(id uint32) []byte {
+	s := l.idx.slot(id)
+	return ticketKey(l.stores[s.store], string(l.idx.name(s)))
+}
+
+// ticketOp is the journal put for a slot's current state.
+func (l *Ledger) ticketOp(id uint32) jop {
+	s := l.idx.slot(id)
+	r := record{state: s.state, owner: l.own.rec(s.owner).owner}
+	if o, ok := l.xfer.offerOf(id); ok {
+		r.to, r.seq = l.own.rec(o.pair.to).owner, o.seq
+	}
+	return jop{bucket: bucketTickets, key: l.ticketKey(id), val: encodeRecord(r)}
+}
+
+func (l *Ledger) submit(ops []jop, wait bool) <-chan error {
+	if l.j == nil || (len(ops) == 0 && !wait) {
+		return nil
+	}
+	return l.j.submit(ops, wait)
+}
+
+func await(done <-chan error) error {
+	if done == nil {
+		return nil
+	}
+	return <-done
+}
+
+// notify wakes WaitIdle, Sweep and other watchers.
+func (l *Ledger) notify() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// checkArgs validates a call's arguments. With allStores, store may be "" when keys is nil
+// (the call then covers every store).
+func checkArgs(ctx context.Context, owner Owner, store string, keys []string, allStores bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := owner.validate(); err != nil {
+		return err
+	}
+	if store == "" && allStores && keys == nil {
+		return nil
+	}
+	if store == "" || len(store) > 255 || strings.IndexByte(store, 0) >= 0 {
+		return fmt.Errorf("%w: store name %q", ErrInvalid, store)
+	}
+	for _, k := range keys {
+		if len(k) > MaxKeyLen || !storage.ValidKey(k) {
+			return keyErr("check", store, k, ErrInvalid)
+		}
+	}
+	return nil
+}
