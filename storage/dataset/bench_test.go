@@ -176,8 +176,26 @@ func peakHeap() (stop func() uint64) {
 	}
 }
 
+// indexBytes is the size of the segments of the named index at the latest version.
+func indexBytes(b *testing.B, s storage.Store, name string) int64 {
+	d, err := dataset.Open(context.Background(), s, "bench", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ix, err := d.FindIndex(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, f := range ix.Files {
+		n += f.Size
+	}
+	return n
+}
+
 // BenchmarkIndexBuild measures each index build against a plain full read of the same column
-// in the same run and reports build/read (goal <= 2) and the build's peak heap.
+// in the same run and reports build/read (goal <= 2), the build's peak heap and the segment
+// size (a BTREE writes 16 bytes a row for numbers: twice what the plain read decodes).
 func BenchmarkIndexBuild(b *testing.B) {
 	cases := []struct {
 		name   string
@@ -197,6 +215,7 @@ func BenchmarkIndexBuild(b *testing.B) {
 				ctx := context.Background()
 				var readDur, buildDur time.Duration
 				var peak uint64
+				var segBytes int64
 				b.ResetTimer()
 				for range b.N {
 					d, err := dataset.Open(ctx, s, "bench", 0)
@@ -220,8 +239,10 @@ func BenchmarkIndexBuild(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+					segBytes = indexBytes(b, s, "bench_"+tc.name)
 				}
 				n := float64(b.N)
+				b.ReportMetric(float64(segBytes)/(1<<20), "segment-MB")
 				b.ReportMetric(readDur.Seconds()/n, "read-s")
 				b.ReportMetric(buildDur.Seconds()/n, "build-s")
 				b.ReportMetric(buildDur.Seconds()/readDur.Seconds(), "build/read")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 )
 
 // DefaultMemoryBudget bounds the memory of a BTREE build when BuildOptions.MemoryBudget is 0.
@@ -15,25 +16,31 @@ const DefaultRunEntries = 1 << 20
 
 // BTreeBuilder turns an unsorted stream of keys into a BTREE segment in bounded memory.
 //
-// Keys are collected in runs of RunEntries pairs. Each full run is sorted on a background
+// Keys are collected in runs of RunEntries pairs. Each full run is processed on a background
 // goroutine while the caller decodes and adds the next one, so input and sorting share two
-// cores: a run that is already in order (an id column) is recognised in O(n) and not sorted;
-// numbers are radix-sorted on order-preserving uint64 encodings; strings are radix-sorted on
-// 8-byte prefixes, then by comparison within equal prefixes. Sorted runs stay in memory
-// while they fit MemoryBudget; past it, the runs held are merged into one spill file in
-// TempDir. Finish merges everything straight into the segment writer.
+// cores. Numbers (as order-preserving uint64 encodings) are split into key-range buckets,
+// one pass per run, and Finish radix-sorts one bucket of all runs at a time, in cache (see
+// bucket.go); strings are radix-sorted per run on 8-byte prefixes, then by comparison within
+// equal prefixes, packed in order, and merged at Finish. Input already in order (an id
+// column) is recognised in O(n) and not sorted. Runs stay in memory while they fit
+// MemoryBudget; past it, the runs held are sorted into one spill file in TempDir, and
+// Finish merges spill files with what is in memory. The segment is written as it is merged.
 type BTreeBuilder[K Key] struct {
 	opts    BuildOptions
 	str     bool
 	cur     *memRun
-	runs    []*memRun // sorted runs in memory (owned by the background sort while pending)
-	held    int64     // bytes in runs
-	dataCap int       // string arena to allocate for the next run
-	spills  []*os.File
-	scratch sortScratch
-	pending chan error // result of the in-flight background sort, if any
-	stats   BuildStats
-	closed  bool
+	runs    []*memRun   // sorted runs in memory (owned by the background sort while pending)
+	held    int64       // bytes in runs
+	dataCap int         // string arena to allocate for the next run
+	buckets *bucketFunc // numeric keys: fixed by the first run
+	// ascending: row ids ascend within and across all runs so far.
+	ascending bool
+	lastID    uint64
+	spills    []*os.File
+	scratch   sortScratch
+	pending   chan error // result of the in-flight background sort, if any
+	stats     BuildStats
+	closed    bool
 }
 
 // BuildStats describes a finished (or failed) BTREE build.
@@ -54,7 +61,7 @@ func NewBTreeBuilder[K Key](opts BuildOptions) *BTreeBuilder[K] {
 	if opts.MemoryBudget <= 0 {
 		opts.MemoryBudget = DefaultMemoryBudget
 	}
-	return &BTreeBuilder[K]{opts: opts, str: KeyTypeOf[K]() == KeyString}
+	return &BTreeBuilder[K]{opts: opts, str: KeyTypeOf[K]() == KeyString, ascending: true}
 }
 
 // Stats reports the build so far. Call it after Finish for the whole build.
@@ -108,10 +115,21 @@ func (b *BTreeBuilder[K]) wait() error {
 // sortRun sorts r and keeps it, spilling the runs held if they outgrow the budget. The run
 // being filled meanwhile is charged at r's size.
 func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
-	if b.str {
+	if len(b.runs)+b.stats.Spills > 0 && r.firstID <= b.lastID || !r.idsAscending {
+		b.ascending = false
+	}
+	b.lastID = r.lastID
+	switch {
+	case b.str:
 		r.sortStrings(&b.scratch)
-	} else {
-		r.sortNumeric(&b.scratch)
+	case r.idsAscending && slices.IsSorted(r.keys):
+		r.sorted = true // an id column: kept as it is, merged at one compare a pair
+	default:
+		if b.buckets == nil {
+			f := newBucketFunc(r.keys)
+			b.buckets = &f
+		}
+		r.partition(*b.buckets, &b.scratch)
 	}
 	b.runs = append(b.runs, r)
 	b.held += r.bytes()
@@ -133,7 +151,7 @@ func (b *BTreeBuilder[K]) spillRuns() error {
 	b.spills = append(b.spills, f)
 	w := bufio.NewWriterSize(f, 1<<20)
 	var rec []byte
-	err = merge(runSources(b.runs), mergeBlock, func(es []entry) error {
+	err = merge(b.memSources(), mergeBlock, func(es []entry) error {
 		rec = appendSpilled(rec[:0], es, b.str)
 		_, err := w.Write(rec)
 		return err
@@ -151,10 +169,26 @@ func (b *BTreeBuilder[K]) spillRuns() error {
 	return err
 }
 
-func runSources(runs []*memRun) []source {
-	srcs := make([]source, 0, len(runs))
-	for _, r := range runs {
-		srcs = append(srcs, &runSource{r: r})
+// memSources yields the runs in memory as sorted sources: one per string run and per numeric
+// run that was in order, one for all bucketed numeric runs.
+func (b *BTreeBuilder[K]) memSources() []source {
+	if len(b.runs) == 0 {
+		return nil
+	}
+	var srcs []source
+	var bucketed []*memRun
+	for _, r := range b.runs {
+		switch {
+		case b.str:
+			srcs = append(srcs, &runSource{r: r})
+		case r.sorted:
+			srcs = append(srcs, &sortedSource{r: r})
+		default:
+			bucketed = append(bucketed, r)
+		}
+	}
+	if len(bucketed) > 0 {
+		srcs = append(srcs, &bucketSource{runs: bucketed, ascending: b.ascending})
 	}
 	return srcs
 }
@@ -177,7 +211,7 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	srcs := runSources(b.runs)
+	srcs := b.memSources()
 	for _, f := range b.spills {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return 0, err

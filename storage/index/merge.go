@@ -13,17 +13,14 @@ type source interface {
 	fill(dst []entry) ([]entry, error)
 }
 
+// runSource yields a sorted, packed string run.
 type runSource struct {
 	r        *memRun
 	pos, off int
 }
 
 func (s *runSource) fill(dst []entry) ([]entry, error) {
-	if s.r.packed != nil {
-		dst, s.off = s.r.fillStrings(s.pos, s.off, dst)
-	} else {
-		dst = s.r.fillNumeric(s.pos, dst)
-	}
+	dst, s.off = s.r.fillStrings(s.pos, s.off, dst)
 	s.pos += len(dst)
 	return dst, nil
 }
@@ -150,9 +147,26 @@ func merge(srcs []source, batch int, emit func([]entry) error) error {
 				bound = h[2].head()
 			}
 		}
+		if bound == nil { // the last cursor: copy whole blocks
+			for ok := true; ok; {
+				n := copy(out[len(out):cap(out)], c.buf[c.pos:])
+				out, c.pos = out[:len(out)+n], c.pos+n-1
+				if len(out) == batch {
+					if err := emit(out); err != nil {
+						return err
+					}
+					out = out[:0]
+				}
+				var err error
+				if ok, err = c.advance(); err != nil {
+					return err
+				}
+			}
+			break
+		}
 		for {
 			e := c.head()
-			if bound != nil && lessEntry(bound, e) {
+			if lessEntry(bound, e) {
 				break
 			}
 			out = append(out, *e)

@@ -26,8 +26,12 @@ type memRun struct {
 	// the merge then reads them sequentially instead of chasing order into data.
 	packed []byte
 
-	// order maps sorted position to entry; nil when the entries already were in order.
+	// order maps position to entry once keys were reordered; nil when they were not.
 	order []uint32
+	// bounds: a numeric run's bucket j is keys[bounds[j]:bounds[j+1]] (see partition).
+	bounds  []uint32
+	sorted  bool // a numeric run that was in (key, row id) order as added
+	firstID uint64
 }
 
 // newRun allocates a run for capacity entries (and dataCap bytes of strings).
@@ -44,7 +48,7 @@ func newRun(str bool, capacity, dataCap int) *memRun {
 
 // bytes is the memory the run holds.
 func (r *memRun) bytes() int64 {
-	return int64(8*cap(r.keys) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order))
+	return int64(8*cap(r.keys) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds))
 }
 
 // maxArena keeps string offsets within uint32.
@@ -53,7 +57,7 @@ const maxArena = 1<<32 - 1
 // add appends keys at row ids first, first+1, ...
 func addToRun[K Key](r *memRun, keys []K, first uint64) {
 	if r.n == 0 {
-		r.base = first
+		r.base, r.firstID = first, first
 	} else if r.ids == nil && first != r.base+uint64(r.n) {
 		r.ids = make([]uint64, r.n, max(2*r.n, r.n+len(keys)))
 		for i := range r.ids {
@@ -116,30 +120,6 @@ func iota32(n int) []uint32 {
 	return o
 }
 
-// sortNumeric orders the run: O(n) when it already is (an id column), else a radix sort of
-// the encoded keys carrying entry numbers.
-func (r *memRun) sortNumeric(sc *sortScratch) {
-	if r.idsAscending && slices.IsSorted(r.keys) {
-		return
-	}
-	sc.grow(r.n)
-	r.order = iota32(r.n)
-	radixSort(r.keys, r.order, sc.a, sc.o)
-	if r.idsAscending {
-		return // stable: equal keys kept ascending row ids
-	}
-	for i := 0; i < r.n; {
-		j := i + 1
-		for j < r.n && r.keys[j] == r.keys[i] {
-			j++
-		}
-		if j-i > 1 {
-			slices.SortFunc(r.order[i:j], func(a, b uint32) int { return cmp.Compare(r.id(a), r.id(b)) })
-		}
-		i = j
-	}
-}
-
 // sortStrings orders the run: O(n) when it already is, else a radix sort on 8-byte prefixes
 // followed by a comparison sort of each group of equal prefixes.
 func (r *memRun) sortStrings(sc *sortScratch) {
@@ -196,20 +176,8 @@ func (r *memRun) sortStringOrder(sc *sortScratch) {
 	}
 }
 
-// fillNumeric copies sorted entries starting at position pos into dst[:0] (up to cap(dst)).
-func (r *memRun) fillNumeric(pos int, dst []entry) []entry {
-	dst = dst[:0]
-	for p := pos; p < min(r.n, pos+cap(dst)); p++ {
-		i := uint32(p)
-		if r.order != nil {
-			i = r.order[p]
-		}
-		dst = append(dst, entry{k: r.keys[p], id: r.id(i)})
-	}
-	return dst
-}
-
-// fillStrings is fillNumeric for a packed string run; off is pos's byte offset in packed.
+// fillStrings copies sorted entries of a packed string run starting at position pos (at
+// byte offset off) into dst[:0], up to cap(dst).
 func (r *memRun) fillStrings(pos, off int, dst []entry) ([]entry, int) {
 	dst = dst[:0]
 	for p := pos; p < min(r.n, pos+cap(dst)); p++ {

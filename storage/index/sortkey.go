@@ -84,7 +84,7 @@ func arenaString(b []byte) string {
 // radixSort sorts keys ascending, permuting vals alongside, with a stable LSD radix sort on
 // bytes. tk and tv are scratch of the same length. Byte positions on which all keys agree
 // are skipped, so narrow key ranges (small ints, prices in [0, 1e4)) take fewer passes.
-func radixSort(keys []uint64, vals []uint32, tk []uint64, tv []uint32) {
+func radixSort[V uint32 | uint64](keys []uint64, vals []V, tk []uint64, tv []V) {
 	n := len(keys)
 	if n < 2 {
 		return
