@@ -254,8 +254,10 @@ func TestClientSeesTypedSentinels(t *testing.T) {
 
 func TestOverloadedWhenInFlightBoundReached(t *testing.T) {
 	release := make(chan struct{})
+	entered := make(chan struct{}, 2)
 	r := rpc.NewRouter(rpc.RouterOptions{MaxInFlight: 2})
 	rpc.Register(r, "test.block", func(ctx context.Context, _ struct{}) (int, error) {
+		entered <- struct{}{}
 		<-release
 		return 1, nil
 	})
@@ -268,14 +270,11 @@ func TestOverloadedWhenInFlightBoundReached(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		go func() { errs <- c.Call(ctx, "test.block", nil, nil) }()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = c.Call(ctx, "test.block", nil, nil); errors.Is(err, rpc.ErrOverloaded) {
-			break
-		}
-	}
-	if !errors.Is(err, rpc.ErrOverloaded) {
+	<-entered
+	<-entered
+	callCtx, cancelCall := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelCall()
+	if err := c.Call(callCtx, "test.block", nil, nil); !errors.Is(err, rpc.ErrOverloaded) {
 		t.Fatalf("third call: want ErrOverloaded, got %v", err)
 	}
 	close(release)

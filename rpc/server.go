@@ -26,8 +26,10 @@ type RouterOptions struct {
 	// Observe, if set, is called after each answered request with its method (or "unknown"), the
 	// code sent (0 for success) and the time spent.
 	Observe func(method string, code Code, elapsed time.Duration)
-	// Gate, if set, runs before every request; a non-nil error is the answer (e.g. shutting down).
-	Gate func(method string) error
+	// Track, if set, runs before every request to a registered method. A non-nil error is the
+	// answer (e.g. shutting down); otherwise done is called once the answer has been written, so a
+	// caller can wait for in-flight requests to be answered before it closes the connection.
+	Track func(method string) (done func(), err error)
 }
 
 // Router dispatches JSON-RPC requests to registered handlers, each in its own goroutine, bounded.
@@ -126,9 +128,20 @@ func (d dispatcher) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrp
 		r.reply(ctx, conn, req, time.Now(), nil, fmt.Errorf("%w: %d requests in flight", ErrOverloaded, cap(r.sem)))
 		return
 	}
+	start := time.Now()
+	done := func() {}
+	if _, known := r.methods[req.Method]; known && r.opts.Track != nil {
+		d, err := r.opts.Track(req.Method)
+		if err != nil {
+			<-r.sem
+			r.reply(ctx, conn, req, start, nil, err)
+			return
+		}
+		done = d
+	}
 	go func() {
 		defer func() { <-r.sem }()
-		start := time.Now()
+		defer done()
 		result, err := r.call(withPeer(ctx, conn), req)
 		r.reply(ctx, conn, req, start, result, err)
 	}()
@@ -143,11 +156,6 @@ func (r *Router) call(ctx context.Context, req *jsonrpc2.Request) (result any, e
 	h, ok := r.methods[req.Method]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrMethodNotFound, clip([]byte(req.Method)))
-	}
-	if r.opts.Gate != nil {
-		if err := r.opts.Gate(req.Method); err != nil {
-			return nil, err
-		}
 	}
 	var raw json.RawMessage
 	if req.Params != nil {

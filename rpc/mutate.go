@@ -1,0 +1,293 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// Mutation operations.
+const (
+	OpCreate  = "CREATE"
+	OpReplace = "REPLACE"
+	OpDrop    = "DROP"
+)
+
+// Index types.
+const (
+	IndexBTree  = "BTREE"
+	IndexBitmap = "BITMAP"
+)
+
+// Phase says how far an invocation got; it decides what a host may conclude.
+const (
+	// PhasePreInvocationRejected: the engine was never called. Nothing was committed.
+	PhasePreInvocationRejected = "PRE_INVOCATION_REJECTED"
+	// PhaseNativeReturn: the engine returned; Code is its native code, verbatim.
+	PhaseNativeReturn = "NATIVE_RETURN"
+	// PhaseIndeterminate: the worker was launched and no trustworthy native answer came back. The
+	// mutation may or may not have committed: settle it with index.resolve.
+	PhaseIndeterminate = "INDETERMINATE_AFTER_LAUNCH"
+)
+
+// Native codes (≥ 0) mirror lance-c so a Lance-backed engine maps 1:1.
+const (
+	NativeOK              = 0
+	NativeInvalidArgument = 1
+	NativeIO              = 2
+	NativeNotFound        = 3
+	NativeAlreadyExists   = 4
+	NativeIndex           = 5
+	NativeInternal        = 6
+	NativeNotSupported    = 7
+	NativeCommitConflict  = 8
+)
+
+// Steward's pre-invocation reasons (< 0), valid with PhasePreInvocationRejected, and the codes of
+// indeterminate answers, valid with PhaseIndeterminate.
+const (
+	ReasonDeadlineLapsed     = -1  // the deadline could no longer fund the kill budget at dequeue
+	ReasonLaunchFailed       = -2  // the isolated worker could not be started
+	ReasonStaleAdmission     = -3  // the pinned version is gone and a newer one exists
+	ReasonSchemaMismatch     = -4  // the host's schema contract differs from the pinned snapshot
+	ReasonAmbiguousName      = -5  // the normalized index name matches more than one stored index
+	ReasonDatasetUnavailable = -6  // the dataset could not be opened (storage unreachable, corrupt)
+	ReasonShuttingDown       = -7  // the sidecar began shutting down before the worker launched
+	ReasonInvalidRequest     = -8  // the worker found the request unusable before the engine call
+	ReasonDuplicate          = -20 // (indeterminate) this invocation id was already admitted
+	ReasonWorkerLost         = -21 // (indeterminate) the worker died, hung or broke protocol
+	ReasonDeadline           = -22 // (indeterminate) the deadline killed the worker
+)
+
+// Completion reasons explain a NATIVE_RETURN OK that committed nothing.
+const (
+	CompletionCommitted       = "COMMITTED"
+	CompletionIfNotExistsNoop = "IF_NOT_EXISTS_NOOP"
+	CompletionIfExistsNoop    = "IF_EXISTS_NOOP"
+)
+
+// StoreSpec names the object store holding a dataset.
+type StoreSpec struct {
+	// URL is "file:///abs/dir" for a local-directory store or "s3://bucket[/prefix]".
+	URL string `json:"url"`
+	// Endpoint is host:port of the S3 service (s3 only).
+	Endpoint string `json:"endpoint,omitempty"`
+	// Secure selects https (s3 only).
+	Secure bool `json:"secure,omitempty"`
+	// Region of the bucket (s3 only, optional).
+	Region string `json:"region,omitempty"`
+}
+
+// Validate checks the URL shape.
+func (s StoreSpec) Validate() error {
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return fmt.Errorf("store url: %w", err)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") {
+			return fmt.Errorf("store url %q: want file:///absolute/dir", s.URL)
+		}
+	case "s3":
+		if u.Host == "" {
+			return fmt.Errorf("store url %q: want s3://bucket[/prefix]", s.URL)
+		}
+		if s.Endpoint == "" {
+			return errors.New("store endpoint is required for s3")
+		}
+	default:
+		return fmt.Errorf("store url %q: scheme must be file or s3", s.URL)
+	}
+	return nil
+}
+
+// Credentials are per-call storage credentials. They travel only in the frame to the worker: never
+// into a log line, an error, a metric or a file. String redacts them.
+type Credentials struct {
+	AccessKey    string `json:"access_key"`
+	SecretKey    string `json:"secret_key"`
+	SessionToken string `json:"session_token,omitempty"`
+}
+
+// String redacts the credentials.
+func (c *Credentials) String() string { return "credentials{redacted}" }
+
+// GoString redacts the credentials from %#v.
+func (c *Credentials) GoString() string { return c.String() }
+
+// DatasetRef locates a dataset.
+type DatasetRef struct {
+	Store StoreSpec `json:"store"`
+	// Path is the dataset's prefix inside the store, e.g. "warehouse/events".
+	Path string `json:"path"`
+}
+
+// IndexSpec describes the index to build or drop.
+type IndexSpec struct {
+	Name    string            `json:"name"`
+	Columns []string          `json:"columns,omitempty"` // CREATE/REPLACE: exactly one column today
+	Type    string            `json:"type,omitempty"`    // BTREE or BITMAP (CREATE/REPLACE)
+	Params  map[string]string `json:"params,omitempty"`
+}
+
+// FieldContract is the host's belief about one indexed column.
+type FieldContract struct {
+	Name string `json:"name"`
+	Type string `json:"type"` // "int64", "float64" or "string"
+}
+
+// WorkerLimits lower the sidecar's worker limits for one call (never raise them).
+type WorkerLimits struct {
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	Pids        int64 `json:"pids,omitempty"`
+}
+
+// MutateParams are the params of index.mutate.
+type MutateParams struct {
+	InvocationID   string          `json:"invocation_id"`    // unique per attempt
+	JobID          string          `json:"job_id,omitempty"` // the host's job, for logs
+	DeadlineUnixMs int64           `json:"deadline_unix_ms"` // absolute wall-clock deadline
+	Dataset        DatasetRef      `json:"dataset"`
+	PinnedVersion  int64           `json:"pinned_version"` // the admitted version; commits land at +1
+	Op             string          `json:"op"`
+	Index          IndexSpec       `json:"index"`
+	IfNotExists    bool            `json:"if_not_exists,omitempty"`
+	IfExists       bool            `json:"if_exists,omitempty"`
+	Schema         []FieldContract `json:"schema,omitempty"` // contract for the indexed columns
+	Credentials    *Credentials    `json:"credentials,omitempty"`
+	Limits         *WorkerLimits   `json:"limits,omitempty"`
+	// Fault injects a test fault; refused unless the sidecar was started with faults enabled.
+	Fault string `json:"fault,omitempty"`
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// ValidID reports whether s is a usable invocation, job or owner id.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// Validate implements Validator.
+func (p MutateParams) Validate() error {
+	if !ValidID(p.InvocationID) {
+		return errors.New("invocation_id must be 1-128 characters of [A-Za-z0-9._:-]")
+	}
+	if p.JobID != "" && !ValidID(p.JobID) {
+		return errors.New("job_id must be 1-128 characters of [A-Za-z0-9._:-]")
+	}
+	if p.DeadlineUnixMs <= 0 {
+		return errors.New("deadline_unix_ms is required")
+	}
+	if err := p.Dataset.Store.Validate(); err != nil {
+		return err
+	}
+	if p.Dataset.Path == "" || strings.HasPrefix(p.Dataset.Path, "/") || strings.Contains(p.Dataset.Path, "..") {
+		return errors.New("dataset.path must be a relative prefix without '..'")
+	}
+	if p.PinnedVersion < 1 {
+		return errors.New("pinned_version must be ≥ 1")
+	}
+	if p.Index.Name == "" || len(p.Index.Name) > 256 {
+		return errors.New("index.name must be 1-256 bytes")
+	}
+	switch p.Op {
+	case OpCreate, OpReplace:
+		if len(p.Index.Columns) == 0 {
+			return errors.New("index.columns is required for " + p.Op)
+		}
+		if p.Index.Type != IndexBTree && p.Index.Type != IndexBitmap {
+			return fmt.Errorf("index.type %q: want BTREE or BITMAP", p.Index.Type)
+		}
+	case OpDrop:
+	default:
+		return fmt.Errorf("op %q: want CREATE, REPLACE or DROP", p.Op)
+	}
+	if p.IfNotExists && p.Op != OpCreate {
+		return errors.New("if_not_exists applies to CREATE only")
+	}
+	if p.IfExists && p.Op != OpDrop {
+		return errors.New("if_exists applies to DROP only")
+	}
+	for _, f := range p.Schema {
+		switch f.Type {
+		case "int64", "float64", "string":
+		default:
+			return fmt.Errorf("schema field %q: type %q unknown", f.Name, f.Type)
+		}
+	}
+	if p.Limits != nil && (p.Limits.MemoryBytes < 0 || p.Limits.Pids < 0) {
+		return errors.New("limits must not be negative")
+	}
+	return nil
+}
+
+// MutateResult is the single classified answer to index.mutate.
+type MutateResult struct {
+	Phase        string `json:"phase"`
+	Code         int    `json:"code"`
+	InvocationID string `json:"invocation_id"` // echoed
+	Epoch        string `json:"epoch"`         // the answering sidecar's epoch
+	// ObservedLatestVersion is the newest dataset version the worker saw (0 = unknown).
+	ObservedLatestVersion int64 `json:"observed_latest_version"`
+	// CommittedVersion is the version this invocation committed (0 = none).
+	CommittedVersion int64  `json:"committed_version"`
+	CompletionReason string `json:"completion_reason,omitempty"`
+	Message          string `json:"message,omitempty"` // sanitized, for people
+	IndexUUID        string `json:"index_uuid,omitempty"`
+	WallMs           int64  `json:"wall_ms"`
+	PeakMemoryBytes  int64  `json:"peak_memory_bytes"`
+	OOMKilled        bool   `json:"oom_killed"`
+	Signal           string `json:"signal,omitempty"`
+}
+
+// ResolveParams are the params of index.resolve.
+type ResolveParams struct {
+	InvocationID  string       `json:"invocation_id"`
+	Dataset       DatasetRef   `json:"dataset"`
+	PinnedVersion int64        `json:"pinned_version"`
+	Credentials   *Credentials `json:"credentials,omitempty"`
+}
+
+// Validate implements Validator.
+func (p ResolveParams) Validate() error {
+	if !ValidID(p.InvocationID) {
+		return errors.New("invocation_id must be 1-128 characters of [A-Za-z0-9._:-]")
+	}
+	if err := p.Dataset.Store.Validate(); err != nil {
+		return err
+	}
+	if p.Dataset.Path == "" || strings.Contains(p.Dataset.Path, "..") {
+		return errors.New("dataset.path must be a relative prefix without '..'")
+	}
+	if p.PinnedVersion < 1 {
+		return errors.New("pinned_version must be ≥ 1")
+	}
+	return nil
+}
+
+// Resolution outcomes.
+const (
+	OutcomeCommitted    = "COMMITTED"
+	OutcomeNotCommitted = "NOT_COMMITTED"
+	OutcomeUnknown      = "UNKNOWN"
+)
+
+// ResolveResult settles an invocation.
+type ResolveResult struct {
+	InvocationID string `json:"invocation_id"`
+	Outcome      string `json:"outcome"`
+	// Version is the slot pinned+1 that decided it.
+	Version int64 `json:"version"`
+	// Fenced is true when this call (or an earlier one) wrote the fence.
+	Fenced bool   `json:"fenced"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ProgressParams are the params of the $/progress notification.
+type ProgressParams struct {
+	InvocationID string `json:"invocation_id"`
+	Stage        string `json:"stage"` // e.g. "build", "upload", "commit"
+	Done         int64  `json:"done"`
+	Total        int64  `json:"total"`
+}
