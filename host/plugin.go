@@ -1,0 +1,88 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/cba1309c/steward/plugin"
+	"github.com/cba1309c/steward/rpc"
+	goplugin "github.com/hashicorp/go-plugin"
+)
+
+// Launch starts the sidecar through go-plugin (AutoMTLS on, net/rpc control channel, the sidecar's
+// logs re-emitted through cfg.Logger) and opens a JSON-RPC stream on the MuxBroker. go-plugin alone
+// leaves the plugin running when the host is SIGKILLed; PDEATHSIG and the sidecar's own watch of
+// its parent close that gap.
+func Launch(ctx context.Context, cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Path == "" {
+		return nil, fmt.Errorf("%w: Path is required", ErrConfig)
+	}
+	cmd := exec.Command(cfg.Path, append([]string{"serve", "--max-frame", strconv.Itoa(cfg.MaxFrame)}, cfg.Args...)...)
+	cmd.Env = withoutPluginCookie(cfg.Env) // go-plugin adds its own cookie and PLUGIN_* variables
+	withPdeathsig(cmd)
+	pc := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig:  plugin.Handshake,
+		Plugins:          plugin.PluginMap(),
+		Cmd:              cmd,
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolNetRPC},
+		AutoMTLS:         true,
+		Logger:           cfg.Logger.Named("sidecar"),
+		StartTimeout:     cfg.StartTimeout,
+	})
+	p := &pluginProcess{client: pc, cmd: cmd, done: make(chan struct{})}
+	var proto goplugin.ClientProtocol
+	err := startLocked(func() error {
+		var err error
+		proto, err = pc.Client()
+		return err
+	}, p.hold)
+	if err != nil {
+		pc.Kill()
+		return nil, fmt.Errorf("%w: go-plugin start: %w", ErrLaunch, err)
+	}
+	conn, err := plugin.DialStream(proto)
+	if err != nil {
+		p.kill(ctx)
+		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+	}
+	c := rpc.NewClient(context.WithoutCancel(ctx), conn, rpc.ClientOptions{
+		Stream:   rpc.StreamOptions{MaxFrame: cfg.MaxFrame},
+		OnNotify: cfg.OnNotify,
+	})
+	hctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	return newClient(hctx, c, p)
+}
+
+type pluginProcess struct {
+	client *goplugin.Client
+	cmd    *exec.Cmd
+	done   chan struct{}
+}
+
+// hold keeps the starting thread (and so PDEATHSIG) alive until the plugin has exited. go-plugin
+// reaps the process itself and exposes only a flag, hence the poll.
+func (p *pluginProcess) hold() {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !p.client.Exited() {
+		<-t.C
+	}
+	close(p.done)
+}
+
+func (p *pluginProcess) pid() int { return p.cmd.Process.Pid }
+
+func (p *pluginProcess) exited() <-chan struct{} { return p.done }
+
+// kill asks the plugin to quit over go-plugin's control channel, which waits up to 2 s before it
+// kills the process itself.
+func (p *pluginProcess) kill(context.Context) error {
+	p.client.Kill()
+	<-p.done
+	return nil
+}

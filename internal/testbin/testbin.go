@@ -1,0 +1,73 @@
+// Package testbin builds the steward binary once per test process, for tests that need a real
+// sidecar subprocess (go-plugin loading, stdio spawn, SIGKILL behaviour).
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+var (
+	once sync.Once
+	dir  string
+	path string
+	err  error
+)
+
+// Steward returns the path of a freshly built cmd/steward, failing t if it cannot be built.
+func Steward(t testing.TB) string {
+	t.Helper()
+	once.Do(build)
+	if err != nil {
+		t.Fatalf("build steward: %v", err)
+	}
+	return path
+}
+
+func build() {
+	root, rerr := repoRoot()
+	if rerr != nil {
+		err = rerr
+		return
+	}
+	dir, err = os.MkdirTemp("", "steward-bin-")
+	if err != nil {
+		return
+	}
+	path = filepath.Join(dir, "steward")
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(goBin, "build", "-o", path, "./cmd/steward")
+	cmd.Dir = root
+	if out, berr := cmd.CombinedOutput(); berr != nil {
+		err = fmt.Errorf("%w: %s", berr, out)
+	}
+}
+
+// Cleanup removes the built binary; call it from TestMain after m.Run.
+func Cleanup() {
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+}
+
+func repoRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("go.mod not found")
+		}
+		d = parent
+	}
+}

@@ -1,0 +1,167 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/hashicorp/go-hclog"
+	"github.com/sourcegraph/jsonrpc2"
+)
+
+// Server is one sidecar process's state: its epoch, its methods and its lifecycle.
+type Server struct {
+	cfg     Config
+	log     hclog.Logger
+	epoch   string
+	started time.Time
+	router  *rpc.Router
+	metrics *metrics
+
+	mu       sync.Mutex
+	closing  bool
+	inFlight sync.WaitGroup
+	active   atomic.Int64
+	stopOnce sync.Once
+	stop     chan struct{}
+	reason   string
+}
+
+// New builds a sidecar with a fresh epoch.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	epoch, err := newEpoch()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		epoch:   epoch,
+		started: time.Now(),
+		stop:    make(chan struct{}),
+		metrics: newMetrics(cfg.Version, epoch),
+	}
+	s.router = rpc.NewRouter(rpc.RouterOptions{
+		MaxInFlight: cfg.MaxInFlight,
+		MaxResult:   cfg.MaxFrame - 256,
+		Observe:     s.metrics.observe,
+		Track:       s.track,
+	})
+	s.register()
+	return s, nil
+}
+
+// newEpoch returns 128 random bits: a sidecar process start that no other shares.
+func newEpoch() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("sidecar: epoch: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// Epoch returns this process's epoch.
+func (s *Server) Epoch() string { return s.epoch }
+
+// Stopping is closed once a shutdown has begun.
+func (s *Server) Stopping() <-chan struct{} { return s.stop }
+
+// Shutdown begins a graceful shutdown: new requests are refused with rpc.ErrShuttingDown, in-flight
+// ones finish. It is idempotent; the first reason wins.
+func (s *Server) Shutdown(reason string) {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		s.reason = reason
+		s.mu.Unlock()
+		s.log.Info("shutting down", "reason", reason)
+		close(s.stop)
+	})
+}
+
+// track admits a request unless the sidecar is shutting down, and counts it until answered.
+func (s *Server) track(method string) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing && method != rpc.MethodShutdown {
+		return nil, fmt.Errorf("%w: %s", rpc.ErrShuttingDown, s.reason)
+	}
+	s.inFlight.Add(1)
+	s.active.Add(1)
+	s.metrics.inFlight.Inc()
+	return func() {
+		s.metrics.inFlight.Dec()
+		s.active.Add(-1)
+		s.inFlight.Done()
+	}, nil
+}
+
+// drain waits for in-flight requests to be answered, at most ShutdownGrace, and not at all once
+// hostGone closes: with the host gone nobody would read the answers.
+func (s *Server) drain(hostGone <-chan struct{}) {
+	done := make(chan struct{})
+	go func() { s.inFlight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-hostGone:
+		s.log.Warn("host exited while requests were in flight")
+	case <-time.After(s.cfg.ShutdownGrace):
+		s.log.Warn("shutdown grace elapsed with requests in flight", "grace", s.cfg.ShutdownGrace)
+	}
+}
+
+// ServeConn serves one JSON-RPC connection.
+func (s *Server) ServeConn(ctx context.Context, rwc io.ReadWriteCloser, framing rpc.Framing) *jsonrpc2.Conn {
+	return s.router.ServeConn(ctx, rwc, rpc.StreamOptions{
+		Framing:  framing,
+		MaxFrame: s.cfg.MaxFrame,
+		Rejected: s.metrics.rejectedFrame,
+	})
+}
+
+func (s *Server) register() {
+	rpc.Register(s.router, rpc.MethodHello, s.hello)
+	rpc.Register(s.router, rpc.MethodMetrics, s.metricsGet)
+	rpc.Register(s.router, rpc.MethodShutdown, s.shutdown)
+}
+
+func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, error) {
+	if p.ProtocolVersion != rpc.ProtocolVersion {
+		return rpc.HelloResult{}, fmt.Errorf("%w: host speaks %d, this sidecar speaks %d",
+			rpc.ErrUnsupportedProtocol, p.ProtocolVersion, rpc.ProtocolVersion)
+	}
+	return rpc.HelloResult{
+		ProtocolVersion: rpc.ProtocolVersion,
+		Epoch:           s.epoch,
+		Pid:             os.Getpid(),
+		Version:         s.cfg.Version,
+		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown},
+		Limits:          &rpc.Limits{MaxFrameBytes: s.cfg.MaxFrame},
+	}, nil
+}
+
+func (s *Server) metricsGet(_ context.Context, _ rpc.MetricsParams) (rpc.MetricsResult, error) {
+	text, err := s.metrics.text()
+	if err != nil {
+		return rpc.MetricsResult{}, fmt.Errorf("%w: gather metrics: %w", rpc.ErrInternal, err)
+	}
+	return rpc.MetricsResult{ContentType: "text/plain; version=0.0.4", Text: text}, nil
+}
+
+func (s *Server) shutdown(_ context.Context, p rpc.ShutdownParams) (rpc.ShutdownResult, error) {
+	reason := "requested by host"
+	if p.Reason != "" {
+		reason += ": " + p.Reason
+	}
+	s.Shutdown(reason)
+	// This call is itself in flight until its answer is written.
+	return rpc.ShutdownResult{InFlight: int(s.active.Load()) - 1}, nil
+}
