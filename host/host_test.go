@@ -126,7 +126,9 @@ func TestEpochDiffersPerProcess(t *testing.T) {
 // it launch a sidecar, SIGKILLs the host and requires the sidecar gone within 2 s.
 func TestSidecarDiesWithSIGKILLedHost(t *testing.T) {
 	bin := testbin.Steward(t)
-	for _, mode := range []string{"plugin", "stdio"} {
+	// "raw" starts the sidecar like a host in another language would: plain fork/exec, no
+	// PDEATHSIG, so only the sidecar's own watch of its parent (pidfd) and stdin EOF bring it down.
+	for _, mode := range []string{"plugin", "stdio", "raw"} {
 		t.Run(mode, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), "STEWARD_TEST_HOST_MODE="+mode, "STEWARD_TEST_BIN="+bin)
@@ -171,6 +173,18 @@ func TestSidecarDiesWithSIGKILLedHost(t *testing.T) {
 func runHostHelper(mode string) int {
 	ctx := context.Background()
 	cfg := host.Config{Path: os.Getenv("STEWARD_TEST_BIN"), Logger: quietLogger()}
+	if mode == "raw" {
+		cmd := exec.Command(cfg.Path, "serve")
+		if _, err := cmd.StdinPipe(); err != nil { // held open: EOF only when this process dies
+			return 1
+		}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "host helper:", err)
+			return 1
+		}
+		fmt.Println(cmd.Process.Pid)
+		select {}
+	}
 	launch := host.LaunchStdio
 	if mode == "plugin" {
 		launch = host.Launch
