@@ -157,7 +157,7 @@ func (s *Server) Start() error {
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "HOME=" + s.dir, "PATH=/usr/bin:/bin",
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = serverAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start minio: %w", err)
 	}
