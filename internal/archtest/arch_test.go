@@ -1,0 +1,97 @@
+// Package archtest enforces steward's dependency direction with `go list -deps`: leaves stay
+// leaves, the host never links the supervisor, and the worker never links the host side.
+package archtest
+
+import (
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/cba1309c/steward"
+
+type pkg struct {
+	ImportPath string
+	Deps       []string
+}
+
+func list(t *testing.T) map[string][]string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps=false", "-json", "./...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := map[string][]string{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		deps[p.ImportPath] = p.Deps // Deps: every package imported, transitively (non-test code)
+	}
+	if len(deps) < 8 {
+		t.Fatalf("go list found only %d packages", len(deps))
+	}
+	// The rules below only mean something if Deps is the transitive list: the binary links all.
+	found := false
+	for _, d := range deps[module+"/cmd/steward"] {
+		found = found || d == module+"/sidecar"
+	}
+	if !found {
+		t.Fatalf("cmd/steward does not list sidecar among its deps: go list output is not what this test expects")
+	}
+	return deps
+}
+
+// within reports whether path is pkg or below it.
+func within(path, pkg string) bool {
+	return path == module+"/"+pkg || strings.HasPrefix(path, module+"/"+pkg+"/")
+}
+
+func TestDependencyDirection(t *testing.T) {
+	all := list(t)
+	rules := []struct {
+		name string
+		from string                // package tree the rule applies to
+		bad  func(dep string) bool // forbidden import
+		must bool                  // the tree must exist
+		desc string
+	}{
+		{"rpc is a leaf", "rpc", func(d string) bool { return strings.HasPrefix(d, module+"/") }, true, "imports steward package"},
+		{"isolation is a leaf", "isolation", func(d string) bool { return strings.HasPrefix(d, module+"/") }, true, "imports steward package"},
+		{"storage is a leaf", "storage", func(d string) bool {
+			return strings.HasPrefix(d, module+"/") && !within(d, "storage")
+		}, true, "imports steward package outside storage"},
+		{"host never links the supervisor", "host", func(d string) bool {
+			return within(d, "sidecar") || within(d, "isolation") || within(d, "storage")
+		}, true, "imports"},
+		{"worker never links the host side", "sidecar/worker", func(d string) bool {
+			return within(d, "host") || within(d, "plugin")
+		}, false, "imports"},
+	}
+	for _, r := range rules {
+		t.Run(r.name, func(t *testing.T) {
+			found := false
+			for path, deps := range all {
+				if !within(path, r.from) || strings.HasSuffix(path, "_test") {
+					continue
+				}
+				found = true
+				for _, d := range deps {
+					if r.bad(d) {
+						t.Errorf("%s %s %s", path, r.desc, d)
+					}
+				}
+			}
+			if r.must && !found {
+				t.Fatalf("no package under %s: the rule checks nothing", r.from)
+			}
+		})
+	}
+}
