@@ -101,7 +101,8 @@ func DecodeParams[P any](raw json.RawMessage) (P, error) {
 // connection's DisconnectNotify tells when.
 func (r *Router) ServeConn(ctx context.Context, rwc io.ReadWriteCloser, opts StreamOptions) *jsonrpc2.Conn {
 	opts.FailOnBadFrame = false
-	conn := jsonrpc2.NewConn(ctx, NewStream(rwc, opts), dispatcher{r}, jsonrpc2.SetLogger(discardLogger{}))
+	stream := NewStream(rwc, opts)
+	conn := jsonrpc2.NewConn(ctx, stream, dispatcher{r: r, stream: stream}, jsonrpc2.SetLogger(discardLogger{}))
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -113,7 +114,10 @@ func (r *Router) ServeConn(ctx context.Context, rwc io.ReadWriteCloser, opts Str
 }
 
 // dispatcher adapts a Router to jsonrpc2.Handler.
-type dispatcher struct{ r *Router }
+type dispatcher struct {
+	r      *Router
+	stream *Stream
+}
 
 // Handle implements jsonrpc2.Handler. It runs on the connection's read loop, so it only admits the
 // request and hands it to a goroutine.
@@ -125,25 +129,25 @@ func (d dispatcher) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrp
 	select {
 	case r.sem <- struct{}{}:
 	default:
-		r.reply(ctx, conn, req, time.Now(), nil, fmt.Errorf("%w: %d requests in flight", ErrOverloaded, cap(r.sem)))
+		r.reply(d.stream, req, time.Now(), nil, fmt.Errorf("%w: %d requests in flight", ErrOverloaded, cap(r.sem)))
 		return
 	}
 	start := time.Now()
 	done := func() {}
 	if _, known := r.methods[req.Method]; known && r.opts.Track != nil {
-		d, err := r.opts.Track(req.Method)
+		finish, err := r.opts.Track(req.Method)
 		if err != nil {
 			<-r.sem
-			r.reply(ctx, conn, req, start, nil, err)
+			r.reply(d.stream, req, start, nil, err)
 			return
 		}
-		done = d
+		done = finish
 	}
 	go func() {
 		defer func() { <-r.sem }()
 		defer done()
 		result, err := r.call(withPeer(ctx, conn), req)
-		r.reply(ctx, conn, req, start, result, err)
+		r.reply(d.stream, req, start, result, err)
 	}()
 }
 
@@ -164,8 +168,12 @@ func (r *Router) call(ctx context.Context, req *jsonrpc2.Request) (result any, e
 	return h(ctx, raw)
 }
 
-func (r *Router) reply(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.Request, start time.Time, result any, err error) {
-	resp := &jsonrpc2.Response{ID: req.ID}
+// reply writes the answer straight to the stream: the result is marshaled once, where jsonrpc2's
+// own path would marshal it three times (result, Response, frame). The stream's write lock keeps it
+// atomic with respect to jsonrpc2's own writes; a closed connection has nobody to tell.
+func (r *Router) reply(stream *Stream, req *jsonrpc2.Request, start time.Time, result any, err error) {
+	id, _ := req.ID.MarshalJSON()
+	var body []byte
 	if err == nil {
 		b, merr := json.Marshal(result)
 		switch {
@@ -174,16 +182,22 @@ func (r *Router) reply(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrpc2.R
 		case len(b) > r.opts.MaxResult:
 			err = fmt.Errorf("%w: result of %d bytes exceeds %d", ErrFrameTooLarge, len(b), r.opts.MaxResult)
 		default:
-			raw := json.RawMessage(b)
-			resp.Result = &raw
+			body = make([]byte, 0, len(b)+len(id)+40)
+			body = append(body, `{"jsonrpc":"2.0","id":`...)
+			body = append(body, id...)
+			body = append(body, `,"result":`...)
+			body = append(body, b...)
+			body = append(body, '}')
 		}
 	}
 	var code Code
 	if err != nil {
-		resp.Error = ToWire(err)
-		code = Code(resp.Error.Code)
+		we := ToWire(err)
+		code = Code(we.Code)
+		msg, _ := json.Marshal(we.Message)
+		body = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"error":{"code":%d,"message":%s}}`, id, we.Code, msg)
 	}
-	_ = conn.SendResponse(ctx, resp) // a closed connection has nobody to tell
+	_ = stream.writeFrame(body)
 	if r.opts.Observe != nil {
 		method := req.Method
 		if _, known := r.methods[method]; !known {
