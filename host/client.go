@@ -82,11 +82,8 @@ func (c *Client) Shutdown(ctx context.Context, reason string) error {
 	if err := c.rpc.Call(ctx, rpc.MethodShutdown, rpc.ShutdownParams{Reason: reason}, &res); err != nil {
 		return err
 	}
-	select {
-	case <-c.proc.exited():
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	// The sidecar now refuses new work and drains; Close lets it finish and exit (stdin EOF or
+	// go-plugin's Quit), with SIGKILL only after KillGrace.
 	return c.Close()
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/cba1309c/steward/plugin"
 	"github.com/cba1309c/steward/rpc"
@@ -121,6 +122,14 @@ func (s *Server) RunPlugin(ctx context.Context) error {
 	case <-ctx.Done():
 		s.Shutdown("context ended")
 	case <-s.stop:
+		// steward.shutdown: drain, then give the go-plugin host a moment to send its Quit so its
+		// Kill sees a graceful exit rather than a vanished plugin.
+		s.drain(parent)
+		select {
+		case <-quit:
+		case <-parent:
+		case <-time.After(time.Second):
+		}
 	}
 	s.drain(parent)
 	mu.Lock()

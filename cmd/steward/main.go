@@ -60,7 +60,13 @@ Run "steward <command> -h" for a command's flags.
 }
 
 // buildVersion derives a version from the module and VCS stamps the go tool embeds.
+// version is stamped by the Makefile (-X main.version); empty means "derive it from build info".
+var version string
+
 func buildVersion() string {
+	if version != "" {
+		return version
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "dev"

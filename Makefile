@@ -1,0 +1,49 @@
+# steward — make targets. Every target works on a fresh machine with only Go installed; `test`
+# builds MinIO into .tools/ on first use (~4 minutes, cached afterwards).
+
+GO      ?= go
+BIN     := bin/steward
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+# Fuzz targets run briefly in `make test`; FUZZTIME=1m for a longer look.
+FUZZTIME ?= 5s
+
+.PHONY: all build run test unit fuzz bench minio clean
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/steward
+
+# The README's first command: launch a sidecar through go-plugin, say hello, read its metrics.
+run: build
+	$(GO) run ./examples/gohello --steward $(BIN)
+
+minio:
+	scripts/minio.sh install
+
+# The one test command (README, .ci/run): MinIO installed if missing, then every test, the race
+# detector on the concurrency-heavy packages, and each fuzz target for $(FUZZTIME).
+test: minio
+	$(GO) vet ./...
+	GOOS=darwin $(GO) build ./...
+	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -race -timeout 10m ./rpc/ ./sidecar/...
+	$(MAKE) fuzz
+
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null; \
+	  done; \
+	done
+
+# Every benchmark of the project; figures are ratios against baselines measured in the same run.
+bench: minio
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./host/ 2>/dev/null
+	$(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./isolation/
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./storage/dataset/
+
+clean:
+	rm -rf bin
