@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,3 +133,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		}
 	}
 }
+
+type atomicCounter struct{ n atomic.Int64 }
+
+func (c *atomicCounter) add() int64 { return c.n.Add(1) }

@@ -1,0 +1,22 @@
+package ledger_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The ledger is a storage leaf: among steward packages it may import only storage and
+// storage/dataset (and what they import).
+func TestLeafImports(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/cba1309c/steward/storage/ledger").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		rest, ok := strings.CutPrefix(p, "github.com/cba1309c/steward/")
+		if ok && rest != "storage/ledger" && !strings.HasPrefix(rest, "storage") {
+			t.Errorf("storage/ledger depends on %s", p)
+		}
+	}
+}
