@@ -179,26 +179,22 @@ func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []
 		return fmt.Errorf("%w: %d tickets used, %d requested, capacity %d", ErrCapacity, used, fresh, l.cfg.Capacity)
 	}
 	oid = l.own.intern(owner)
-	rec := l.own.rec(oid)
 	var ops []jop
 	var added []uint32
 	for _, k := range keys {
 		id, ok := l.idx.lookup(sid, k)
 		if !ok {
-			if id, ok = l.idx.insert(sid, k, oid, stHeld); !ok {
+			if id, ok = l.hold(sid, k, oid); !ok {
 				l.rollback(oid, added)
 				l.mu.Unlock()
 				return keyErr("reserve", store, k, ErrCapacity)
 			}
-			link(l.idx, rec, id)
-			rec.held++
 			added = append(added, id)
 		}
 		if l.j != nil {
 			ops = append(ops, l.ticketOp(id))
 		}
 	}
-	l.stats.highWater = max(l.stats.highWater, l.idx.count)
 	done := l.submit(ops, true)
 	l.mu.Unlock()
 	if err := await(done); err != nil {
@@ -208,6 +204,20 @@ func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []
 		return fmt.Errorf("reserve %d names of %s for %v: %w", len(keys), store, owner, err)
 	}
 	return nil
+}
+
+// hold inserts a held ticket for a name nobody owns. ok is false only when the name arena is
+// out of references.
+func (l *Ledger) hold(sid uint16, key string, oid uint32) (uint32, bool) {
+	id, ok := l.idx.insert(sid, key, oid, stHeld)
+	if !ok {
+		return 0, false
+	}
+	rec := l.own.rec(oid)
+	link(l.idx, rec, id)
+	rec.held++
+	l.stats.highWater = max(l.stats.highWater, l.idx.count)
+	return id, true
 }
 
 // rollback removes tickets a failed reservation added.

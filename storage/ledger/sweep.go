@@ -169,20 +169,16 @@ func (l *Ledger) claim(ctx context.Context, owner Owner, store string, sizes map
 		if len(out) == 0 {
 			oid = l.own.intern(owner)
 		}
-		id, ok := l.idx.insert(sid, k, oid, stHeld)
+		id, ok := l.hold(sid, k, oid)
 		if !ok {
 			rep.Deferred++
 			continue
 		}
-		rec := l.own.rec(oid)
-		link(l.idx, rec, id)
-		rec.held++
 		out = append(out, k)
 		if l.j != nil {
 			ops = append(ops, l.ticketOp(id))
 		}
 	}
-	l.stats.highWater = max(l.stats.highWater, l.idx.count)
 	done := l.submit(ops, len(ops) > 0)
 	l.mu.Unlock()
 	if err := await(done); err != nil {
