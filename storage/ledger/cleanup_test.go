@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -213,7 +214,12 @@ func TestConcurrentNoLeak(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				upload(t, local, ks)
+				for _, k := range ks {
+					if err := local.Put(ctx, k, strings.NewReader(k), int64(len(k))); err != nil {
+						t.Error(err)
+					}
+				}
+				var err error
 				if i%2 == 0 {
 					err = l.Accept(ctx, o, "s", nil)
 				} else {
