@@ -3,6 +3,7 @@ package sidecar
 import (
 	"time"
 
+	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"
 )
@@ -25,6 +26,40 @@ type Config struct {
 	// WatchParent makes the sidecar exit when the process that started it exits (pidfd on Linux).
 	// Default on; tests that embed a sidecar in-process turn it off with DisableParentWatch.
 	DisableParentWatch bool
+
+	// Isolation configures worker containment (cgroup parent, memory and pids limits, term grace,
+	// reap bound, nofile). Zero fields take isolation's documented defaults (1 GiB, 256 pids,
+	// TermGrace 10s, ReapBound 11s). WorkerPath/WorkerArgs default to this binary's worker mode.
+	Isolation isolation.Config
+	// DisableIsolation starts without a supervisor: index.mutate is then refused with
+	// rpc.ErrIsolationUnavailable. For transport-only embedding and tests; default false.
+	DisableIsolation bool
+	// Executors is the number of workers that may run at once. Default 2.
+	Executors int
+	// QueueCapacity bounds admitted mutations waiting for an executor; a full queue refuses new
+	// ones with rpc.ErrOverloaded. Default 16.
+	QueueCapacity int
+	// ClockSkew is reserved in front of every deadline for host/sidecar clock disagreement. Default 1s.
+	ClockSkew time.Duration
+	// MinRunnable is the least run time a mutation must be able to fund after the kill budget
+	// (ClockSkew + TermGrace + ReapBound); less is refused at receive. Default 1s.
+	MinRunnable time.Duration
+	// DedupRetention keeps an admitted invocation id past its deadline, to catch a resend.
+	// Default 10m.
+	DedupRetention time.Duration
+	// DedupCapacity bounds the remembered invocation ids; when full of live ids, new mutations
+	// are refused with rpc.ErrOverloaded (never forgotten early). Default 65,536.
+	DedupCapacity int
+	// WorkerEnv is the complete environment of every worker besides isolation's own variables
+	// (KEY=VALUE). Nothing of the sidecar's or host's environment is passed. Default
+	// PATH=/usr/bin:/bin and LANG=C.UTF-8.
+	WorkerEnv []string
+	// TestFaults lets index.mutate carry a fault to inject (tests and the fault campaign only).
+	// Default false: a request with a fault is invalid.
+	TestFaults bool
+	// S3AccessKey/S3SecretKey are the sidecar's own S3 credentials, used when a call carries none
+	// (index.resolve, cleanup). Never logged.
+	S3AccessKey, S3SecretKey string
 }
 
 func (c Config) withDefaults() Config {
@@ -43,5 +78,33 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 60 * time.Second
 	}
+	if c.Executors <= 0 {
+		c.Executors = 2
+	}
+	if c.QueueCapacity <= 0 {
+		c.QueueCapacity = 16
+	}
+	if c.ClockSkew <= 0 {
+		c.ClockSkew = time.Second
+	}
+	if c.MinRunnable <= 0 {
+		c.MinRunnable = time.Second
+	}
+	if c.DedupRetention <= 0 {
+		c.DedupRetention = 10 * time.Minute
+	}
+	if c.DedupCapacity <= 0 {
+		c.DedupCapacity = 65536
+	}
+	if c.WorkerEnv == nil {
+		c.WorkerEnv = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
+	}
+	if c.Isolation.WorkerPath == "" {
+		c.Isolation.WorkerPath = "/proc/self/exe"
+	}
+	if c.Isolation.WorkerArgs == nil {
+		c.Isolation.WorkerArgs = []string{"worker"}
+	}
+	c.Isolation = c.Isolation.WithDefaults()
 	return c
 }

@@ -21,6 +21,11 @@ type metrics struct {
 	inFlight  prometheus.Gauge
 	buildInfo *prometheus.GaugeVec
 	startTime prometheus.Gauge
+
+	queueDepth prometheus.Gauge
+	workers    prometheus.Gauge
+	outcomes   *prometheus.CounterVec
+	mutations  prometheus.Histogram
 }
 
 func newMetrics(version, epoch string) *metrics {
@@ -45,6 +50,25 @@ func newMetrics(version, epoch string) *metrics {
 	m.startTime = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "steward_start_time_seconds", Help: "Unix time this sidecar process started.",
 	})
+	m.queueDepth = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "steward_mutate_queue_depth", Help: "Admitted mutations waiting for an executor.",
+	})
+	m.workers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "steward_mutate_workers_in_flight", Help: "Mutations holding an executor slot (launching, running or being torn down).",
+	})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "steward_mutate_outcomes_total",
+		Help: "index.mutate answers by outcome: committed, noop, not_committed, rejected_at_receive, rejected_before_invocation, indeterminate.",
+	}, []string{"outcome"})
+	for _, o := range []string{"committed", "noop", "not_committed", "rejected_at_receive", "rejected_before_invocation", "indeterminate"} {
+		m.outcomes.WithLabelValues(o)
+	}
+	m.mutations = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "steward_mutate_duration_seconds",
+		Help:    "Time from receipt of index.mutate to its answer (queueing, run and teardown).",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12),
+	})
+	m.reg.MustRegister(m.queueDepth, m.workers, m.outcomes, m.mutations)
 	m.reg.MustRegister(m.requests, m.latency, m.badFrames, m.inFlight, m.buildInfo, m.startTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.buildInfo.WithLabelValues(version, epoch, strconv.Itoa(rpc.ProtocolVersion)).Set(1)
@@ -75,4 +99,23 @@ func (m *metrics) text() (string, error) {
 		}
 	}
 	return buf.String(), nil
+}
+
+func (m *metrics) outcome(o string) { m.outcomes.WithLabelValues(o).Inc() }
+
+// observeMutation counts an answered mutation by what the host may conclude from it.
+func (m *metrics) observeMutation(r rpc.MutateResult, d time.Duration) {
+	m.mutations.Observe(d.Seconds())
+	switch {
+	case r.Phase == rpc.PhasePreInvocationRejected:
+		m.outcome("rejected_before_invocation")
+	case r.Phase == rpc.PhaseIndeterminate:
+		m.outcome("indeterminate")
+	case r.Code == rpc.NativeOK && r.CommittedVersion > 0:
+		m.outcome("committed")
+	case r.Code == rpc.NativeOK:
+		m.outcome("noop")
+	default:
+		m.outcome("not_committed")
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"
 	"github.com/sourcegraph/jsonrpc2"
@@ -32,6 +33,12 @@ type Server struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	reason   string
+
+	iso       *isolation.Supervisor // nil: isolation did not verify, mutations are refused
+	isoReport isolation.Report
+	queue     chan *job
+	dedup     *dedup
+	custody   custodian // nil: no ledger, reservations granted
 }
 
 // New builds a sidecar with a fresh epoch.
@@ -55,8 +62,39 @@ func New(cfg Config) (*Server, error) {
 		Observe:     s.metrics.observe,
 		Track:       s.track,
 	})
+	s.queue = make(chan *job, cfg.QueueCapacity)
+	s.dedup = newDedup(cfg.DedupCapacity)
+	if !cfg.DisableIsolation {
+		iso, err := isolation.New(cfg.Isolation)
+		if err != nil {
+			s.log.Error("isolation unavailable: index.mutate will be refused", "error", err)
+			s.isoReport = isolation.Probe(cfg.Isolation)
+			if s.isoReport.Reason == "" {
+				s.isoReport.Reason = err.Error()
+			}
+		} else {
+			s.iso, s.isoReport = iso, iso.Report()
+			s.log.Info("isolation verified", "mode", s.isoReport.Mode, "leftovers_removed", len(iso.Leftovers()))
+		}
+	} else {
+		s.isoReport = isolation.Report{Mode: isolation.ModeNone, Reason: "isolation disabled by configuration"}
+	}
+	for i := 0; i < cfg.Executors; i++ {
+		go s.executor()
+	}
 	s.register()
 	return s, nil
+}
+
+// Close kills and reaps every running worker domain and removes their cgroups. Call it once the
+// sidecar stops serving.
+func (s *Server) Close() error {
+	if s.iso == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)
+	defer cancel()
+	return s.iso.Close(ctx)
 }
 
 // newEpoch returns 128 random bits: a sidecar process start that no other shares.
@@ -131,6 +169,8 @@ func (s *Server) register() {
 	rpc.Register(s.router, rpc.MethodHello, s.hello)
 	rpc.Register(s.router, rpc.MethodMetrics, s.metricsGet)
 	rpc.Register(s.router, rpc.MethodShutdown, s.shutdown)
+	rpc.Register(s.router, rpc.MethodIndexMutate, s.mutate)
+	rpc.Register(s.router, rpc.MethodIndexResolve, s.resolve)
 }
 
 func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, error) {
@@ -143,8 +183,17 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 		Epoch:           s.epoch,
 		Pid:             os.Getpid(),
 		Version:         s.cfg.Version,
-		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown},
-		Limits:          &rpc.Limits{MaxFrameBytes: s.cfg.MaxFrame},
+		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapProgress},
+		Isolation:       wireReport(s.isoReport),
+		Limits: &rpc.Limits{
+			MaxFrameBytes:   s.cfg.MaxFrame,
+			QueueCapacity:   s.cfg.QueueCapacity,
+			ExecutorSlots:   s.cfg.Executors,
+			KillBudgetMs:    s.killBudget().Milliseconds(),
+			MinRunnableMs:   s.cfg.MinRunnable.Milliseconds(),
+			WorkerMemoryMax: s.cfg.Isolation.MemoryLimit,
+			WorkerPidsMax:   s.cfg.Isolation.PidsLimit,
+		},
 	}, nil
 }
 
@@ -164,4 +213,20 @@ func (s *Server) shutdown(_ context.Context, p rpc.ShutdownParams) (rpc.Shutdown
 	s.Shutdown(reason)
 	// This call is itself in flight until its answer is written.
 	return rpc.ShutdownResult{InFlight: int(s.active.Load()) - 1}, nil
+}
+
+// wireReport converts the isolation preflight into its wire form.
+func wireReport(r isolation.Report) *rpc.IsolationReport {
+	limits := map[string]int64{}
+	if r.MemoryLimit != 0 {
+		limits["memory_bytes"] = r.MemoryLimit
+	}
+	if r.SwapLimit != 0 {
+		limits["swap_bytes"] = r.SwapLimit
+	}
+	if r.PidsLimit != 0 {
+		limits["pids"] = r.PidsLimit
+	}
+	return &rpc.IsolationReport{Mode: string(r.Mode), Verified: r.Verified, Reason: r.Reason,
+		Controllers: r.Controllers, Limits: limits}
 }

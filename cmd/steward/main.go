@@ -16,6 +16,8 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/cba1309c/steward/sidecar/worker"
 )
 
 func main() {
@@ -33,6 +35,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return runServe(ctx, args[1:], stderr)
+	case "worker":
+		// The isolated worker mode: only the sidecar starts it, through /proc/self/exe, with its
+		// protocol pipes on fds 3 and 4.
+		return worker.Main()
 	case "dataset":
 		return runDataset(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

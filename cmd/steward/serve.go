@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/plugin"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar"
@@ -21,6 +22,17 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	maxFrame := fs.Int("max-frame", rpc.DefaultMaxFrame, "largest JSON-RPC message in bytes, both directions")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	grace := fs.Duration("shutdown-grace", 60*time.Second, "how long a graceful shutdown waits for in-flight calls")
+	var iso isolation.Config
+	fs.StringVar(&iso.Parent, "cgroup-parent", isolation.DefaultParent, "cgroup parent of the worker domains, in every hierarchy")
+	fs.Int64Var(&iso.MemoryLimit, "worker-memory", 1<<30, "memory limit of one worker domain in bytes (swap off)")
+	fs.Int64Var(&iso.PidsLimit, "worker-pids", 256, "process limit of one worker domain")
+	fs.DurationVar(&iso.TermGrace, "term-grace", 10*time.Second, "SIGTERM to SIGKILL grace of the kill ladder")
+	fs.DurationVar(&iso.ReapBound, "reap-bound", 11*time.Second, "bound on killing and reaping a domain")
+	executors := fs.Int("executors", 2, "mutations that may run at once")
+	queue := fs.Int("queue", 16, "admitted mutations that may wait for an executor")
+	skew := fs.Duration("clock-skew", time.Second, "host/sidecar clock disagreement reserved in front of every deadline")
+	minRun := fs.Duration("min-runnable", time.Second, "least run time a deadline must fund after the kill budget")
+	faults := fs.Bool("test-faults", false, "accept injected faults in index.mutate (tests and fault campaigns only)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -36,6 +48,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	})
 	srv, err := sidecar.New(sidecar.Config{
 		Logger: logger, Version: buildVersion(), Framing: fr, MaxFrame: *maxFrame, ShutdownGrace: *grace,
+		Isolation: iso, Executors: *executors, QueueCapacity: *queue, ClockSkew: *skew, MinRunnable: *minRun,
+		TestFaults: *faults,
+		// The sidecar's own S3 credentials (index.resolve, cleanup) come from its environment and
+		// are never passed to a worker or logged.
+		S3AccessKey: os.Getenv("STEWARD_S3_ACCESS_KEY"), S3SecretKey: os.Getenv("STEWARD_S3_SECRET_KEY"),
 	})
 	if err != nil {
 		logger.Error("cannot start", "error", err)
@@ -45,6 +62,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		err = srv.RunPlugin(ctx)
 	} else {
 		err = srv.RunStdio(ctx, os.Stdin, os.Stdout)
+	}
+	if cerr := srv.Close(); cerr != nil {
+		logger.Error("tearing down worker domains", "error", cerr)
 	}
 	if err != nil {
 		logger.Error("stopped with an error", "error", err)

@@ -1,0 +1,265 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cba1309c/steward/isolation"
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/workerproto"
+)
+
+// maxWorkerFrames bounds the frames one worker may send (progress is throttled to 10/s by a
+// well-behaved worker, so this is hours of progress); beyond it the worker is flooding.
+const maxWorkerFrames = 100_000
+
+// resultGrace is how long a worker that sent its result may take to exit by itself.
+const resultGrace = 2 * time.Second
+
+// session is the sidecar's side of one worker's protocol.
+type session struct {
+	s      *Server
+	j      *job
+	dom    *isolation.Domain
+	toW    *os.File // sidecar → worker
+	frames chan frameOrErr
+
+	requested bool // the request frame was written: from here on, the engine may have run
+	result    *workerproto.Result
+	violation string
+	deadline  bool
+	progress  *progressSender
+}
+
+type frameOrErr struct {
+	f   *workerproto.Frame
+	err error
+}
+
+// invoke launches the worker, runs its protocol, brings its domain down, reaped and removed, and
+// only then returns the classified answer.
+func (s *Server) invoke(j *job) rpc.MutateResult {
+	toWR, toWW, err := os.Pipe()
+	if err != nil {
+		return launchFailed(err)
+	}
+	fromWR, fromWW, err := os.Pipe()
+	if err != nil {
+		toWR.Close()
+		toWW.Close()
+		return launchFailed(err)
+	}
+	defer toWW.Close()
+	defer fromWR.Close()
+	logw := newWorkerLog(s.log.Named("worker").With("invocation", j.p.InvocationID), j.p.Credentials)
+	spec := isolation.Spec{
+		ID:          domainID(j.p.InvocationID),
+		Path:        s.cfg.Isolation.WorkerPath,
+		Args:        s.cfg.Isolation.WorkerArgs,
+		Env:         s.cfg.WorkerEnv,
+		ExtraFiles:  []*os.File{toWR, fromWW},
+		Stderr:      logw,
+		MemoryLimit: lower(s.cfg.Isolation.MemoryLimit, limit(j.p.Limits, true)),
+		PidsLimit:   lower(s.cfg.Isolation.PidsLimit, limit(j.p.Limits, false)),
+	}
+	dom, err := s.iso.Start(context.Background(), spec)
+	toWR.Close() // the worker holds its own copies now
+	fromWW.Close()
+	if err != nil {
+		s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
+		return launchFailed(err)
+	}
+	ss := &session{s: s, j: j, dom: dom, toW: toWW, frames: make(chan frameOrErr, 16),
+		progress: newProgressSender(j.peer, j.p.InvocationID)}
+	defer ss.progress.stop()
+	go readFrames(fromWR, ss.frames)
+	ss.run()
+	out := ss.teardown()
+	return ss.classify(out)
+}
+
+func launchFailed(err error) rpc.MutateResult {
+	return rpc.MutateResult{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonLaunchFailed,
+		Message: "worker launch failed: " + err.Error()}
+}
+
+func readFrames(r *os.File, out chan<- frameOrErr) {
+	defer close(out)
+	for {
+		f, err := workerproto.Read(r, workerproto.MaxWorkerFrame)
+		out <- frameOrErr{f: f, err: err}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// run drives the protocol until the worker has answered, broken protocol, died, or hit the
+// deadline. It never blocks on the worker beyond those events.
+func (ss *session) run() {
+	timer := time.NewTimer(time.Until(ss.j.runUntil))
+	defer timer.Stop()
+	count := 0
+	for {
+		select {
+		case fe, ok := <-ss.frames:
+			if !ok || fe.err != nil {
+				if ok && (errors.Is(fe.err, workerproto.ErrMalformed) || errors.Is(fe.err, workerproto.ErrFrameTooLarge)) {
+					ss.violation = fe.err.Error()
+				}
+				return // worker closed its pipe: it exited or is exiting
+			}
+			if count++; count > maxWorkerFrames {
+				ss.violation = fmt.Sprintf("flood: more than %d frames", maxWorkerFrames)
+				return
+			}
+			if done := ss.handle(fe.f); done {
+				return
+			}
+		case <-timer.C:
+			ss.deadline = true
+			return
+		}
+	}
+}
+
+// handle processes one frame; done ends the session.
+func (ss *session) handle(f *workerproto.Frame) (done bool) {
+	switch {
+	case f.T == workerproto.TypeHello && !ss.requested:
+		if f.Pid != ss.dom.Pid() {
+			ss.violation = fmt.Sprintf("hello from pid %d, worker is %d", f.Pid, ss.dom.Pid())
+			return true
+		}
+		ss.requested = true // set before the write: a partial write may still reach the worker
+		req := ss.j.p
+		if err := workerproto.Write(ss.toW, &workerproto.Frame{T: workerproto.TypeRequest, Request: &req}, workerproto.MaxRequestFrame); err != nil {
+			ss.violation = "request write failed: " + err.Error()
+			return true
+		}
+	case f.T == workerproto.TypeProgress && ss.requested && ss.result == nil:
+		ss.progress.send(f.Stage, f.Done, f.Total)
+	case f.T == workerproto.TypeReserve && ss.requested && ss.result == nil:
+		errText := ""
+		if err := ss.s.reserve(ss.j, f.Keys); err != nil {
+			errText = err.Error()
+		}
+		if err := workerproto.Write(ss.toW, &workerproto.Frame{T: workerproto.TypeReserved, Seq: f.Seq, Error: errText}, workerproto.MaxRequestFrame); err != nil {
+			ss.violation = "reserve answer write failed: " + err.Error()
+			return true
+		}
+	case f.T == workerproto.TypeResult && ss.requested && ss.result == nil:
+		ss.result = f.Result
+		ss.s.recordCreated(ss.j, f.Result)
+		return false // keep reading: a second result or garbage after it is still a violation
+	default:
+		ss.violation = fmt.Sprintf("unexpected %q frame (requested=%v, result=%v)", f.T, ss.requested, ss.result != nil)
+		return true
+	}
+	return false
+}
+
+// teardown brings the domain down: a worker that answered cleanly gets resultGrace to exit by
+// itself; a deadline gets the full ladder (SIGTERM, grace, SIGKILL); a protocol violation is
+// killed at once. It returns only when the domain is dead, reaped and its cgroups are removed.
+func (ss *session) teardown() isolation.Outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), ss.s.cfg.Isolation.TermGrace+ss.s.cfg.Isolation.ReapBound)
+	defer cancel()
+	var out isolation.Outcome
+	var err error
+	switch {
+	case ss.violation != "":
+		out, err = ss.dom.Kill(ctx)
+	case ss.deadline:
+		out, err = ss.dom.Terminate(ctx)
+	default:
+		select {
+		case <-ss.dom.Done():
+		case <-time.After(resultGrace):
+		}
+		out, err = ss.dom.Terminate(ctx)
+	}
+	for attempt := 0; errors.Is(err, isolation.ErrReapBound) && attempt < 3; attempt++ {
+		ss.s.log.Warn("domain not yet reaped; killing again", "invocation", ss.j.p.InvocationID, "survivors", out.Survivors)
+		out, err = ss.dom.Kill(context.Background())
+	}
+	if err != nil {
+		ss.s.log.Error("domain teardown incomplete", "invocation", ss.j.p.InvocationID, "error", err)
+	}
+	if cerr := ss.dom.Close(); cerr != nil {
+		ss.s.log.Error("removing the domain's cgroups failed", "invocation", ss.j.p.InvocationID, "error", cerr)
+	}
+	return out
+}
+
+// classify turns what happened into the single answer, from typed facts only.
+func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
+	res := rpc.MutateResult{
+		WallMs: out.Wall.Milliseconds(), PeakMemoryBytes: out.PeakMemory, OOMKilled: out.OOMKilled, Signal: out.SignalName,
+	}
+	switch {
+	case ss.result != nil && ss.violation == "":
+		r := ss.result
+		res.Phase, res.Code = r.Phase, r.Code
+		res.ObservedLatestVersion, res.CommittedVersion = r.ObservedLatest, r.CommittedVersion
+		res.CompletionReason, res.Message, res.IndexUUID = r.CompletionReason, ss.s.sanitize(ss.j, r.Message), r.IndexUUID
+	case !ss.requested:
+		// The request never reached the worker: nothing can have run.
+		res.Phase, res.Code = rpc.PhasePreInvocationRejected, rpc.ReasonLaunchFailed
+		res.Message = "the worker ended before it received the request"
+		if ss.deadline {
+			res.Code, res.Message = rpc.ReasonDeadlineLapsed, "the worker did not start before the deadline"
+		}
+	default:
+		res.Phase, res.Code = rpc.PhaseIndeterminate, rpc.ReasonWorkerLost
+		switch {
+		case ss.violation != "":
+			res.Message = "protocol violation: " + ss.s.sanitize(ss.j, ss.violation)
+		case ss.deadline:
+			res.Code, res.Message = rpc.ReasonDeadline, "the deadline ended the worker"
+		case out.OOMKilled:
+			res.Message = "the worker was OOM-killed"
+		case out.SignalName != "":
+			res.Message = "the worker died of " + out.SignalName
+		default:
+			res.Message = fmt.Sprintf("the worker exited with code %d without a result", out.ExitCode)
+		}
+		res.ObservedLatestVersion = ss.s.observeLatest(ss.j)
+	}
+	return res
+}
+
+// domainID names the cgroup directory after the invocation, within isolation's alphabet.
+func domainID(inv string) string {
+	b := []byte(inv)
+	for i, c := range b {
+		if c == ':' {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 48 {
+		b = b[:48]
+	}
+	return fmt.Sprintf("%s-%d", b, time.Now().UnixNano()%1e9)
+}
+
+func limit(l *rpc.WorkerLimits, memory bool) int64 {
+	if l == nil {
+		return 0
+	}
+	if memory {
+		return l.MemoryBytes
+	}
+	return l.Pids
+}
+
+// lower applies a per-call limit only when it tightens the configured one.
+func lower(configured, requested int64) int64 {
+	if requested > 0 && requested < configured {
+		return requested
+	}
+	return configured
+}

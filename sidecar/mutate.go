@@ -1,0 +1,103 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/worker"
+)
+
+// job is one admitted mutation on its way through the queue and an executor.
+type job struct {
+	p        rpc.MutateParams
+	received time.Time
+	deadline time.Time // local monotonic deadline, converted once at receive
+	runUntil time.Time // deadline minus the kill budget: the kill ladder starts here
+	peer     *rpc.Peer
+	done     chan rpc.MutateResult
+}
+
+// killBudget is reserved in front of every deadline so that the answer, which waits for the kill
+// ladder, still arrives before the host gives up.
+func (s *Server) killBudget() time.Duration {
+	return s.cfg.ClockSkew + s.cfg.Isolation.TermGrace + s.cfg.Isolation.ReapBound
+}
+
+// mutate admits one mutation at receive and waits for its single answer. Everything refused here
+// is a JSON-RPC error: provably never executed. A host that disconnects does not cancel the work.
+func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResult, error) {
+	now := time.Now()
+	// The absolute wall-clock deadline becomes a monotonic one exactly once; queueing never resets it.
+	deadline := now.Add(time.UnixMilli(p.DeadlineUnixMs).Sub(now))
+	runnable := deadline.Sub(now) - s.killBudget()
+	if runnable < s.cfg.MinRunnable {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: %v left, kill budget %v + minimal window %v",
+			rpc.ErrDeadlineUnfundable, deadline.Sub(now).Round(time.Millisecond), s.killBudget(), s.cfg.MinRunnable)
+	}
+	if s.iso == nil {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: %s", rpc.ErrIsolationUnavailable, s.isoReport.Reason)
+	}
+	if p.Fault != "" && (!s.cfg.TestFaults || !slices.Contains(worker.Faults, p.Fault)) {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not enabled on this sidecar", rpc.ErrInvalidParams, p.Fault)
+	}
+	dup, full := s.dedup.admit(p.InvocationID, deadline.Add(s.cfg.DedupRetention))
+	if full {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: invocation-id memory is full", rpc.ErrOverloaded)
+	}
+	if dup {
+		// A resend of an admitted invocation. Refusing it with an error would fabricate "never
+		// executed" evidence for the first send, so it is answered as indeterminate.
+		s.log.Error("protocol violation: duplicate invocation id; not executed", "invocation", p.InvocationID, "job", p.JobID)
+		s.metrics.outcome("indeterminate")
+		return rpc.MutateResult{
+			Phase: rpc.PhaseIndeterminate, Code: rpc.ReasonDuplicate, InvocationID: p.InvocationID, Epoch: s.epoch,
+			Message: "duplicate invocation id: this request was not executed; an earlier one with this id was admitted",
+		}, nil
+	}
+	j := &job{p: p, received: now, deadline: deadline, runUntil: deadline.Add(-s.killBudget()),
+		peer: rpc.PeerFrom(ctx), done: make(chan rpc.MutateResult, 1)}
+	select {
+	case s.queue <- j:
+		s.metrics.queueDepth.Inc()
+	default:
+		s.dedup.forget(p.InvocationID)
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: receive queue full (%d)", rpc.ErrOverloaded, s.cfg.QueueCapacity)
+	}
+	return <-j.done, nil
+}
+
+// executor runs queued jobs one at a time; Executors of them run side by side.
+func (s *Server) executor() {
+	for j := range s.queue {
+		s.metrics.queueDepth.Dec()
+		res := s.dequeue(j)
+		res.InvocationID, res.Epoch = j.p.InvocationID, s.epoch
+		s.metrics.observeMutation(res, time.Since(j.received))
+		j.done <- res
+	}
+}
+
+// dequeue re-checks the deadline and the lifecycle, then runs the job.
+func (s *Server) dequeue(j *job) rpc.MutateResult {
+	if time.Now().After(j.runUntil) {
+		return rpc.MutateResult{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonDeadlineLapsed,
+			Message: "the deadline lapsed while queued: it can no longer fund the kill budget"}
+	}
+	select {
+	case <-s.stop:
+		return rpc.MutateResult{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonShuttingDown,
+			Message: "the sidecar began shutting down before the worker launched"}
+	default:
+	}
+	s.metrics.workers.Inc()
+	defer s.metrics.workers.Dec()
+	return s.invoke(j)
+}

@@ -1,0 +1,92 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/dataset"
+)
+
+func rejected(code int, msg string, latest int64) *workerproto.Result {
+	return &workerproto.Result{Phase: rpc.PhasePreInvocationRejected, Code: code, Message: msg, ObservedLatest: latest}
+}
+
+// execute runs the prechecks on the pinned snapshot and then exactly one engine call.
+func (w *worker) execute(ctx context.Context, req *rpc.MutateParams) *workerproto.Result {
+	cfg, err := storeConfig(req)
+	if err != nil {
+		return rejected(rpc.ReasonInvalidRequest, err.Error(), 0)
+	}
+	store, err := storage.OpenStore(ctx, cfg)
+	if err != nil {
+		return rejected(rpc.ReasonDatasetUnavailable, "open store: "+err.Error(), 0)
+	}
+	store = w.faultStore(store, req.Fault)
+	latest, err := dataset.LatestVersion(ctx, store, req.Dataset.Path)
+	if err != nil {
+		return rejected(rpc.ReasonDatasetUnavailable, "read versions: "+err.Error(), 0)
+	}
+	ds, err := dataset.Open(ctx, store, req.Dataset.Path, req.PinnedVersion)
+	if err != nil {
+		if errors.Is(err, dataset.ErrVersionNotFound) && latest > req.PinnedVersion {
+			return rejected(rpc.ReasonStaleAdmission, errStale.Error()+": "+err.Error(), latest)
+		}
+		return rejected(rpc.ReasonDatasetUnavailable, "open pinned version: "+err.Error(), latest)
+	}
+	if len(req.Schema) > 0 {
+		contract := make(map[string]dataset.FieldType, len(req.Schema))
+		for _, f := range req.Schema {
+			contract[f.Name] = dataset.FieldType(f.Type)
+		}
+		if err := ds.CheckSchema(contract); err != nil {
+			return rejected(rpc.ReasonSchemaMismatch, err.Error(), latest)
+		}
+	}
+	spec := dataset.MutateSpec{
+		Op: dataset.MutateOp(req.Op), Name: req.Index.Name, Columns: req.Index.Columns,
+		Type: dataset.IndexType(strings.ToUpper(req.Index.Type)), Params: req.Index.Params,
+		IfNotExists: req.IfNotExists, IfExists: req.IfExists,
+	}
+	plan, err := ds.Precheck(spec)
+	switch {
+	case errors.Is(err, dataset.ErrAmbiguousName):
+		return rejected(rpc.ReasonAmbiguousName, err.Error(), latest)
+	case err == nil && plan.NoOp:
+		reason := rpc.CompletionIfNotExistsNoop
+		if spec.Op == dataset.MutateDrop {
+			reason = rpc.CompletionIfExistsNoop
+		}
+		res := &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeOK, ObservedLatest: latest, CompletionReason: reason}
+		if plan.Existing != nil {
+			res.IndexUUID = plan.Existing.UUID
+		}
+		return res
+	}
+	// Exactly one call into the engine; its native code passes through verbatim. Any other
+	// precheck failure (exists, not found, bad column) is the engine's to report.
+	mres, err := ds.Mutate(ctx, spec, dataset.MutateOptions{
+		InvocationID: req.InvocationID,
+		BeforeUpload: w.reserve,
+		Progress:     w.progress,
+	})
+	res := &workerproto.Result{
+		Phase: rpc.PhaseNativeReturn, Code: dataset.NativeCode(err), ObservedLatest: latest,
+		IndexUUID: mres.IndexUUID, Created: mres.Created,
+	}
+	var conflict *dataset.CommitConflictError
+	switch {
+	case err == nil:
+		res.CommittedVersion, res.ObservedLatest = mres.Version, max(latest, mres.Version)
+		res.CompletionReason = rpc.CompletionCommitted
+	case errors.As(err, &conflict):
+		res.ObservedLatest = max(latest, conflict.Latest)
+		res.Message = err.Error()
+	default:
+		res.Message = err.Error()
+	}
+	return res
+}

@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage"
+)
+
+// Fault names. The sidecar passes a fault only when it was started with test faults enabled.
+const (
+	FaultHang              = "hang"                // block forever after reading the request
+	FaultIgnoreSIGTERM     = "ignore_sigterm"      // ignore SIGTERM, then hang
+	FaultSkipResult        = "skip_result"         // exit 0 without a result
+	FaultGarbage           = "garbage"             // write a malformed frame, then hang
+	FaultFlood             = "flood"               // write frames and stderr without bound
+	FaultCrashBeforeCommit = "crash_before_commit" // die after uploading, before the manifest commit
+	FaultCrashAfterCommit  = "crash_after_commit"  // die right after the commit, before the result
+	FaultOOM               = "oom"                 // allocate without bound
+	FaultForkBomb          = "fork_bomb"           // fork without bound
+)
+
+// Faults lists every fault name.
+var Faults = []string{FaultHang, FaultIgnoreSIGTERM, FaultSkipResult, FaultGarbage, FaultFlood,
+	FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb}
+
+// earlyFault acts out faults that happen instead of the engine call. stop says Run must return.
+func (w *worker) earlyFault(fault string) (exit int, stop bool) {
+	switch fault {
+	case FaultHang:
+		select {}
+	case FaultIgnoreSIGTERM:
+		signal.Ignore(syscall.SIGTERM)
+		select {}
+	case FaultSkipResult:
+		return 0, true
+	case FaultGarbage:
+		_, _ = w.out.Write([]byte{0, 0, 0, 12})
+		_, _ = io.WriteString(w.out, "not json at")
+		select {}
+	case FaultFlood:
+		go func() {
+			line := strings.Repeat("flood ", 200) + "\n"
+			for {
+				_, _ = io.WriteString(os.Stderr, line)
+			}
+		}()
+		for i := int64(0); ; i++ {
+			if w.send(&workerproto.Frame{T: workerproto.TypeProgress, Stage: "flood", Done: i, Total: i + 1}) != nil {
+				select {}
+			}
+		}
+	case FaultOOM:
+		var hog [][]byte
+		for {
+			b := make([]byte, 32<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			hog = append(hog, b)
+		}
+	case FaultForkBomb:
+		for {
+			cmd := exec.Command("/bin/sleep", "3600")
+			if cmd.Start() != nil {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	return 0, false
+}
+
+// faultStore wraps store to die around the manifest commit, for the crash faults.
+func (w *worker) faultStore(store storage.Store, fault string) storage.Store {
+	switch fault {
+	case FaultCrashBeforeCommit, FaultCrashAfterCommit:
+		return &crashStore{Store: store, after: fault == FaultCrashAfterCommit}
+	}
+	return store
+}
+
+type crashStore struct {
+	storage.Store
+	after bool
+}
+
+// PutIfAbsent of a manifest is the commit: die just before or just after it, with SIGKILL so no
+// deferred code or buffered output can soften the crash.
+func (c *crashStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if !strings.Contains(key, "_versions/") {
+		return c.Store.PutIfAbsent(ctx, key, r, size)
+	}
+	if !c.after {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	_ = c.Store.PutIfAbsent(ctx, key, r, size)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}

@@ -1,0 +1,168 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/worker"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/hashicorp/go-hclog"
+)
+
+// workerLogBudget bounds what one worker may put into the sidecar's log; the rest is drained and
+// counted, so a flooding worker can neither block on its stderr nor drown the log.
+const workerLogBudget = 256 << 10
+
+// workerLog forwards a worker's stderr lines into the sidecar's log, with credentials redacted.
+type workerLog struct {
+	log     hclog.Logger
+	secrets []string
+	mu      sync.Mutex
+	partial []byte
+	logged  int
+	dropped int
+}
+
+func newWorkerLog(log hclog.Logger, creds *rpc.Credentials) *workerLog {
+	w := &workerLog{log: log}
+	if creds != nil {
+		w.secrets = []string{creds.SecretKey, creds.AccessKey, creds.SessionToken}
+	}
+	return w
+}
+
+func (w *workerLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.logged >= workerLogBudget {
+		w.dropped += len(p)
+		return len(p), nil
+	}
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			if len(w.partial) > 4096 {
+				i = 4096
+			} else {
+				break
+			}
+		}
+		line := redact(string(w.partial[:i]), w.secrets)
+		w.partial = w.partial[min(i+1, len(w.partial)):]
+		w.logged += len(line)
+		w.log.Info("worker stderr", "line", line)
+		if w.logged >= workerLogBudget {
+			w.log.Warn("worker log budget spent; dropping the rest", "budget_bytes", workerLogBudget)
+			w.partial = nil
+			break
+		}
+	}
+	return len(p), nil
+}
+
+func redact(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if len(sec) >= 4 {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	return s
+}
+
+// sanitize redacts the job's credentials from a message bound for the host.
+func (s *Server) sanitize(j *job, msg string) string {
+	var secrets []string
+	if c := j.p.Credentials; c != nil {
+		secrets = []string{c.SecretKey, c.AccessKey, c.SessionToken}
+	}
+	secrets = append(secrets, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
+	return redact(msg, secrets)
+}
+
+// progressSender forwards the latest progress to the host without ever blocking the session: a
+// slow or vanished host loses intermediate steps, never the worker's time.
+type progressSender struct {
+	peer   *rpc.Peer
+	inv    string
+	mu     sync.Mutex
+	latest *rpc.ProgressParams
+	wake   chan struct{}
+	quit   chan struct{}
+	done   chan struct{}
+}
+
+func newProgressSender(peer *rpc.Peer, inv string) *progressSender {
+	p := &progressSender{peer: peer, inv: inv, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go p.loop()
+	return p
+}
+
+func (p *progressSender) send(stage string, done, total int64) {
+	p.mu.Lock()
+	p.latest = &rpc.ProgressParams{InvocationID: p.inv, Stage: stage, Done: done, Total: total}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *progressSender) loop() {
+	defer close(p.done)
+	for {
+		select {
+		case <-p.quit:
+			return
+		case <-p.wake:
+		}
+		p.mu.Lock()
+		msg := p.latest
+		p.latest = nil
+		p.mu.Unlock()
+		if msg != nil && p.peer != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = p.peer.Notify(ctx, rpc.NotifyProgress, msg)
+			cancel()
+		}
+	}
+}
+
+func (p *progressSender) stop() {
+	close(p.quit)
+	<-p.done
+}
+
+// openStore opens the job's store with its per-call credentials, or the sidecar's own.
+func (s *Server) openStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) (storage.Store, error) {
+	if creds == nil && s.cfg.S3AccessKey != "" {
+		creds = &rpc.Credentials{AccessKey: s.cfg.S3AccessKey, SecretKey: s.cfg.S3SecretKey}
+	}
+	cfg, err := worker.StoreConfig(spec, creds)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxRetries = 1
+	cfg.RequestTimeout = 5 * time.Second
+	return storage.OpenStore(ctx, cfg)
+}
+
+// observeLatest reads the dataset's latest version after an indeterminate end, best effort.
+func (s *Server) observeLatest(j *job) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	st, err := s.openStore(ctx, j.p.Dataset.Store, j.p.Credentials)
+	if err != nil {
+		return 0
+	}
+	v, err := dataset.LatestVersion(ctx, st, j.p.Dataset.Path)
+	if err != nil {
+		return 0
+	}
+	return v
+}
