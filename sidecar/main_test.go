@@ -1,0 +1,16 @@
+package sidecar_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testminio"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	testminio.Cleanup()
+	os.Exit(code)
+}
