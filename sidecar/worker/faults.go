@@ -43,7 +43,7 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 		return 0, true
 	case FaultGarbage:
 		_, _ = w.out.Write([]byte{0, 0, 0, 12})
-		_, _ = io.WriteString(w.out, "not json at")
+		_, _ = io.WriteString(w.out, "not json at!")
 		select {}
 	case FaultFlood:
 		go func() {
