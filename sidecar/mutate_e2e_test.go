@@ -218,7 +218,9 @@ func TestAdmissionRules(t *testing.T) {
 			defer wg.Done()
 			results[i], errs[i] = e.c.Mutate(ctx, q)
 		}()
-		waitFor(t, func() bool { return metric(t, e, "steward_mutate_workers_in_flight") == 1 && (i == 0 || metric(t, e, "steward_mutate_queue_depth") == 1) })
+		waitFor(t, func() bool {
+			return metric(t, e, "steward_mutate_workers_in_flight") == 1 && (i == 0 || metric(t, e, "steward_mutate_queue_depth") == 1)
+		})
 	}
 	// The executor is busy and the queue (capacity 1) holds `queued`: the next one is refused.
 	full := e.params(randID("inv-"), "adm", 1, rpc.OpCreate, "ix3", "id", rpc.IndexBTree)
