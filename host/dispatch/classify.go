@@ -1,0 +1,75 @@
+package dispatch
+
+import (
+	"errors"
+	"time"
+
+	"github.com/cba1309c/steward/host"
+	"github.com/cba1309c/steward/rpc"
+)
+
+// Outcome is what one index.mutate send proves.
+type Outcome struct {
+	// State is COMMITTED, NOT_COMMITTED or UNKNOWN.
+	State State
+	// WorkerGone is true when no worker can still be running for the invocation: the sidecar
+	// refused it at receive, or answered (it answers only after the worker's domain is reaped).
+	WorkerGone bool
+}
+
+// Classify maps the answer to one send of op to an outcome, from typed fields only:
+//
+//   - a JSON-RPC error (the sidecar refused the call at receive: never enqueued) → NOT_COMMITTED;
+//   - PRE_INVOCATION_REJECTED → NOT_COMMITTED;
+//   - NATIVE_RETURN: OK → COMMITTED, COMMIT_CONFLICT → NOT_COMMITTED, NOT_FOUND on DROP →
+//     NOT_COMMITTED, any other native code → UNKNOWN;
+//   - INDETERMINATE_AFTER_LAUNCH, an unknown phase, an identity mismatch (host.ErrIdentity), or a
+//     transport failure after the send (rpc.ErrConnectionLost, a context error, anything else)
+//     → UNKNOWN.
+func Classify(op string, res rpc.MutateResult, err error) Outcome {
+	if err != nil {
+		var we *rpc.Error
+		if errors.As(err, &we) && !errors.Is(err, host.ErrIdentity) {
+			return Outcome{State: StateNotCommitted, WorkerGone: true}
+		}
+		return Outcome{State: StateUnknown}
+	}
+	switch res.Phase {
+	case rpc.PhasePreInvocationRejected:
+		return Outcome{State: StateNotCommitted, WorkerGone: true}
+	case rpc.PhaseIndeterminate:
+		return Outcome{State: StateUnknown, WorkerGone: true}
+	case rpc.PhaseNativeReturn:
+		switch {
+		case res.Code == rpc.NativeOK:
+			return Outcome{State: StateCommitted, WorkerGone: true}
+		case res.Code == rpc.NativeCommitConflict:
+			return Outcome{State: StateNotCommitted, WorkerGone: true}
+		case res.Code == rpc.NativeNotFound && op == rpc.OpDrop:
+			return Outcome{State: StateNotCommitted, WorkerGone: true}
+		}
+		return Outcome{State: StateUnknown, WorkerGone: true}
+	}
+	// A phase this host does not know: trust nothing about it, not even that the worker is gone.
+	return Outcome{State: StateUnknown}
+}
+
+// resultOf records an answer or an error for the journal.
+func resultOf(res rpc.MutateResult, err error, at time.Time) *Result {
+	r := &Result{At: at}
+	if err != nil {
+		r.Error = err.Error()
+		var we *rpc.Error
+		if errors.As(err, &we) {
+			r.ErrorCode = int64(we.Code)
+		}
+		if !errors.Is(err, host.ErrIdentity) {
+			return r
+		}
+	}
+	r.Phase, r.Code = res.Phase, res.Code
+	r.ObservedLatestVersion, r.CommittedVersion = res.ObservedLatestVersion, res.CommittedVersion
+	r.CompletionReason, r.Message, r.IndexUUID = res.CompletionReason, res.Message, res.IndexUUID
+	r.WallMs, r.PeakMemoryBytes, r.OOMKilled, r.Signal = res.WallMs, res.PeakMemoryBytes, res.OOMKilled, res.Signal
+	return r
+}

@@ -1,0 +1,93 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/hashicorp/go-hclog"
+)
+
+// RefreshFunc is the host's post-commit hook (e.g. reload the table's index catalog). It runs
+// after a job commits, or when an answer shows the dataset advanced past the admitted version. It
+// must be idempotent: a failed or interrupted refresh runs again.
+type RefreshFunc func(ctx context.Context, j Job) error
+
+// CredentialsFunc supplies per-call storage credentials for a job's dataset at send time (never
+// stored in the job). Nil sends none.
+type CredentialsFunc func(ctx context.Context, d rpc.DatasetRef) (*rpc.Credentials, error)
+
+// Config configures a Dispatcher. Zero values take the documented defaults.
+type Config struct {
+	// Store is the durable job store. Required; the dispatcher does not close it.
+	Store Store
+	// Interval is how often Run starts a round. Default 1s.
+	Interval time.Duration
+	// ExecuteDeadline is how long after dispatch a job's deadline falls. It must fund the
+	// sidecar's kill budget (clock skew + term grace + reap bound, 22s by default) plus a runnable
+	// window, or the sidecar refuses the call at receive. Default 10m.
+	ExecuteDeadline time.Duration
+	// AnswerGrace is how long past the deadline the dispatcher still waits for an answer before it
+	// abandons the call (the job is UNKNOWN by then; a late answer still settles it). Default 30s.
+	AnswerGrace time.Duration
+	// MaxPerRound caps the sends a round starts, and separately the resolves it tries. Default 8.
+	MaxPerRound int
+	// MaxInFlightPerSidecar caps the calls outstanding to one sidecar; keep it at the sidecar's
+	// executor pool size. Default 2.
+	MaxInFlightPerSidecar int
+	// RefreshRetryInterval is the least time between two attempts of a FAILED refresh. A first
+	// REQUIRED refresh is never delayed. Default 30s.
+	RefreshRetryInterval time.Duration
+	// RefreshTimeout bounds one run of the refresh hook. Default 1m.
+	RefreshTimeout time.Duration
+	// ResolveRetryInterval is the least time between two index.resolve attempts for one UNKNOWN
+	// job (kept in memory only: a failed attempt writes nothing). Default 5s.
+	ResolveRetryInterval time.Duration
+	// ResolveTimeout bounds one index.resolve call. Default 30s.
+	ResolveTimeout time.Duration
+	// MaxUnresolvedPerDataset is the quota of unresolved jobs per dataset. Default 64.
+	MaxUnresolvedPerDataset int
+	// MaxUnresolved is the quota of unresolved jobs in the whole store. Default 1024.
+	MaxUnresolved int
+	// Disabled starts the dispatcher with admission switched off (see SetEnabled). Default false.
+	Disabled bool
+	// Refresh is the post-commit hook. Nil: no refresh is ever required.
+	Refresh RefreshFunc
+	// Credentials supplies per-call storage credentials. Nil: none.
+	Credentials CredentialsFunc
+	// Logger receives the dispatcher's log lines. Default: hclog at info, named "dispatch".
+	Logger hclog.Logger
+	// Now is the clock of deadlines and history. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defInt := func(i *int, v int) {
+		if *i <= 0 {
+			*i = v
+		}
+	}
+	def(&c.Interval, time.Second)
+	def(&c.ExecuteDeadline, 10*time.Minute)
+	def(&c.AnswerGrace, 30*time.Second)
+	def(&c.RefreshRetryInterval, 30*time.Second)
+	def(&c.RefreshTimeout, time.Minute)
+	def(&c.ResolveRetryInterval, 5*time.Second)
+	def(&c.ResolveTimeout, 30*time.Second)
+	defInt(&c.MaxPerRound, 8)
+	defInt(&c.MaxInFlightPerSidecar, 2)
+	defInt(&c.MaxUnresolvedPerDataset, 64)
+	defInt(&c.MaxUnresolved, 1024)
+	if c.Logger == nil {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "dispatch", Level: hclog.Info})
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}

@@ -1,0 +1,18 @@
+// Package dispatch is the durable host dispatcher: it drives index jobs through a job store
+// (bbolt by default) to a terminal state a database can trust, sending each mutation to a sidecar
+// at most once.
+//
+// A job moves PENDING → RUNNING → COMMITTED | NOT_COMMITTED | UNKNOWN. RUNNING is journaled, with
+// the invocation id, the sidecar epoch and the deadline, before any I/O, so a dispatcher that
+// restarts from its store never sends a RUNNING job again. An UNKNOWN outcome is settled later by
+// index.resolve (fencing the commit slot) or left for an audited force-release; it is never guessed.
+//
+// Separately from its outcome, a job holds a slot (the same-name fence and the quotas) for as long
+// as a worker might still be running for it: the slot is released by an answer from the sidecar
+// (which answers only after its worker's domain is dead), by a refusal at receive, by proof that
+// the recorded sidecar epoch is gone, or by force-release. A deadline never releases it.
+//
+// Classification reads typed fields only (phase, code, error sentinels), never message text.
+//
+// dispatch imports rpc and host only; it never links the sidecar, isolation or storage packages.
+package dispatch

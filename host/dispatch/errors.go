@@ -1,0 +1,35 @@
+package dispatch
+
+import "errors"
+
+// Sentinels of the dispatcher. Admission rejections wrap one of the first five; nothing was
+// stored when Submit returns an error.
+var (
+	// ErrDisabled means admission is switched off (Config.Disabled or SetEnabled(false)).
+	ErrDisabled = errors.New("dispatch: admission disabled")
+	// ErrNameBusy means another job holds the slot of the same dataset and index name (compared
+	// case-folded): at most one mutation per name may be live.
+	ErrNameBusy = errors.New("dispatch: a live job holds this dataset and index name")
+	// ErrDatasetQuota means the dataset already has Config.MaxUnresolvedPerDataset unresolved jobs.
+	ErrDatasetQuota = errors.New("dispatch: unresolved jobs per dataset at quota")
+	// ErrTotalQuota means the store already holds Config.MaxUnresolved unresolved jobs.
+	ErrTotalQuota = errors.New("dispatch: unresolved jobs in total at quota")
+	// ErrInvalidJob means the request cannot become a valid index.mutate call.
+	ErrInvalidJob = errors.New("dispatch: invalid job")
+	// ErrJobExists means a job with the requested id is already stored.
+	ErrJobExists = errors.New("dispatch: job id already exists")
+
+	// ErrNotFound means no job has the given id.
+	ErrNotFound = errors.New("dispatch: job not found")
+	// ErrNotReleasable means force-release was asked for a job that is not an unreleased UNKNOWN.
+	ErrNotReleasable = errors.New("dispatch: only an UNKNOWN job that still holds its slot or awaits resolution can be force-released")
+	// ErrClosed means the dispatcher (or its store) is closed.
+	ErrClosed = errors.New("dispatch: closed")
+	// ErrStoreLocked means another process (a running dispatcher) holds the store file.
+	ErrStoreLocked = errors.New("dispatch: store file is locked by another process")
+	// ErrCorrupt means a stored record could not be decoded.
+	ErrCorrupt = errors.New("dispatch: corrupt job record")
+)
+
+// ErrAuditRequired means a force-release named no operator or no reason.
+var ErrAuditRequired = errors.New("dispatch: force-release needs who and why")

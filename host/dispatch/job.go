@@ -1,0 +1,213 @@
+package dispatch
+
+import (
+	"path"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/cba1309c/steward/rpc"
+)
+
+// State is a job's outcome state.
+type State string
+
+// Job states. COMMITTED and NOT_COMMITTED are final; UNKNOWN is terminal for sending (the job is
+// never sent again) but may still be settled by index.resolve or by a late answer.
+const (
+	StatePending      State = "PENDING"
+	StateRunning      State = "RUNNING"
+	StateCommitted    State = "COMMITTED"
+	StateNotCommitted State = "NOT_COMMITTED"
+	StateUnknown      State = "UNKNOWN"
+)
+
+// Settled reports whether s is a definite outcome.
+func (s State) Settled() bool { return s == StateCommitted || s == StateNotCommitted }
+
+// RefreshState tracks the host's post-commit refresh hook for a job.
+type RefreshState string
+
+// Refresh states. FAILED is retried at most once per Config.RefreshRetryInterval.
+const (
+	RefreshNotRequired RefreshState = "NOT_REQUIRED"
+	RefreshRequired    RefreshState = "REQUIRED"
+	RefreshRunning     RefreshState = "RUNNING"
+	RefreshDone        RefreshState = "DONE"
+	RefreshFailed      RefreshState = "FAILED"
+)
+
+// pending reports whether the refresh driver still has work for this state.
+func (r RefreshState) pending() bool {
+	return r == RefreshRequired || r == RefreshRunning || r == RefreshFailed
+}
+
+// Events recorded in a job's history.
+const (
+	EventSubmit       = "submit"        // admitted as PENDING
+	EventDispatch     = "dispatch"      // journaled RUNNING before the send
+	EventAnswer       = "answer"        // the sidecar answered (result or refusal) or the call failed
+	EventDeadline     = "deadline"      // the deadline passed with no answer
+	EventEpochGone    = "epoch-gone"    // the recorded sidecar epoch is gone: slot released
+	EventResolve      = "resolve"       // index.resolve settled the outcome
+	EventRefresh      = "refresh"       // the refresh hook ran (or was scheduled)
+	EventForceRelease = "force-release" // an operator released the job
+)
+
+// Transition is one entry of a job's history.
+type Transition struct {
+	At    time.Time `json:"at"`
+	Event string    `json:"event"`
+	// From and To are the states around the event (equal when only the slot or refresh moved).
+	From State `json:"from,omitempty"`
+	To   State `json:"to,omitempty"`
+	// Slot is "held" or "released" after the event.
+	Slot string `json:"slot,omitempty"`
+	// Refresh is the refresh state after the event.
+	Refresh RefreshState `json:"refresh,omitempty"`
+	// By is who acted (force-release); Detail says why, for people.
+	By     string `json:"by,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Result is what a send produced: the sidecar's typed answer, or the error class of a refusal or
+// a transport failure. Error is for people; classification never reads it.
+type Result struct {
+	At                    time.Time `json:"at"`
+	Phase                 string    `json:"phase,omitempty"`
+	Code                  int       `json:"code"`
+	ObservedLatestVersion int64     `json:"observed_latest_version,omitempty"`
+	CommittedVersion      int64     `json:"committed_version,omitempty"`
+	CompletionReason      string    `json:"completion_reason,omitempty"`
+	Message               string    `json:"message,omitempty"`
+	IndexUUID             string    `json:"index_uuid,omitempty"`
+	WallMs                int64     `json:"wall_ms,omitempty"`
+	PeakMemoryBytes       int64     `json:"peak_memory_bytes,omitempty"`
+	OOMKilled             bool      `json:"oom_killed,omitempty"`
+	Signal                string    `json:"signal,omitempty"`
+	// ErrorCode is the JSON-RPC error code of a refusal at receive (0 otherwise).
+	ErrorCode int64 `json:"error_code,omitempty"`
+	// Error describes a refusal or transport failure.
+	Error string `json:"error,omitempty"`
+}
+
+// Resolution is the answer of index.resolve that settled an UNKNOWN job.
+type Resolution struct {
+	At      time.Time `json:"at"`
+	Outcome string    `json:"outcome"`
+	Version int64     `json:"version"`
+	Fenced  bool      `json:"fenced"`
+	Reason  string    `json:"reason,omitempty"`
+}
+
+// Job is one durable index mutation. Credentials are never part of it.
+type Job struct {
+	ID      string         `json:"id"`
+	Dataset rpc.DatasetRef `json:"dataset"`
+	Op      string         `json:"op"`
+	Index   rpc.IndexSpec  `json:"index"`
+	// AdmittedVersion is the dataset version the host admitted the job at; the mutation commits
+	// at AdmittedVersion+1 or not at all.
+	AdmittedVersion int64               `json:"admitted_version"`
+	IfNotExists     bool                `json:"if_not_exists,omitempty"`
+	IfExists        bool                `json:"if_exists,omitempty"`
+	Schema          []rpc.FieldContract `json:"schema,omitempty"`
+	Limits          *rpc.WorkerLimits   `json:"limits,omitempty"`
+	// Fault is a test-only fault passed through to a sidecar started with --test-faults.
+	Fault string `json:"fault,omitempty"`
+
+	State State `json:"state"`
+	// SlotHeld is true while a worker might still be running for this job.
+	SlotHeld bool `json:"slot_held"`
+	// Released is set by a force-release: the job is no longer driven.
+	Released bool `json:"released,omitempty"`
+
+	// Set when RUNNING is journaled, before the send.
+	InvocationID string    `json:"invocation_id,omitempty"`
+	Sidecar      string    `json:"sidecar,omitempty"` // the name the sidecar was added under
+	Epoch        string    `json:"epoch,omitempty"`
+	Deadline     time.Time `json:"deadline,omitzero"`
+
+	Result     *Result     `json:"result,omitempty"`
+	Resolution *Resolution `json:"resolution,omitempty"`
+
+	Refresh          RefreshState `json:"refresh"`
+	RefreshAttempts  int          `json:"refresh_attempts,omitempty"`
+	RefreshAttemptAt time.Time    `json:"refresh_attempt_at,omitzero"`
+	RefreshError     string       `json:"refresh_error,omitempty"`
+
+	Created time.Time    `json:"created"`
+	Updated time.Time    `json:"updated"`
+	History []Transition `json:"history"`
+}
+
+// Unresolved reports whether the job counts against the quotas: it still holds its slot, or its
+// outcome is still to be settled.
+func (j *Job) Unresolved() bool {
+	if j.SlotHeld {
+		return true
+	}
+	switch j.State {
+	case StatePending, StateRunning:
+		return true
+	case StateUnknown:
+		return !j.Released
+	}
+	return false
+}
+
+// Active reports whether a dispatcher round still has something to do with the job.
+func (j *Job) Active() bool { return j.Unresolved() || j.Refresh.pending() }
+
+// DatasetKey identifies the job's dataset for the fence and the per-dataset quota.
+func (j *Job) DatasetKey() string { return datasetKey(j.Dataset) }
+
+// NameKey identifies the job's slot: its dataset and case-folded index name.
+func (j *Job) NameKey() string { return j.DatasetKey() + "\x00" + FoldName(j.Index.Name) }
+
+func datasetKey(d rpc.DatasetRef) string {
+	return d.Store.URL + "\x00" + d.Store.Endpoint + "\x00" + path.Clean(strings.Trim(d.Path, "/"))
+}
+
+// FoldName normalizes an index name the way the engine compares names (Unicode simple case
+// folding, as strings.EqualFold): each rune becomes the smallest rune of its fold orbit.
+func FoldName(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		m := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			m = min(m, f)
+		}
+		b.WriteRune(m)
+	}
+	return b.String()
+}
+
+// record appends a history entry and stamps Updated.
+func (j *Job) record(at time.Time, event string, from State, detail string) {
+	slot := "released"
+	if j.SlotHeld {
+		slot = "held"
+	}
+	j.Updated = at
+	j.History = append(j.History, Transition{
+		At: at, Event: event, From: from, To: j.State, Slot: slot, Refresh: j.Refresh, Detail: detail,
+	})
+}
+
+// clone returns a deep-enough copy for handing out of the dispatcher.
+func (j Job) clone() Job {
+	j.History = append([]Transition(nil), j.History...)
+	j.Schema = append([]rpc.FieldContract(nil), j.Schema...)
+	j.Index.Columns = append([]string(nil), j.Index.Columns...)
+	if j.Result != nil {
+		r := *j.Result
+		j.Result = &r
+	}
+	if j.Resolution != nil {
+		r := *j.Resolution
+		j.Resolution = &r
+	}
+	return j
+}

@@ -1,0 +1,182 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/google/uuid"
+)
+
+// pick returns the live sidecar with the fewest calls in flight (ties by name); with reserve it
+// only considers sidecars under the in-flight cap and takes one of their slots.
+func (d *Dispatcher) pick(reserve bool) *sidecarEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	names := make([]string, 0, len(d.sidecars))
+	for n := range d.sidecars {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var best *sidecarEntry
+	for _, n := range names {
+		e := d.sidecars[n]
+		if exited(e.sc) || e.sc.Epoch() != e.epoch || (reserve && e.inflight >= d.cfg.MaxInFlightPerSidecar) {
+			continue
+		}
+		if best == nil || e.inflight < best.inflight {
+			best = e
+		}
+	}
+	if best != nil && reserve {
+		best.inflight++
+	}
+	return best
+}
+
+func (d *Dispatcher) unreserve(e *sidecarEntry) {
+	d.mu.Lock()
+	e.inflight--
+	d.mu.Unlock()
+}
+
+// dispatchPending sends PENDING jobs, oldest first, under the per-round and per-sidecar caps.
+func (d *Dispatcher) dispatchPending(ctx context.Context, st *RoundStats) error {
+	jobs, err := d.active(func(j *Job) bool { return j.State == StatePending })
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if st.Dispatched >= d.cfg.MaxPerRound {
+			return nil
+		}
+		e := d.pick(true)
+		if e == nil {
+			return nil // every sidecar is at its cap (or none is live): nothing to write
+		}
+		sent, err := d.dispatch(ctx, j, e)
+		if !sent {
+			d.unreserve(e)
+		}
+		if err != nil {
+			return err
+		}
+		if sent {
+			st.Dispatched++
+		}
+	}
+	return nil
+}
+
+// dispatch journals RUNNING with a fresh invocation id, the sidecar's epoch and the deadline
+// before any I/O, rechecks, and starts the one send. It never sends a job that is not PENDING.
+func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool, error) {
+	var creds *rpc.Credentials
+	if d.cfg.Credentials != nil {
+		c, err := d.cfg.Credentials(ctx, j.Dataset)
+		if err != nil {
+			d.log.Warn("no credentials; job stays PENDING", "job", j.ID, "error", err)
+			return false, nil
+		}
+		creds = c
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return false, err
+	}
+	inv := id.String()
+	now := d.cfg.Now()
+	deadline := now.Add(d.cfg.ExecuteDeadline)
+	j, changed, err := d.modify(j.ID, func(x *Job) bool {
+		if x.State != StatePending {
+			return false
+		}
+		x.State, x.InvocationID, x.Sidecar, x.Epoch, x.Deadline = StateRunning, inv, e.name, e.epoch, deadline
+		x.record(now, EventDispatch, StatePending, fmt.Sprintf("invocation %s to sidecar %s", inv, e.name))
+		return true
+	})
+	if err != nil || !changed {
+		return false, err
+	}
+	// Recheck: the record is ours and the sidecar is the one journaled. Otherwise the job stays
+	// RUNNING unsent; the sweeps turn it UNKNOWN and index.resolve fences it. Never a resend.
+	cur, err := Get(d.store, j.ID)
+	if err != nil {
+		return false, err
+	}
+	if cur.State != StateRunning || cur.InvocationID != inv || exited(e.sc) || e.sc.Epoch() != e.epoch {
+		d.log.Warn("recheck failed after journaling RUNNING; not sending", "job", j.ID, "invocation", inv)
+		return false, nil
+	}
+	p := rpc.MutateParams{
+		InvocationID: inv, JobID: j.ID, DeadlineUnixMs: deadline.UnixMilli(), Dataset: j.Dataset,
+		PinnedVersion: j.AdmittedVersion, Op: j.Op, Index: j.Index, IfNotExists: j.IfNotExists,
+		IfExists: j.IfExists, Schema: j.Schema, Credentials: creds, Limits: j.Limits, Fault: j.Fault,
+	}
+	c := &call{jobID: j.ID, invocation: inv, op: j.Op, sidecar: e}
+	d.mu.Lock()
+	d.inflight[j.ID] = c
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go d.send(c, p)
+	d.log.Info("job sent", "job", j.ID, "invocation", inv, "sidecar", e.name)
+	return true, nil
+}
+
+// send makes the one call and journals its answer. The call's own bound is the execute deadline
+// plus AnswerGrace, on the monotonic clock.
+func (d *Dispatcher) send(c *call, p rpc.MutateParams) {
+	defer d.wg.Done()
+	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ExecuteDeadline+d.cfg.AnswerGrace)
+	res, err := c.sidecar.sc.Mutate(ctx, p)
+	cancel()
+	abandoned := d.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+	if !abandoned {
+		if ferr := d.finish(c, res, err); ferr != nil {
+			d.log.Error("cannot journal an answer; the job stays as journaled", "job", c.jobID, "invocation", c.invocation, "error", ferr)
+		}
+	}
+	d.mu.Lock()
+	delete(d.inflight, c.jobID)
+	c.sidecar.inflight--
+	d.mu.Unlock()
+	d.kickRound()
+}
+
+// finish journals the answer to one send. A late answer (the job already UNKNOWN by its deadline
+// or by the epoch sweep) still settles it and, if it proves the worker gone, frees the slot.
+func (d *Dispatcher) finish(c *call, res rpc.MutateResult, err error) error {
+	out := Classify(c.op, res, err)
+	now := d.cfg.Now()
+	_, _, merr := d.modify(c.jobID, func(j *Job) bool {
+		if j.InvocationID != c.invocation {
+			return false
+		}
+		from := j.State
+		detail := string(out.State)
+		switch {
+		case j.State == StateRunning || (j.State == StateUnknown && out.State.Settled()):
+			j.State = out.State
+		case j.State.Settled() && out.State.Settled() && out.State != j.State:
+			detail = fmt.Sprintf("answer says %s but the job was already settled %s; kept", out.State, j.State)
+			d.log.Error("answer disagrees with settled outcome", "job", j.ID, "answer", out.State, "settled", j.State)
+		}
+		j.Result = resultOf(res, err, now)
+		if out.WorkerGone {
+			j.SlotHeld = false
+		}
+		advanced := err == nil && res.ObservedLatestVersion > j.AdmittedVersion
+		if (j.State == StateCommitted && from != StateCommitted) || advanced {
+			d.requireRefresh(j)
+		}
+		if err != nil {
+			detail += ": " + err.Error()
+		}
+		j.record(now, EventAnswer, from, detail)
+		return true
+	})
+	d.log.Info("job answered", "job", c.jobID, "invocation", c.invocation, "outcome", out.State, "error", err)
+	return merr
+}
