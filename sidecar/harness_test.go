@@ -63,6 +63,12 @@ func randID(prefix string) string {
 // and no cgroup of it is left.
 func newSidecar(t *testing.T, extra ...string) *sidecarEnv {
 	t.Helper()
+	return newSidecarWithEnv(t, nil, extra...)
+}
+
+// newSidecarWithEnv is newSidecar with an explicit environment for the sidecar (nil: inherit).
+func newSidecarWithEnv(t *testing.T, env []string, extra ...string) *sidecarEnv {
+	t.Helper()
 	testenv.NeedRoot(t)
 	e := &sidecarEnv{t: t, parent: randID("steward-test-"), root: t.TempDir(), logs: &lockedBuffer{}}
 	args := append([]string{"--test-faults", "--cgroup-parent", e.parent, "--term-grace", "500ms",
@@ -70,7 +76,7 @@ func newSidecar(t *testing.T, extra ...string) *sidecarEnv {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "test", Output: e.logs, Level: hclog.Debug, JSONFormat: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := host.LaunchStdio(ctx, host.Config{Path: testbin.Steward(t), Args: args, Logger: logger,
+	c, err := host.LaunchStdio(ctx, host.Config{Path: testbin.Steward(t), Args: args, Logger: logger, Env: env,
 		OnNotify: func(method string, params json.RawMessage) {
 			var p rpc.ProgressParams
 			if method == rpc.NotifyProgress && json.Unmarshal(params, &p) == nil {
