@@ -15,9 +15,10 @@ all: build
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/steward
 
-# The README's first command: launch a sidecar through go-plugin, say hello, read its metrics.
+# The README's first command: the demo (dataset, sidecar through go-plugin, dispatcher, index
+# builds, an OOM kill on purpose, lookups, jobs table, ledger).
 run: build
-	$(GO) run ./examples/gohello --steward $(BIN)
+	$(BIN) demo
 
 minio:
 	scripts/minio.sh install

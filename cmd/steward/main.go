@@ -2,6 +2,7 @@
 //
 //	steward serve      run the sidecar (go-plugin when launched by a go-plugin host, else stdio JSON-RPC)
 //	steward dataset    create and inspect datasets
+//	steward jobs       inspect and release jobs in a dispatcher's store
 //	steward version    print the build version
 //
 // The worker mode that isolated mutations run in is an explicit subcommand too, chosen here and
@@ -41,6 +42,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return worker.Main()
 	case "dataset":
 		return runDataset(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		return runJobs(ctx, args[1:], stdout, stderr)
+	case "demo":
+		return runDemo(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildVersion())
 		return 0
@@ -57,8 +62,10 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: steward <command> [flags]
 
 commands:
+  demo       build indexes on a generated dataset through the sidecar, with a crash on purpose
   serve      run the sidecar: go-plugin when started by a go-plugin host, JSON-RPC on stdin/stdout otherwise
   dataset    create | describe | versions: make and inspect datasets
+  jobs       list | show | release: inspect a dispatcher's durable job store
   version    print the build version
 
 Run "steward <command> -h" for a command's flags.

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cba1309c/steward/host"
+	"github.com/cba1309c/steward/host/dispatch"
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/hashicorp/go-hclog"
+)
+
+// runDemo is `steward demo`: a database host in one command. It makes a dataset, launches the
+// sidecar through go-plugin from a host that drives a durable dispatcher, builds a BTREE and a
+// BITMAP index with live progress, lets one job be OOM-killed under a small memory limit and
+// classified, answers a lookup through the index and by full scan, and prints the jobs table and
+// the ledger's figures.
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rows := fs.Int64("rows", 2_000_000, "rows in the demo dataset")
+	dir := fs.String("dir", "", "working directory (default: a new temporary directory, removed afterwards)")
+	s3 := fs.String("s3", "", "run against S3 instead of the local store: s3://bucket[/prefix]; endpoint and credentials from STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY, STEWARD_S3_SECRET_KEY")
+	oomLimit := fs.Int64("oom-limit", 48<<20, "memory limit (bytes) of the job that is meant to be OOM-killed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	d := &demo{out: stdout, rows: *rows, oomLimit: *oomLimit, bars: map[string]*bar{}}
+	if err := d.run(ctx, *dir, *s3); err != nil {
+		fmt.Fprintln(stderr, "steward demo:", err)
+		return 1
+	}
+	return 0
+}
+
+type demo struct {
+	out      io.Writer
+	rows     int64
+	oomLimit int64
+	ref      rpc.DatasetRef
+	store    storage.Store
+	creds    *rpc.Credentials
+	client   *host.Client
+	disp     *dispatch.Dispatcher
+
+	mu   sync.Mutex
+	bars map[string]*bar // invocation id → progress bar
+}
+
+func (d *demo) step(n int, title, format string, args ...any) {
+	fmt.Fprintf(d.out, "\n%d. %-10s %s\n", n, title, fmt.Sprintf(format, args...))
+}
+
+func (d *demo) run(ctx context.Context, dir, s3 string) error {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "steward-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	fmt.Fprintf(d.out, "steward demo — a database host driving index mutations through the steward sidecar\n")
+	if err := d.makeDataset(ctx, dir, s3); err != nil {
+		return err
+	}
+	if err := d.launch(ctx, dir); err != nil {
+		return err
+	}
+	defer d.client.Close()
+	defer d.disp.Close()
+
+	d.step(3, "indexes", "two jobs through the dispatcher (journaled before any I/O, sent exactly once)")
+	if err := d.job(ctx, dispatch.Request{ID: "build-by-id", AdmittedVersion: 1, Op: rpc.OpCreate,
+		Index: rpc.IndexSpec{Name: "by_id", Columns: []string{"id"}, Type: rpc.IndexBTree}}); err != nil {
+		return err
+	}
+	if err := d.job(ctx, dispatch.Request{ID: "build-by-category", AdmittedVersion: 2, Op: rpc.OpCreate,
+		Index: rpc.IndexSpec{Name: "by_category", Columns: []string{"category"}, Type: rpc.IndexBitmap}}); err != nil {
+		return err
+	}
+	d.step(4, "oom", "a BTREE on name under a %s memory limit: the kernel kills it, steward classifies it", bytesIEC(d.oomLimit))
+	if err := d.job(ctx, dispatch.Request{ID: "build-by-name-small-memory", AdmittedVersion: 3, Op: rpc.OpCreate,
+		Index:  rpc.IndexSpec{Name: "by_name", Columns: []string{"name"}, Type: rpc.IndexBTree},
+		Limits: &rpc.WorkerLimits{MemoryBytes: d.oomLimit}}); err != nil {
+		return err
+	}
+	if err := d.lookups(ctx); err != nil {
+		return err
+	}
+	d.jobsTable()
+	d.ledger(ctx)
+	return nil
+}
+
+func (d *demo) makeDataset(ctx context.Context, dir, s3 string) error {
+	var cfg storage.StoreConfig
+	if s3 == "" {
+		root := filepath.Join(dir, "store")
+		cfg = storage.StoreConfig{Kind: storage.KindLocal, Root: root}
+		d.ref = rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + root}, Path: "demo/events"}
+	} else {
+		u, err := url.Parse(s3)
+		if err != nil || u.Scheme != "s3" || u.Host == "" {
+			return fmt.Errorf("--s3 %q: want s3://bucket[/prefix]", s3)
+		}
+		endpoint := os.Getenv("STEWARD_S3_ENDPOINT")
+		if endpoint == "" {
+			return errors.New("--s3 needs STEWARD_S3_ENDPOINT (host:port)")
+		}
+		d.creds = &rpc.Credentials{AccessKey: os.Getenv("STEWARD_S3_ACCESS_KEY"), SecretKey: os.Getenv("STEWARD_S3_SECRET_KEY")}
+		cfg = storage.StoreConfig{Kind: storage.KindS3, Endpoint: endpoint, Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"),
+			AccessKey: d.creds.AccessKey, SecretKey: d.creds.SecretKey}
+		d.ref = rpc.DatasetRef{Store: rpc.StoreSpec{URL: s3, Endpoint: endpoint}, Path: "demo/events-" + time.Now().Format("150405")}
+	}
+	store, err := storage.OpenStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	d.store = store
+	d.step(1, "dataset", "%s rows of generated events → %s %s", grouped(d.rows), d.ref.Store.URL, d.ref.Path)
+	b := newBar(d.out, "rows written", d.rows)
+	start := time.Now()
+	src := &countingSource{RowSource: dataset.NewGenerator(d.rows, 42), progress: b.set}
+	_, res, err := dataset.Create(ctx, store, d.ref.Path, src, dataset.WriteOptions{RowsPerFragment: 500_000})
+	if err != nil {
+		return err
+	}
+	b.finish(fmt.Sprintf("version %d, %d fragments, %v", res.Version, len(res.Created), time.Since(start).Round(time.Millisecond)))
+	return nil
+}
+
+// countingSource reports rows as the generator hands them out.
+type countingSource struct {
+	dataset.RowSource
+	n        int64
+	progress func(int64)
+}
+
+func (c *countingSource) Next(ctx context.Context) (dataset.Batch, error) {
+	b, err := c.RowSource.Next(ctx)
+	if err == nil {
+		c.n += int64(b.Rows)
+		c.progress(c.n)
+	}
+	return b, err
+}
+
+func (d *demo) launch(ctx context.Context, dir string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	d.client, err = host.Launch(ctx, host.Config{
+		Path: self, Logger: hclog.New(&hclog.LoggerOptions{Name: "demo", Level: hclog.Error}),
+		OnNotify: d.onProgress,
+	})
+	if err != nil {
+		return err
+	}
+	h := d.client.Info()
+	iso := "unavailable"
+	if h.Isolation != nil {
+		iso = h.Isolation.Mode
+		if h.Isolation.Verified {
+			iso += ", verified"
+		} else {
+			iso += ": " + h.Isolation.Reason
+		}
+	}
+	d.step(2, "sidecar", "launched through go-plugin (AutoMTLS) in %v", time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(d.out, "   pid %d · epoch %s · isolation %s · %d executors\n", h.Pid, h.Epoch[:12], iso, h.Limits.ExecutorSlots)
+	store, err := dispatch.OpenBolt(filepath.Join(dir, "jobs.db"), dispatch.BoltOptions{})
+	if err != nil {
+		return err
+	}
+	d.disp, err = dispatch.New(dispatch.Config{Store: store, Interval: 100 * time.Millisecond,
+		ExecuteDeadline: 5 * time.Minute, ResolveRetryInterval: 200 * time.Millisecond,
+		Credentials: func(context.Context, rpc.DatasetRef) (*rpc.Credentials, error) { return d.creds, nil },
+		Logger:      hclog.New(&hclog.LoggerOptions{Name: "dispatch", Level: hclog.Error})})
+	if err != nil {
+		return err
+	}
+	if err := d.disp.AddSidecar("node-1", d.client); err != nil {
+		return err
+	}
+	go d.disp.Run(ctx)
+	fmt.Fprintf(d.out, "   dispatcher journal: %s\n", store.Path())
+	return nil
+}
+
+// job submits one job and follows it to a terminal state, drawing its progress.
+func (d *demo) job(ctx context.Context, r dispatch.Request) error {
+	r.Dataset = d.ref
+	j, err := d.disp.Submit(ctx, r)
+	if err != nil {
+		return err
+	}
+	label := fmt.Sprintf("%s %s(%s)", r.Index.Type, r.Index.Name, strings.Join(r.Index.Columns, ","))
+	b := newBar(d.out, label, 0)
+	for {
+		j, err = d.disp.Get(j.ID)
+		if err != nil {
+			return err
+		}
+		if j.InvocationID != "" {
+			d.mu.Lock()
+			d.bars[j.InvocationID] = b
+			d.mu.Unlock()
+		}
+		if j.State.Settled() || (j.State == dispatch.StateUnknown && j.Resolution != nil) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	b.finish(describe(j))
+	return nil
+}
+
+func describe(j dispatch.Job) string {
+	var parts []string
+	if r := j.Result; r != nil {
+		parts = append(parts, fmt.Sprintf("%s code %d", r.Phase, r.Code))
+		if r.OOMKilled {
+			parts = append(parts, "OOM-killed")
+		}
+		if r.CommittedVersion > 0 {
+			parts = append(parts, fmt.Sprintf("committed v%d", r.CommittedVersion))
+		}
+		if r.PeakMemoryBytes > 0 {
+			parts = append(parts, "peak "+bytesIEC(r.PeakMemoryBytes))
+		}
+		if r.WallMs > 0 {
+			parts = append(parts, fmt.Sprintf("%v", time.Duration(r.WallMs)*time.Millisecond))
+		}
+	}
+	if res := j.Resolution; res != nil {
+		parts = append(parts, "resolved "+res.Outcome)
+	}
+	return fmt.Sprintf("→ %s (%s)", j.State, strings.Join(parts, ", "))
+}
+
+func (d *demo) onProgress(method string, params json.RawMessage) {
+	if method != rpc.NotifyProgress {
+		return
+	}
+	var p rpc.ProgressParams
+	if json.Unmarshal(params, &p) != nil {
+		return
+	}
+	d.mu.Lock()
+	b := d.bars[p.InvocationID]
+	d.mu.Unlock()
+	if b != nil {
+		b.setTotal(p.Total)
+		b.set(p.Done)
+	}
+}
+
+func (d *demo) lookups(ctx context.Context) error {
+	ds, err := dataset.Open(ctx, d.store, d.ref.Path, 0)
+	if err != nil {
+		return err
+	}
+	d.step(5, "lookups", "through the new indexes vs a full scan of version %d", ds.Version())
+	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "   predicate\tindex\trows\tvia index\tfull scan\tspeed-up\t")
+	for _, q := range []struct {
+		index string
+		pred  dataset.Predicate
+		text  string
+	}{
+		{"by_id", dataset.Eq("id", d.rows/2), fmt.Sprintf("id = %d", d.rows/2)},
+		{"by_id", dataset.Between("id", int64(1000), int64(1999)), "id BETWEEN 1000 AND 1999"},
+		{"by_category", dataset.Eq("category", "cat-07"), `category = "cat-07"`},
+	} {
+		t0 := time.Now()
+		viaIndex, err := ds.QueryIndex(ctx, q.index, q.pred)
+		if err != nil {
+			return err
+		}
+		ti := time.Since(t0)
+		t0 = time.Now()
+		scan, err := ds.Scan(ctx, q.pred)
+		if err != nil {
+			return err
+		}
+		ts := time.Since(t0)
+		if len(scan.RowIDs) != len(viaIndex.RowIDs) {
+			return fmt.Errorf("%s: index found %d rows, scan %d", q.text, len(viaIndex.RowIDs), len(scan.RowIDs))
+		}
+		fmt.Fprintf(tw, "   %s\t%s\t%s\t%v\t%v\t%.0f×\t\n", q.text, q.index, grouped(int64(len(scan.RowIDs))),
+			ti.Round(time.Microsecond), ts.Round(time.Millisecond), float64(ts)/float64(max(ti, time.Microsecond)))
+	}
+	return tw.Flush()
+}
+
+func (d *demo) jobsTable() {
+	jobs, err := d.disp.List(dispatch.ListOptions{})
+	if err != nil {
+		fmt.Fprintln(d.out, "   jobs:", err)
+		return
+	}
+	sort.Slice(jobs, func(a, b int) bool { return jobs[a].Created.Before(jobs[b].Created) })
+	d.step(6, "jobs", "the dispatcher's durable journal (also: steward jobs list --store FILE)")
+	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "   JOB\tOP\tINDEX\tSTATE\tPHASE\tCODE\tVERSION\tOOM\tTRANSITIONS")
+	for _, j := range jobs {
+		phase, code, version, oom := "-", "-", "-", "-"
+		if r := j.Result; r != nil {
+			phase, code, oom = r.Phase, fmt.Sprint(r.Code), fmt.Sprint(r.OOMKilled)
+			if r.CommittedVersion > 0 {
+				version = fmt.Sprint(r.CommittedVersion)
+			}
+		}
+		fmt.Fprintf(tw, "   %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", j.ID, j.Op, j.Index.Name, j.State, phase, code, version, oom, len(j.History))
+	}
+	tw.Flush()
+}
+
+func (d *demo) ledger(ctx context.Context) {
+	var status map[string]any
+	err := d.client.Call(ctx, rpc.MethodObjectsStatus, map[string]any{}, &status)
+	d.step(7, "ledger", "custody of uploaded-but-unpublished objects")
+	if err != nil {
+		fmt.Fprintln(d.out, "   objects.status:", err)
+		return
+	}
+	keys := make([]string, 0, len(status))
+	for k := range status {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
+	for _, k := range keys {
+		if v, ok := status[k].(float64); ok {
+			fmt.Fprintf(tw, "   %s\t%s\n", strings.ReplaceAll(k, "_", " "), grouped(int64(v)))
+		}
+	}
+	tw.Flush()
+}
