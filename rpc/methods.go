@@ -13,11 +13,12 @@ const (
 	MethodIndexMutate  = "index.mutate"  // run one index mutation in an isolated worker
 	MethodIndexResolve = "index.resolve" // settle an indeterminate mutation by fencing its slot
 
-	MethodObjectsReserve  = "objects.reserve"  // take custody of object names before upload
-	MethodObjectsAccept   = "objects.accept"   // names were published: release them
-	MethodObjectsAbandon  = "objects.abandon"  // names were not published: delete them
-	MethodObjectsTransfer = "objects.transfer" // move names between owners with receipts
-	MethodObjectsStatus   = "objects.status"   // ledger figures and an owner's names
+	MethodObjectsReserve  = "objects.reserve"     // take custody of object names before upload
+	MethodObjectsAccept   = "objects.accept"      // names were published: release them
+	MethodObjectsAbandon  = "objects.abandon"     // names were not published: delete them
+	MethodObjectsTransfer = "objects.transfer"    // move names between owners with receipts
+	MethodObjectsAck      = "objects.acknowledge" // receiver's contiguous receipt: the offers move
+	MethodObjectsStatus   = "objects.status"      // ledger figures and an owner's names
 
 	NotifyProgress = "$/progress" // notification, sidecar → host: progress of a running mutation
 )

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage/ledger"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -60,6 +61,20 @@ type Config struct {
 	// S3AccessKey/S3SecretKey are the sidecar's own S3 credentials, used when a call carries none
 	// (index.resolve, cleanup). Never logged.
 	S3AccessKey, S3SecretKey string
+
+	// StateDir holds the sidecar's durable state: the object ledger's journal (ledger-<n>.db), its
+	// invocation records and their lock files. Default: /var/lib/steward for root, else
+	// $XDG_STATE_HOME/steward, else ~/.local/state/steward, else $TMPDIR/steward-<uid>.
+	// Sidecars sharing a StateDir each lock the lowest free journal slot (up to 64), so a
+	// restarted sidecar adopts the journal a killed one left behind and recovers its tickets.
+	StateDir string
+	// LedgerPath pins the ledger's journal to one file (its invocation records and lock go next
+	// to it, with ".invocations" and ".lock" appended); a second sidecar on the same path fails
+	// to start. Default "": a free slot in StateDir.
+	LedgerPath string
+	// LedgerCapacity bounds the object tickets held at once (reserved, in transfer or awaiting
+	// deletion); a reservation past it is refused before any upload. Default 65,536.
+	LedgerCapacity int
 }
 
 func (c Config) withDefaults() Config {
@@ -106,5 +121,11 @@ func (c Config) withDefaults() Config {
 		c.Isolation.WorkerArgs = []string{"worker"}
 	}
 	c.Isolation = c.Isolation.WithDefaults()
+	if c.StateDir == "" {
+		c.StateDir = defaultStateDir()
+	}
+	if c.LedgerCapacity <= 0 {
+		c.LedgerCapacity = ledger.DefaultCapacity
+	}
 	return c
 }

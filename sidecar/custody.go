@@ -21,7 +21,14 @@ func (s *Server) reserve(j *job, keys []string) error {
 	if s.custody == nil {
 		return nil
 	}
-	return s.custody.reserve(context.Background(), j.p.InvocationID, storeName(j.p.Dataset.Store), keys)
+	return s.custody.reserve(context.Background(), j, keys)
+}
+
+// settleCustody settles the job's tickets from its answer, before the answer is sent.
+func (s *Server) settleCustody(j *job, res rpc.MutateResult) {
+	if s.custody != nil {
+		s.custody.finish(j, res)
+	}
 }
 
 // recordCreated notes the objects a worker reports it wrote; the ledger already owns them.
@@ -31,6 +38,10 @@ func (s *Server) recordCreated(j *job, r *workerproto.Result) {
 
 // custodian is what the executor needs of the ownership ledger.
 type custodian interface {
-	reserve(ctx context.Context, invocation, store string, keys []string) error
+	// reserve takes custody of keys of the job's store for its invocation.
+	reserve(ctx context.Context, j *job, keys []string) error
+	// finish settles a finished job's names from its answer (INDETERMINATE keeps them).
+	finish(j *job, res rpc.MutateResult)
+	// settle applies an index.resolve outcome (rpc.OutcomeCommitted or rpc.OutcomeNotCommitted).
 	settle(ctx context.Context, invocation, outcome string)
 }

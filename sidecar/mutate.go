@@ -80,6 +80,7 @@ func (s *Server) executor() {
 		s.metrics.queueDepth.Dec()
 		res := s.dequeue(j)
 		res.InvocationID, res.Epoch = j.p.InvocationID, s.epoch
+		s.settleCustody(j, res)
 		s.metrics.observeMutation(res, time.Since(j.received))
 		j.done <- res
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -39,6 +40,7 @@ type Server struct {
 	queue     chan *job
 	dedup     *dedup
 	custody   custodian // nil: no ledger, reservations granted
+	ledger    *custody  // the same ledger, for objects.*
 }
 
 // New builds a sidecar with a fresh epoch.
@@ -79,6 +81,10 @@ func New(cfg Config) (*Server, error) {
 	} else {
 		s.isoReport = isolation.Report{Mode: isolation.ModeNone, Reason: "isolation disabled by configuration"}
 	}
+	if err := s.openLedger(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	for i := 0; i < cfg.Executors; i++ {
 		go s.executor()
 	}
@@ -86,15 +92,16 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Close kills and reaps every running worker domain and removes their cgroups. Call it once the
-// sidecar stops serving.
+// Close kills and reaps every running worker domain, removes their cgroups and closes the
+// ledger (its tickets stay in the journal). Call it once the sidecar stops serving.
 func (s *Server) Close() error {
-	if s.iso == nil {
-		return nil
+	var err error
+	if s.iso != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)
+		defer cancel()
+		err = s.iso.Close(ctx)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)
-	defer cancel()
-	return s.iso.Close(ctx)
+	return errors.Join(err, s.closeLedger())
 }
 
 // newEpoch returns 128 random bits: a sidecar process start that no other shares.
@@ -171,6 +178,7 @@ func (s *Server) register() {
 	rpc.Register(s.router, rpc.MethodShutdown, s.shutdown)
 	rpc.Register(s.router, rpc.MethodIndexMutate, s.mutate)
 	rpc.Register(s.router, rpc.MethodIndexResolve, s.resolve)
+	s.registerObjects()
 }
 
 func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, error) {
@@ -183,7 +191,7 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 		Epoch:           s.epoch,
 		Pid:             os.Getpid(),
 		Version:         s.cfg.Version,
-		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapProgress},
+		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapProgress, rpc.CapObjects},
 		Isolation:       wireReport(s.isoReport),
 		Limits: &rpc.Limits{
 			MaxFrameBytes:   s.cfg.MaxFrame,
@@ -193,6 +201,7 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 			MinRunnableMs:   s.cfg.MinRunnable.Milliseconds(),
 			WorkerMemoryMax: s.cfg.Isolation.MemoryLimit,
 			WorkerPidsMax:   s.cfg.Isolation.PidsLimit,
+			LedgerCapacity:  s.cfg.LedgerCapacity,
 		},
 	}, nil
 }

@@ -33,6 +33,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	skew := fs.Duration("clock-skew", time.Second, "host/sidecar clock disagreement reserved in front of every deadline")
 	minRun := fs.Duration("min-runnable", time.Second, "least run time a deadline must fund after the kill budget")
 	faults := fs.Bool("test-faults", false, "accept injected faults in index.mutate (tests and fault campaigns only)")
+	stateDir := fs.String("state-dir", "", "durable state directory (object ledger journals); default /var/lib/steward for root, else $XDG_STATE_HOME/steward")
+	ledgerPath := fs.String("ledger-path", "", "pin the object ledger's journal to this file instead of a free slot of --state-dir")
+	ledgerCap := fs.Int("ledger-capacity", 65536, "object tickets the ledger may hold at once")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -49,7 +52,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	srv, err := sidecar.New(sidecar.Config{
 		Logger: logger, Version: buildVersion(), Framing: fr, MaxFrame: *maxFrame, ShutdownGrace: *grace,
 		Isolation: iso, Executors: *executors, QueueCapacity: *queue, ClockSkew: *skew, MinRunnable: *minRun,
-		TestFaults: *faults,
+		TestFaults: *faults, StateDir: *stateDir, LedgerPath: *ledgerPath, LedgerCapacity: *ledgerCap,
 		// The sidecar's own S3 credentials (index.resolve, cleanup) come from its environment and
 		// are never passed to a worker or logged.
 		S3AccessKey: os.Getenv("STEWARD_S3_ACCESS_KEY"), S3SecretKey: os.Getenv("STEWARD_S3_SECRET_KEY"),

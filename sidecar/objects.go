@@ -1,0 +1,202 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage/ledger"
+)
+
+// registerObjects registers the objects.* methods: the host's side of the ownership ledger.
+func (s *Server) registerObjects() {
+	rpc.Register(s.router, rpc.MethodObjectsReserve, s.objectsReserve)
+	rpc.Register(s.router, rpc.MethodObjectsAccept, s.objectsAccept)
+	rpc.Register(s.router, rpc.MethodObjectsAbandon, s.objectsAbandon)
+	rpc.Register(s.router, rpc.MethodObjectsTransfer, s.objectsTransfer)
+	rpc.Register(s.router, rpc.MethodObjectsAck, s.objectsAcknowledge)
+	rpc.Register(s.router, rpc.MethodObjectsStatus, s.objectsStatus)
+}
+
+// ledgerErr maps a ledger error to its wire class: the one place where ledger sentinels meet
+// rpc sentinels. The ledger's message (owner, store name, key) is kept; it holds no credential.
+func ledgerErr(err error) error {
+	var class error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ledger.ErrCapacity):
+		class = rpc.ErrLedgerFull
+	case errors.Is(err, ledger.ErrNameOwned):
+		class = rpc.ErrNameOwned
+	case errors.Is(err, ledger.ErrNotOwned):
+		class = rpc.ErrUnknownOwner
+	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrSeqConflict):
+		class = rpc.ErrInvalidParams
+	case errors.Is(err, ledger.ErrClosed):
+		class = rpc.ErrShuttingDown
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	default:
+		class = rpc.ErrInternal
+	}
+	return fmt.Errorf("%w: %w", class, err)
+}
+
+func hostOwner(o rpc.ObjectOwner) ledger.Owner {
+	if o.Kind == rpc.OwnerInvocation {
+		return invOwner(o.ID)
+	}
+	return ledger.Owner{Kind: ledger.HostTxn, ID: o.ID}
+}
+
+func wireOwner(o ledger.Owner) rpc.ObjectOwner {
+	if o.Kind == ledger.Invocation {
+		return rpc.ObjectOwner{Kind: rpc.OwnerInvocation, ID: o.ID}
+	}
+	return rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: o.ID}
+}
+
+func (s *Server) objectsLedger() (*custody, error) {
+	if s.ledger == nil {
+		return nil, fmt.Errorf("%w: no ledger", rpc.ErrInternal)
+	}
+	return s.ledger, nil
+}
+
+func (s *Server) ownerStatus(ctx context.Context, o rpc.ObjectOwner) (rpc.ObjectsOwnerStatus, error) {
+	st, err := s.ledger.l.Status(ctx, hostOwner(o))
+	if err != nil {
+		return rpc.ObjectsOwnerStatus{}, ledgerErr(err)
+	}
+	return rpc.ObjectsOwnerStatus{Owner: o, Held: st.Held, Offered: st.Offered, Abandoned: st.Abandoned}, nil
+}
+
+func (s *Server) objectsReserve(ctx context.Context, p rpc.ObjectsReserveParams) (rpc.ObjectsReserveResult, error) {
+	c, err := s.objectsLedger()
+	if err != nil {
+		return rpc.ObjectsReserveResult{}, err
+	}
+	name := storeName(p.Store)
+	if err := c.remember(name, p.Store, "", nil); err != nil {
+		return rpc.ObjectsReserveResult{}, ledgerErr(err)
+	}
+	if err := c.l.Reserve(ctx, hostOwner(p.Owner), name, p.Keys); err != nil {
+		return rpc.ObjectsReserveResult{}, ledgerErr(err)
+	}
+	st := c.l.Stats()
+	return rpc.ObjectsReserveResult{Reserved: len(p.Keys), Used: st.Used, Capacity: st.Capacity}, nil
+}
+
+func (s *Server) objectsAccept(ctx context.Context, p rpc.ObjectsReleaseParams) (rpc.ObjectsOwnerStatus, error) {
+	return s.objectsRelease(ctx, p, true)
+}
+
+func (s *Server) objectsAbandon(ctx context.Context, p rpc.ObjectsReleaseParams) (rpc.ObjectsOwnerStatus, error) {
+	return s.objectsRelease(ctx, p, false)
+}
+
+// objectsRelease accepts or abandons; it answers with the owner's counts after the call.
+func (s *Server) objectsRelease(ctx context.Context, p rpc.ObjectsReleaseParams, accept bool) (rpc.ObjectsOwnerStatus, error) {
+	c, err := s.objectsLedger()
+	if err != nil {
+		return rpc.ObjectsOwnerStatus{}, err
+	}
+	store := ""
+	if p.Store != nil {
+		store = storeName(*p.Store)
+	}
+	keys := p.Keys
+	if p.All {
+		keys = nil
+	}
+	if accept {
+		err = c.l.Accept(ctx, hostOwner(p.Owner), store, keys)
+	} else {
+		err = c.l.Abandon(ctx, hostOwner(p.Owner), store, keys)
+	}
+	if err != nil {
+		return rpc.ObjectsOwnerStatus{}, ledgerErr(err)
+	}
+	return s.ownerStatus(ctx, p.Owner)
+}
+
+func (s *Server) objectsTransfer(ctx context.Context, p rpc.ObjectsTransferParams) (rpc.ObjectsTransferResult, error) {
+	c, err := s.objectsLedger()
+	if err != nil {
+		return rpc.ObjectsTransferResult{}, err
+	}
+	name := storeName(p.Store)
+	items := make([]ledger.TransferItem, len(p.Items))
+	for i, it := range p.Items {
+		items[i] = ledger.TransferItem{Seq: it.Seq, Store: name, Key: it.Key}
+	}
+	if err := c.l.Transfer(ctx, hostOwner(p.From), hostOwner(p.To), items); err != nil {
+		return rpc.ObjectsTransferResult{}, ledgerErr(err)
+	}
+	return rpc.ObjectsTransferResult{Offered: len(items)}, nil
+}
+
+func (s *Server) objectsAcknowledge(ctx context.Context, p rpc.ObjectsAcknowledgeParams) (rpc.ObjectsAcknowledgeResult, error) {
+	c, err := s.objectsLedger()
+	if err != nil {
+		return rpc.ObjectsAcknowledgeResult{}, err
+	}
+	acked, err := c.l.Acknowledge(ctx, hostOwner(p.From), hostOwner(p.To), p.UpTo)
+	if err != nil {
+		return rpc.ObjectsAcknowledgeResult{}, ledgerErr(err)
+	}
+	res := rpc.ObjectsAcknowledgeResult{AckedUpTo: acked}
+	if res.From, err = s.ownerStatus(ctx, p.From); err != nil {
+		return res, err
+	}
+	res.To, err = s.ownerStatus(ctx, p.To)
+	return res, err
+}
+
+func (s *Server) objectsStatus(ctx context.Context, p rpc.ObjectsStatusParams) (rpc.ObjectsStatusResult, error) {
+	c, err := s.objectsLedger()
+	if err != nil {
+		return rpc.ObjectsStatusResult{}, err
+	}
+	st := c.l.Stats()
+	c.mu.Lock()
+	unsettled := c.unsettled
+	c.mu.Unlock()
+	res := rpc.ObjectsStatusResult{Ledger: rpc.LedgerFigures{
+		Used: st.Used, HighWater: st.HighWater, Capacity: st.Capacity, AdmissionFailures: st.AdmissionFailures,
+		PendingDelete: st.PendingDelete, PendingRetry: st.PendingRetry, OldestRetryAgeMs: st.OldestRetryAge.Milliseconds(),
+		DeleteFailures: st.DeleteFailures, Deleted: st.Deleted, Owners: st.Owners, Unsettled: unsettled,
+	}}
+	if p.Owner == nil {
+		return res, nil
+	}
+	ost, err := s.ownerStatus(ctx, *p.Owner)
+	if err != nil {
+		return res, err
+	}
+	res.Owner = &ost
+	if !p.Tickets {
+		return res, nil
+	}
+	tickets, err := c.l.Tickets(ctx, hostOwner(*p.Owner))
+	if err != nil {
+		return res, ledgerErr(err)
+	}
+	if len(tickets) > rpc.MaxStatusTickets {
+		tickets, res.Truncated = tickets[:rpc.MaxStatusTickets], true
+	}
+	for _, t := range tickets {
+		wt := rpc.ObjectTicket{Store: t.Store, Key: t.Key, State: "held"}
+		if t.State == ledger.Abandoned {
+			wt.State = "abandoned"
+		}
+		if t.OfferedTo.Kind != 0 {
+			to := wireOwner(t.OfferedTo)
+			wt.OfferedTo, wt.Seq = &to, t.Seq
+		}
+		res.Tickets = append(res.Tickets, wt)
+	}
+	return res, nil
+}
