@@ -130,7 +130,10 @@ func TestOOMKilledWorker(t *testing.T) {
 			if !o.OOMKilled || o.SignalName != "SIGKILL" {
 				t.Fatalf("outcome %+v, want OOM-killed by SIGKILL", o)
 			}
-			if o.PeakMemory < limit/2 || o.PeakMemory > limit+pageSlack {
+			// The v1 usage counter is charged in per-CPU batches (up to 64 pages a CPU), so its
+			// high-water mark can overshoot the limit by a few pages before the OOM kill lands.
+			const chargeSlack = 2 * 64 * 4096
+			if o.PeakMemory < limit/2 || o.PeakMemory > limit+chargeSlack {
 				t.Fatalf("peak memory %d, want near the %d limit", o.PeakMemory, limit)
 			}
 			if err := d.Close(); err != nil {
