@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 )
 
@@ -163,10 +162,22 @@ type MutateParams struct {
 	Fault string `json:"fault,omitempty"`
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-
-// ValidID reports whether s is a usable invocation, job or owner id.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+// ValidID reports whether s is a usable invocation, job or owner id: 1-128 bytes of
+// [A-Za-z0-9._:-]. (Hand-written: a package-level regexp costs every worker start 0.5 ms of init.)
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Validate implements Validator.
 func (p MutateParams) Validate() error {
