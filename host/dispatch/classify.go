@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -58,12 +59,12 @@ func Classify(op string, res rpc.MutateResult, err error) Outcome {
 func resultOf(res rpc.MutateResult, err error, at time.Time) *Result {
 	r := &Result{At: at}
 	if err != nil {
-		r.Error = err.Error()
+		r.Error, r.ErrorClass = err.Error(), errorClass(err)
 		var we *rpc.Error
-		if errors.As(err, &we) {
+		if r.ErrorClass == ErrorRefused && errors.As(err, &we) {
 			r.ErrorCode = int64(we.Code)
 		}
-		if !errors.Is(err, host.ErrIdentity) {
+		if r.ErrorClass != ErrorIdentity {
 			return r
 		}
 	}
@@ -72,4 +73,19 @@ func resultOf(res rpc.MutateResult, err error, at time.Time) *Result {
 	r.CompletionReason, r.Message, r.IndexUUID = res.CompletionReason, res.Message, res.IndexUUID
 	r.WallMs, r.PeakMemoryBytes, r.OOMKilled, r.Signal = res.WallMs, res.PeakMemoryBytes, res.OOMKilled, res.Signal
 	return r
+}
+
+func errorClass(err error) string {
+	var we *rpc.Error
+	switch {
+	case errors.Is(err, host.ErrIdentity):
+		return ErrorIdentity
+	case errors.As(err, &we):
+		return ErrorRefused
+	case errors.Is(err, rpc.ErrConnectionLost):
+		return ErrorConnectionLost
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return ErrorTimeout
+	}
+	return ErrorTransport
 }

@@ -87,9 +87,21 @@ type Result struct {
 	Signal                string    `json:"signal,omitempty"`
 	// ErrorCode is the JSON-RPC error code of a refusal at receive (0 otherwise).
 	ErrorCode int64 `json:"error_code,omitempty"`
+	// ErrorClass is the class of a failed call: ErrorRefused, ErrorIdentity, ErrorConnectionLost,
+	// ErrorTimeout or ErrorTransport ("" for an answer).
+	ErrorClass string `json:"error_class,omitempty"`
 	// Error describes a refusal or transport failure.
 	Error string `json:"error,omitempty"`
 }
+
+// Error classes of a failed call, from its typed error.
+const (
+	ErrorRefused        = "refused"         // a JSON-RPC error: refused at receive, never executed
+	ErrorIdentity       = "identity"        // the answer did not echo the invocation id or epoch
+	ErrorConnectionLost = "connection-lost" // the connection closed after the send
+	ErrorTimeout        = "timeout"         // the call's context ended before an answer
+	ErrorTransport      = "transport"       // any other failure after the send
+)
 
 // Resolution is the answer of index.resolve that settled an UNKNOWN job.
 type Resolution struct {

@@ -1,0 +1,177 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cba1309c/steward/host"
+	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/hashicorp/go-hclog"
+)
+
+// counted is a real sidecar whose sends are counted: the proof that nothing is sent twice.
+type counted struct {
+	*host.Client
+	sends atomic.Int64
+}
+
+func (c *counted) Mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResult, error) {
+	c.sends.Add(1)
+	return c.Client.Mutate(ctx, p)
+}
+
+func randID(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// Short kill-ladder timings: the kill budget is 100ms + 500ms + 3s, plus a 300ms runnable
+// window, so an execute deadline of 2s is refused at receive and 6s is funded.
+func sidecarArgs(parent string) []string {
+	return []string{"--test-faults", "--cgroup-parent", parent, "--term-grace", "500ms",
+		"--reap-bound", "3s", "--clock-skew", "100ms", "--min-runnable", "300ms", "--worker-memory", "268435456"}
+}
+
+// launchSidecar starts a real `steward serve` over stdio with test faults on and a private cgroup
+// parent; at cleanup it is closed and its cgroups are removed.
+func launchSidecar(t *testing.T) *counted {
+	t.Helper()
+	testenv.NeedRoot(t)
+	parent := randID("steward-dispatch-test-")
+	c, err := startSidecar(testbin.Steward(t), parent, hclog.New(&hclog.LoggerOptions{Name: "sidecar", Level: hclog.Warn}))
+	if err != nil {
+		t.Fatalf("launch sidecar: %v", err)
+	}
+	if iso := c.Info().Isolation; iso == nil || !iso.Verified {
+		c.Close()
+		testenv.Unavailable(t, fmt.Sprintf("isolation did not verify: %+v", iso))
+	}
+	t.Cleanup(func() {
+		c.Close()
+		removeCgroups(t, parent)
+	})
+	return &counted{Client: c}
+}
+
+func startSidecar(bin, parent string, log hclog.Logger) (*host.Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return host.LaunchStdio(ctx, host.Config{Path: bin, Args: sidecarArgs(parent), Logger: log, KillGrace: 2 * time.Second})
+}
+
+// removeCgroups removes a sidecar's cgroup parent in every hierarchy, deepest first, waiting for
+// workers killed with their sidecar to disappear. A process left behind fails the test.
+func removeCgroups(t *testing.T, parent string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, h := range []string{"memory", "pids", "freezer", "unified", ""} {
+		root := filepath.Join("/sys/fs/cgroup", h, parent)
+		for {
+			err := removeTree(root)
+			if err == nil || os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("cgroup %s not removable: %v", root, err)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func removeTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeTree(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
+				return err
+			}
+		}
+	}
+	return syscall.Rmdir(dir)
+}
+
+// realData is a local directory store with datasets made through the storage API.
+type realData struct {
+	t     *testing.T
+	root  string
+	store storage.Store
+}
+
+func newRealData(t *testing.T) *realData {
+	t.Helper()
+	root := t.TempDir()
+	s, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindLocal, Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &realData{t: t, root: root, store: s}
+}
+
+// make creates dataset path at version 1, then appends to reach version.
+func (r *realData) make(path string, version int64) rpc.DatasetRef {
+	r.t.Helper()
+	ctx := context.Background()
+	ds, _, err := dataset.Create(ctx, r.store, path, dataset.NewGenerator(2000, 7), dataset.WriteOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for ds.Version() < version {
+		if ds, _, err = ds.Append(ctx, dataset.NewGenerator(100, uint64(ds.Version())), dataset.WriteOptions{}); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return r.ref(path)
+}
+
+func (r *realData) ref(path string) rpc.DatasetRef {
+	return rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + r.root}, Path: path}
+}
+
+func (r *realData) latest(path string) int64 {
+	r.t.Helper()
+	v, err := dataset.LatestVersion(context.Background(), r.store, path)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return v
+}
+
+// indices lists the index names of the latest version of path.
+func (r *realData) indices(path string) []string {
+	r.t.Helper()
+	ds, err := dataset.Open(context.Background(), r.store, path, 0)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var names []string
+	for _, ix := range ds.Indices() {
+		names = append(names, ix.Name)
+	}
+	return names
+}
+
+func createReq(ref rpc.DatasetRef, version int64, name, column string) Request {
+	return Request{Dataset: ref, AdmittedVersion: version, Op: rpc.OpCreate,
+		Index: rpc.IndexSpec{Name: name, Columns: []string{column}, Type: rpc.IndexBTree}}
+}
+
+func historyEvents(j Job) string { return strings.Join(splitEvents(j), " ") }
