@@ -1,6 +1,6 @@
 //go:build !linux
 
-package testminio
+package minioproc
 
 import "syscall"
 
