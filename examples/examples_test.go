@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -37,7 +39,7 @@ func TestPyhostHello(t *testing.T) {
 		t.Fatalf("pyhost: %v\n%s", err, out)
 	}
 	text := string(out)
-	end := strings.LastIndex(text, "}")
+	end := strings.Index(text, "\n}\n") + 1
 	var got struct {
 		Hello rpc.HelloResult `json:"hello"`
 	}
@@ -49,5 +51,69 @@ func TestPyhostHello(t *testing.T) {
 	}
 	if !strings.Contains(text, "code -32601") {
 		t.Fatalf("pyhost did not report method-not-found:\n%s", text)
+	}
+}
+
+// newDataset makes a small dataset with the steward CLI, as a user would.
+func newDataset(t *testing.T, bin string) string {
+	t.Helper()
+	store := t.TempDir()
+	out, err := exec.Command(bin, "dataset", "create", "--store", store, "--path", "sales", "--rows", "20000").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dataset create: %v\n%s", err, out)
+	}
+	return store
+}
+
+func TestPyhostMutation(t *testing.T) {
+	testenv.NeedRoot(t)
+	py := python(t)
+	bin := testbin.Steward(t)
+	store := newDataset(t, bin)
+	cmd := exec.Command(py, "pyhost/pyhost.py", "--steward", bin, "--store", store, "--dataset", "sales")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pyhost: %v\n%s", err, out)
+	}
+	text := string(out)
+	for _, want := range []string{`"phase": "NATIVE_RETURN"`, `"committed_version": 2`, "classified: COMMITTED"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("pyhost output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestGohost(t *testing.T) {
+	testenv.NeedRoot(t)
+	bin := testbin.Steward(t)
+	store := newDataset(t, bin)
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "run", "./gohost", "--steward", bin,
+		"--store", store, "--dataset", "sales", "--column", "id", "--type", "BTREE")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gohost: %v\n%s", err, out)
+	}
+	text := string(out)
+	for _, want := range []string{": COMMITTED", "phase NATIVE_RETURN, code 0, committed version 2", "RUNNING → COMMITTED"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("gohost output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestGohello(t *testing.T) {
+	bin := testbin.Steward(t)
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "run", "./gohello", "--steward", bin)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gohello: %v\n%s", err, out)
+	}
+	for _, want := range []string{"launched through go-plugin (AutoMTLS)", "steward_rpc_requests_total", "sidecar shut down gracefully"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("gohello output lacks %q:\n%s", want, out)
+		}
 	}
 }

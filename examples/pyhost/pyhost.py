@@ -2,15 +2,20 @@
 """pyhost: a minimal steward host in Python (standard library only).
 
 It spawns `steward serve`, speaks JSON-RPC 2.0 over the sidecar's stdin/stdout with
-Content-Length framing, and prints the hello result. This is all a host in any language needs:
-spawn, frame, call, read the answer, close stdin to let the sidecar exit.
+Content-Length framing, and prints the hello result. With --store and --dataset it runs one real
+index.mutate and prints the classified answer. This is all a host in any language needs: spawn,
+frame, call, read the answer, classify from typed fields, close stdin to let the sidecar exit.
 
     python3 examples/pyhost/pyhost.py --steward ./bin/steward
+    python3 examples/pyhost/pyhost.py --steward ./bin/steward --store /tmp/lake --dataset sales
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
+import time
+import uuid
 
 
 class StewardClient:
@@ -76,9 +81,54 @@ class RpcError(Exception):
         self.code = code
 
 
+def classify(op, result):
+    """Map an index.mutate answer to what the database may record, from typed fields only."""
+    phase, code = result["phase"], result["code"]
+    if phase == "PRE_INVOCATION_REJECTED":
+        return "NOT_COMMITTED"  # the engine was never called
+    if phase == "NATIVE_RETURN":
+        if code == 0:
+            return "COMMITTED"  # committed, or an authoritative IF [NOT] EXISTS no-op
+        if code == 8 or (code == 3 and op == "DROP"):
+            return "NOT_COMMITTED"  # commit conflict; nothing to drop
+        return "UNKNOWN"
+    return "UNKNOWN"  # indeterminate: settle it with index.resolve
+
+
+def mutate(client, hello, args):
+    invocation = "py-" + uuid.uuid4().hex
+    params = {
+        "invocation_id": invocation,
+        "deadline_unix_ms": int(time.time() * 1000) + 5 * 60 * 1000,
+        "dataset": {"store": {"url": "file://" + os.path.abspath(args.store)}, "path": args.dataset},
+        "pinned_version": args.version,
+        "op": "CREATE",
+        "if_not_exists": True,
+        "index": {"name": "py_" + args.column, "columns": [args.column], "type": args.type},
+    }
+
+    def progress(method, p):
+        if method == "$/progress" and p["total"]:
+            print("  progress %s: %d/%d" % (p["stage"], p["done"], p["total"]))
+
+    result = client.call("index.mutate", params, on_notify=progress)
+    if result["invocation_id"] != invocation or result["epoch"] != hello["epoch"]:
+        print("identity mismatch: the outcome is UNKNOWN", file=sys.stderr)
+        return "UNKNOWN"
+    print(json.dumps({"mutate": result}, indent=2, sort_keys=True))
+    outcome = classify(params["op"], result)
+    print("classified: %s" % outcome)
+    return outcome
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steward", default="steward", help="path of the steward binary")
+    parser.add_argument("--store", help="local store directory holding the dataset")
+    parser.add_argument("--dataset", help="dataset path inside the store")
+    parser.add_argument("--version", type=int, default=1, help="pinned dataset version")
+    parser.add_argument("--column", default="category", help="column to index")
+    parser.add_argument("--type", default="BITMAP", help="BTREE or BITMAP")
     args = parser.parse_args()
 
     client = StewardClient([args.steward, "serve"])
@@ -89,6 +139,8 @@ def main():
             client.call("no.such.method")
         except RpcError as err:
             print("unknown method answered with code %d (method not found)" % err.code)
+        if args.store and args.dataset:
+            mutate(client, hello, args)
     finally:
         code = client.close()
     if code != 0:
