@@ -24,7 +24,7 @@ import (
 
 // sidecarEnv is one real sidecar process with a private cgroup parent, and a local dataset.
 type sidecarEnv struct {
-	t      *testing.T
+	t      testing.TB
 	c      *host.Client
 	parent string // cgroup parent of this sidecar's worker domains
 	root   string // local store directory
@@ -67,7 +67,7 @@ func newSidecar(t *testing.T, extra ...string) *sidecarEnv {
 }
 
 // newSidecarWithEnv is newSidecar with an explicit environment for the sidecar (nil: inherit).
-func newSidecarWithEnv(t *testing.T, env []string, extra ...string) *sidecarEnv {
+func newSidecarWithEnv(t testing.TB, env []string, extra ...string) *sidecarEnv {
 	t.Helper()
 	testenv.NeedRoot(t)
 	e := &sidecarEnv{t: t, parent: randID("steward-test-"), root: t.TempDir(), logs: &lockedBuffer{}}
@@ -221,7 +221,7 @@ func (e *sidecarEnv) resolve(inv, path string, pinned int64) rpc.ResolveResult {
 }
 
 // metric reads one unlabeled sample from the sidecar's metrics.
-func metric(t *testing.T, e *sidecarEnv, name string) float64 {
+func metric(t testing.TB, e *sidecarEnv, name string) float64 {
 	t.Helper()
 	text, err := e.c.Metrics(context.Background())
 	if err != nil {
@@ -236,4 +236,21 @@ func metric(t *testing.T, e *sidecarEnv, name string) float64 {
 	}
 	t.Fatalf("metric %s not found", name)
 	return 0
+}
+
+// newSidecarB is newSidecar for benchmarks.
+func newSidecarB(b *testing.B) *sidecarEnv { return newSidecarWithEnv(b, nil) }
+
+// removeParent removes a benchmark's cgroup parent from every hierarchy.
+func removeParent(parent string) {
+	for _, h := range hierarchies {
+		dir := filepath.Join("/sys/fs/cgroup", h, parent)
+		owners, _ := os.ReadDir(dir)
+		for _, o := range owners {
+			if o.IsDir() {
+				os.Remove(filepath.Join(dir, o.Name()))
+			}
+		}
+		os.Remove(dir)
+	}
 }
