@@ -338,23 +338,20 @@ func (d *demo) jobsTable() {
 }
 
 func (d *demo) ledger(ctx context.Context) {
-	var status map[string]any
-	err := d.client.Call(ctx, rpc.MethodObjectsStatus, map[string]any{}, &status)
+	var st rpc.ObjectsStatusResult
+	err := d.client.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st)
 	d.step(7, "ledger", "custody of uploaded-but-unpublished objects")
 	if err != nil {
 		fmt.Fprintln(d.out, "   objects.status:", err)
 		return
 	}
-	keys := make([]string, 0, len(status))
-	for k := range status {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	l := st.Ledger
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
-	for _, k := range keys {
-		if v, ok := status[k].(float64); ok {
-			fmt.Fprintf(tw, "   %s\t%s\n", strings.ReplaceAll(k, "_", " "), grouped(int64(v)))
-		}
-	}
+	fmt.Fprintf(tw, "   tickets held now\t%s of %s (high water %s)\n", grouped(int64(l.Used)), grouped(int64(l.Capacity)), grouped(int64(l.HighWater)))
+	fmt.Fprintf(tw, "   objects deleted by cleanup\t%s\n", grouped(int64(l.Deleted)))
+	fmt.Fprintf(tw, "   pending delete / retry\t%d / %d (oldest retry %v)\n", l.PendingDelete, l.PendingRetry, time.Duration(l.OldestRetryAgeMs)*time.Millisecond)
+	fmt.Fprintf(tw, "   delete failures\t%d\n", l.DeleteFailures)
+	fmt.Fprintf(tw, "   reservations refused\t%d\n", l.AdmissionFailures)
+	fmt.Fprintf(tw, "   invocations awaiting a verdict\t%d\n", l.Unsettled)
 	tw.Flush()
 }
