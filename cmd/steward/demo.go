@@ -35,7 +35,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rows := fs.Int64("rows", 2_000_000, "rows in the demo dataset")
 	dir := fs.String("dir", "", "working directory (default: a new temporary directory, removed afterwards)")
 	s3 := fs.String("s3", "", "run against S3 instead of the local store: s3://bucket[/prefix]; endpoint and credentials from STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY, STEWARD_S3_SECRET_KEY")
-	oomLimit := fs.Int64("oom-limit", 48<<20, "memory limit (bytes) of the job that is meant to be OOM-killed")
+	oomLimit := fs.Int64("oom-limit", 24<<20, "memory limit (bytes) of the job that is meant to be OOM-killed")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testenv"
+)
+
+// TestDemo runs `steward demo` as a newcomer would (smaller dataset) and checks that every act of
+// the story happened: two commits, an OOM kill classified and resolved, lookups that agree with a
+// scan, the jobs table and the ledger figures.
+func TestDemo(t *testing.T) {
+	testenv.NeedRoot(t)
+	bin := testbin.Steward(t)
+	defer testbin.Cleanup()
+	cmd := exec.Command(bin, "demo", "--rows", "400000")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("steward demo: %v\n%s", err, out)
+	}
+	text := string(out)
+	for _, want := range []string{
+		"BTREE by_id(id)", "committed v2", "BITMAP by_category(category)", "committed v3",
+		"OOM-killed", "resolved NOT_COMMITTED", "build-by-name-small-memory  CREATE  by_name      NOT_COMMITTED",
+		"speed-up", "tickets held now                0 of 65,536",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if strings.Count(text, "→ COMMITTED") != 2 {
+		t.Errorf("want exactly two committed jobs")
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}
