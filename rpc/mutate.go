@@ -124,6 +124,21 @@ type DatasetRef struct {
 	Path string `json:"path"`
 }
 
+func (d DatasetRef) validatePath() error {
+	if d.Path == "" || strings.HasPrefix(d.Path, "/") || strings.Contains(d.Path, "..") {
+		return errors.New("dataset.path must be a relative prefix without '..'")
+	}
+	return nil
+}
+
+// validate refuses what the stores cannot use yet: temporary (STS) credentials.
+func (c *Credentials) validate() error {
+	if c != nil && c.SessionToken != "" {
+		return errors.New("credentials.session_token is not supported: use an access key and secret")
+	}
+	return nil
+}
+
 // IndexSpec describes the index to build or drop.
 type IndexSpec struct {
 	Name    string            `json:"name"`
@@ -193,8 +208,11 @@ func (p MutateParams) Validate() error {
 	if err := p.Dataset.Store.Validate(); err != nil {
 		return err
 	}
-	if p.Dataset.Path == "" || strings.HasPrefix(p.Dataset.Path, "/") || strings.Contains(p.Dataset.Path, "..") {
-		return errors.New("dataset.path must be a relative prefix without '..'")
+	if err := p.Dataset.validatePath(); err != nil {
+		return err
+	}
+	if err := p.Credentials.validate(); err != nil {
+		return err
 	}
 	if p.PinnedVersion < 1 {
 		return errors.New("pinned_version must be ≥ 1")
@@ -268,8 +286,11 @@ func (p ResolveParams) Validate() error {
 	if err := p.Dataset.Store.Validate(); err != nil {
 		return err
 	}
-	if p.Dataset.Path == "" || strings.Contains(p.Dataset.Path, "..") {
-		return errors.New("dataset.path must be a relative prefix without '..'")
+	if err := p.Dataset.validatePath(); err != nil {
+		return err
+	}
+	if err := p.Credentials.validate(); err != nil {
+		return err
 	}
 	if p.PinnedVersion < 1 {
 		return errors.New("pinned_version must be ≥ 1")

@@ -137,7 +137,7 @@ func (e *sidecarEnv) mutate(p rpc.MutateParams) rpc.MutateResult {
 	if res.InvocationID != p.InvocationID || res.Epoch != e.c.Epoch() {
 		e.t.Fatalf("identity echo: %+v", res)
 	}
-	e.assertNoDomains()
+	e.assertDomainGone(p.InvocationID)
 	return res
 }
 
@@ -151,6 +151,55 @@ func (e *sidecarEnv) latest(path string) int64 {
 }
 
 var hierarchies = []string{"memory", "pids", "freezer", "unified"}
+
+// domainOf finds, in the sidecar's log, the worker domain an invocation was assigned to.
+func (e *sidecarEnv) domainOf(inv string) string {
+	for _, line := range strings.Split(e.logs.String(), "\n") {
+		var entry struct {
+			Message    string `json:"@message"`
+			Invocation string `json:"invocation"`
+			Domain     string `json:"domain"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Message == "worker assigned" && entry.Invocation == inv {
+			return entry.Domain
+		}
+	}
+	return ""
+}
+
+// assertDomainGone checks that the domain that served inv is gone, cgroups and processes, when its
+// answer arrives; the only domains left are idle spares (at most one per executor).
+func (e *sidecarEnv) assertDomainGone(inv string) {
+	e.t.Helper()
+	dom := e.domainOf(inv)
+	if dom == "" {
+		return // never launched (rejected before launch)
+	}
+	left := 0
+	for _, h := range hierarchies {
+		owners, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h, e.parent))
+		for _, o := range owners {
+			domains, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h, e.parent, o.Name()))
+			for _, d := range domains {
+				if !d.IsDir() {
+					continue
+				}
+				if d.Name() == dom {
+					e.t.Errorf("the domain of %s (%s) is still in %s after its answer", inv, dom, h)
+				}
+				if h == "unified" {
+					left++
+				}
+			}
+		}
+	}
+	if left > 2 {
+		e.t.Errorf("%d worker domains exist after the answer; at most one idle spare per executor (2)", left)
+	}
+	if pids := processesIn(e.parent + "/" + "*/" + dom); len(pids) > 0 {
+		e.t.Errorf("processes of %s's domain left after the answer: %v", inv, pids)
+	}
+}
 
 // assertNoDomains checks that no worker cgroup and no process in one exists: the answer is sent
 // only after the domain is dead, reaped and removed.
@@ -175,13 +224,18 @@ func (e *sidecarEnv) assertNoDomains() {
 	}
 }
 
-// processesIn lists processes whose cgroup path mentions parent.
-func processesIn(parent string) []string {
+// processesIn lists processes whose cgroup path matches "/parent/" or, for a pattern
+// "parent/*/domain", has parent and domain as components.
+func processesIn(pattern string) []string {
+	parent, domain, _ := strings.Cut(pattern, "/*/")
 	var out []string
 	entries, _ := os.ReadDir("/proc")
 	for _, ent := range entries {
 		b, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cgroup"))
-		if err == nil && strings.Contains(string(b), "/"+parent+"/") {
+		if err != nil || !strings.Contains(string(b), "/"+parent+"/") {
+			continue
+		}
+		if domain == "" || strings.Contains(string(b), "/"+domain+"\n") || strings.Contains(string(b), "/"+domain+"/") {
 			out = append(out, ent.Name())
 		}
 	}

@@ -39,46 +39,137 @@ type frameOrErr struct {
 	err error
 }
 
-// invoke launches the worker, runs its protocol, brings its domain down, reaped and removed, and
-// only then returns the classified answer.
-func (s *Server) invoke(j *job) rpc.MutateResult {
+// warm is a worker launched ahead of demand into its own fresh cgroup: it has hardened itself,
+// paid its exec and init, announced itself, and waits for the one request it will ever serve.
+// Taking it hides the launch from the host without sharing anything between invocations.
+type warm struct {
+	dom    *isolation.Domain
+	toW    *os.File // sidecar → worker
+	fromW  *os.File // worker → sidecar
+	frames chan frameOrErr
+	logw   *workerLog
+}
+
+// launch starts one worker domain with the given limits; its frames are read in the background.
+func (s *Server) launch(id string, memory, pids int64) (*warm, error) {
 	toWR, toWW, err := os.Pipe()
 	if err != nil {
-		return launchFailed(err)
+		return nil, err
 	}
 	fromWR, fromWW, err := os.Pipe()
 	if err != nil {
 		toWR.Close()
 		toWW.Close()
-		return launchFailed(err)
+		return nil, err
 	}
-	defer toWW.Close()
-	defer fromWR.Close()
-	logw := newWorkerLog(s.log.Named("worker").With("invocation", j.p.InvocationID), j.p.Credentials)
-	spec := isolation.Spec{
-		ID:          domainID(j.p.InvocationID),
-		Path:        s.cfg.Isolation.WorkerPath,
-		Args:        s.cfg.Isolation.WorkerArgs,
-		Env:         s.cfg.WorkerEnv,
-		ExtraFiles:  []*os.File{toWR, fromWW},
-		Stderr:      logw,
-		MemoryLimit: lower(s.cfg.Isolation.MemoryLimit, limit(j.p.Limits, true)),
-		PidsLimit:   lower(s.cfg.Isolation.PidsLimit, limit(j.p.Limits, false)),
-	}
-	dom, err := s.iso.Start(context.Background(), spec)
+	logw := newWorkerLog(s.log.Named("worker"))
+	dom, err := s.iso.Start(context.Background(), isolation.Spec{
+		ID: domainID(id), Path: s.cfg.Isolation.WorkerPath, Args: s.cfg.Isolation.WorkerArgs, Env: s.cfg.WorkerEnv,
+		ExtraFiles: []*os.File{toWR, fromWW}, Stderr: logw, MemoryLimit: memory, PidsLimit: pids,
+	})
 	toWR.Close() // the worker holds its own copies now
 	fromWW.Close()
 	if err != nil {
-		s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
-		return launchFailed(err)
+		toWW.Close()
+		fromWR.Close()
+		return nil, err
 	}
-	ss := &session{s: s, j: j, dom: dom, toW: toWW, frames: make(chan frameOrErr, 16),
+	w := &warm{dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw}
+	go readFrames(fromWR, w.frames)
+	return w, nil
+}
+
+// prestart launches the executor's next spare worker with the configured limits (nil if the
+// sidecar is stopping, or if the launch fails: the next job then starts cold and reports why).
+func (s *Server) prestart() *warm {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	if s.sparesClosed {
+		return nil
+	}
+	w, err := s.launch("spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit)
+	if err != nil {
+		s.log.Warn("could not start a spare worker", "error", err)
+		return nil
+	}
+	s.spares[w] = struct{}{}
+	return w
+}
+
+// take removes w from the idle spares; false if shutdown already discarded it.
+func (s *Server) take(w *warm) bool {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	_, ok := s.spares[w]
+	delete(s.spares, w)
+	return ok
+}
+
+// closeSpares stops spares from being started and tears down the idle ones.
+func (s *Server) closeSpares() {
+	s.spareMu.Lock()
+	s.sparesClosed = true
+	idle := s.spares
+	s.spares = map[*warm]struct{}{}
+	s.spareMu.Unlock()
+	for w := range idle {
+		w.discard()
+	}
+}
+
+// discard tears down a spare that will not serve (it died idle, or the sidecar is stopping).
+func (w *warm) discard() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = w.dom.Kill(ctx)
+	_ = w.dom.Close()
+	w.toW.Close()
+	w.fromW.Close()
+}
+
+// invoke runs j on the spare worker when it fits (default limits, still alive), else on a fresh
+// one; runs the protocol; brings the domain down, reaped and removed; and only then returns the
+// classified answer. It consumes spare either way.
+func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
+	start := time.Now()
+	memory := lower(s.cfg.Isolation.MemoryLimit, limit(j.p.Limits, true))
+	pids := lower(s.cfg.Isolation.PidsLimit, limit(j.p.Limits, false))
+	w := spare
+	if w != nil && !s.take(w) {
+		w = nil // discarded by shutdown
+	}
+	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || exited(w.dom)) {
+		w.discard()
+		w = nil
+	}
+	if w == nil {
+		var err error
+		if w, err = s.launch(j.p.InvocationID, memory, pids); err != nil {
+			s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
+			return launchFailed(err)
+		}
+	}
+	defer w.toW.Close()
+	defer w.fromW.Close()
+	w.logw.bind(j.p.InvocationID, j.p.Credentials)
+	s.log.Info("worker assigned", "invocation", j.p.InvocationID, "domain", w.dom.ID(), "prestarted", w == spare)
+	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames,
 		progress: newProgressSender(j.peer, j.p.InvocationID)}
 	defer ss.progress.stop()
-	go readFrames(fromWR, ss.frames)
 	ss.run()
 	out := ss.teardown()
-	return ss.classify(out)
+	res := ss.classify(out)
+	res.WallMs = time.Since(start).Milliseconds()
+	return res
+}
+
+func exited(d *isolation.Domain) bool {
+	select {
+	case <-d.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 func launchFailed(err error) rpc.MutateResult {
@@ -134,9 +225,19 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			ss.violation = fmt.Sprintf("hello from pid %d, worker is %d", f.Pid, ss.dom.Pid())
 			return true
 		}
-		ss.requested = true // set before the write: a partial write may still reach the worker
 		req := ss.j.p
-		if err := workerproto.Write(ss.toW, &workerproto.Frame{T: workerproto.TypeRequest, Request: &req}, workerproto.MaxRequestFrame); err != nil {
+		if req.Credentials == nil && ss.s.cfg.S3AccessKey != "" {
+			// The sidecar's own credentials, for a call that brings none; like per-call ones they
+			// travel only in this frame.
+			req.Credentials = &rpc.Credentials{AccessKey: ss.s.cfg.S3AccessKey, SecretKey: ss.s.cfg.S3SecretKey}
+		}
+		err := workerproto.Write(ss.toW, &workerproto.Frame{T: workerproto.TypeRequest, Request: &req}, workerproto.MaxRequestFrame)
+		if errors.Is(err, workerproto.ErrFrameTooLarge) {
+			ss.violation = "request frame too large: " + err.Error() // nothing was written
+			return true
+		}
+		ss.requested = true // from here a partial write may have reached the worker
+		if err != nil {
 			ss.violation = "request write failed: " + err.Error()
 			return true
 		}
@@ -210,6 +311,9 @@ func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 		// The request never reached the worker: nothing can have run.
 		res.Phase, res.Code = rpc.PhasePreInvocationRejected, rpc.ReasonLaunchFailed
 		res.Message = "the worker ended before it received the request"
+		if ss.violation != "" {
+			res.Code, res.Message = rpc.ReasonInvalidRequest, "the request never reached the worker: "+ss.s.sanitize(ss.j, ss.violation)
+		}
 		if ss.deadline {
 			res.Code, res.Message = rpc.ReasonDeadlineLapsed, "the worker did not start before the deadline"
 		}

@@ -58,9 +58,9 @@ func newMetrics(version, epoch string) *metrics {
 	})
 	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "steward_mutate_outcomes_total",
-		Help: "index.mutate answers by outcome: committed, noop, not_committed, rejected_at_receive, rejected_before_invocation, indeterminate.",
+		Help: "index.mutate answers by outcome: committed, noop, not_committed (commit conflict), native_error (other engine errors), rejected_at_receive, rejected_before_invocation, indeterminate.",
 	}, []string{"outcome"})
-	for _, o := range []string{"committed", "noop", "not_committed", "rejected_at_receive", "rejected_before_invocation", "indeterminate"} {
+	for _, o := range []string{"committed", "noop", "not_committed", "native_error", "rejected_at_receive", "rejected_before_invocation", "indeterminate"} {
 		m.outcomes.WithLabelValues(o)
 	}
 	m.mutations = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -115,7 +115,9 @@ func (m *metrics) observeMutation(r rpc.MutateResult, d time.Duration) {
 		m.outcome("committed")
 	case r.Code == rpc.NativeOK:
 		m.outcome("noop")
-	default:
+	case r.Code == rpc.NativeCommitConflict:
 		m.outcome("not_committed")
+	default:
+		m.outcome("native_error") // the engine failed: see docs/PROTOCOL.md for what a host concludes
 	}
 }

@@ -2,12 +2,14 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/worker"
+	"github.com/cba1309c/steward/sidecar/workerproto"
 )
 
 // job is one admitted mutation on its way through the queue and an executor.
@@ -37,6 +39,10 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: %v left, kill budget %v + minimal window %v",
 			rpc.ErrDeadlineUnfundable, deadline.Sub(now).Round(time.Millisecond), s.killBudget(), s.cfg.MinRunnable)
+	}
+	if b, err := json.Marshal(p); err != nil || len(b) > workerproto.MaxRequestFrame-1024 {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: request of %d bytes exceeds the worker frame (%d)", rpc.ErrInvalidParams, len(b), workerproto.MaxRequestFrame-1024)
 	}
 	if s.iso == nil {
 		s.metrics.outcome("rejected_at_receive")
@@ -75,19 +81,27 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 }
 
 // executor runs queued jobs one at a time; Executors of them run side by side.
+//
+// Each executor keeps one spare worker started ahead of demand (ARCHITECTURE §3): a fresh domain
+// per invocation, as always, but its exec and init are paid between jobs instead of inside one.
 func (s *Server) executor() {
+	spare := s.prestart()
 	for j := range s.queue {
 		s.metrics.queueDepth.Dec()
-		res := s.dequeue(j)
+		res := s.dequeue(j, spare)
+		spare = nil
 		res.InvocationID, res.Epoch = j.p.InvocationID, s.epoch
 		s.settleCustody(j, res)
 		s.metrics.observeMutation(res, time.Since(j.received))
 		j.done <- res
+		if !isClosed(s.stop) {
+			spare = s.prestart()
+		}
 	}
 }
 
 // dequeue re-checks the deadline and the lifecycle, then runs the job.
-func (s *Server) dequeue(j *job) rpc.MutateResult {
+func (s *Server) dequeue(j *job, spare *warm) rpc.MutateResult {
 	if time.Now().After(j.runUntil) {
 		return rpc.MutateResult{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonDeadlineLapsed,
 			Message: "the deadline lapsed while queued: it can no longer fund the kill budget"}
@@ -100,5 +114,14 @@ func (s *Server) dequeue(j *job) rpc.MutateResult {
 	}
 	s.metrics.workers.Inc()
 	defer s.metrics.workers.Dec()
-	return s.invoke(j)
+	return s.invoke(j, spare)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -38,7 +38,9 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 	case err != nil:
 		return res, fmt.Errorf("resolve: %s", s.sanitizeCreds(p.Credentials, err.Error()))
 	}
-	res.Version, res.Fenced = out.Version, out.FenceWritten
+	// Fenced: this call or an earlier one put this invocation's fence into the slot.
+	res.Version = out.Version
+	res.Fenced = out.FenceWritten || (out.Op == dataset.OpFence && out.Holder == p.InvocationID)
 	if out.Committed {
 		res.Outcome, res.Reason = rpc.OutcomeCommitted, "the slot holds this invocation's commit"
 	} else {

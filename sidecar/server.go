@@ -40,6 +40,10 @@ type Server struct {
 	queue     chan *job
 	dedup     *dedup
 	custody   custodian // nil: no ledger, reservations granted
+
+	spareMu      sync.Mutex
+	spares       map[*warm]struct{} // idle prestarted workers
+	sparesClosed bool
 	ledger    *custody  // the same ledger, for objects.*
 }
 
@@ -65,6 +69,7 @@ func New(cfg Config) (*Server, error) {
 		Track:       s.track,
 	})
 	s.queue = make(chan *job, cfg.QueueCapacity)
+	s.spares = map[*warm]struct{}{}
 	s.dedup = newDedup(cfg.DedupCapacity)
 	if !cfg.DisableIsolation {
 		iso, err := isolation.New(cfg.Isolation)
@@ -97,6 +102,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Close() error {
 	var err error
 	if s.iso != nil {
+		s.closeSpares()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)
 		defer cancel()
 		err = s.iso.Close(ctx)

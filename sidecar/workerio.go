@@ -28,12 +28,17 @@ type workerLog struct {
 	dropped int
 }
 
-func newWorkerLog(log hclog.Logger, creds *rpc.Credentials) *workerLog {
-	w := &workerLog{log: log}
+func newWorkerLog(log hclog.Logger) *workerLog { return &workerLog{log: log} }
+
+// bind names the invocation a (possibly pre-started) worker now serves and the credentials to
+// redact from its lines.
+func (w *workerLog) bind(invocation string, creds *rpc.Credentials) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.log = w.log.With("invocation", invocation)
 	if creds != nil {
 		w.secrets = []string{creds.SecretKey, creds.AccessKey, creds.SessionToken}
 	}
-	return w
 }
 
 func (w *workerLog) Write(p []byte) (int, error) {
