@@ -44,7 +44,7 @@ type Server struct {
 	spareMu      sync.Mutex
 	spares       map[*warm]struct{} // idle prestarted workers
 	sparesClosed bool
-	ledger    *custody  // the same ledger, for objects.*
+	ledger       *custody // the same ledger, for objects.*
 }
 
 // New builds a sidecar with a fresh epoch.
