@@ -7,6 +7,7 @@ VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 # Fuzz targets run briefly in `make test`; FUZZTIME=1m for a longer look.
 FUZZTIME ?= 5s
+BENCH_ROWS ?= 10000000
 
 .PHONY: all build run test unit fuzz bench minio clean
 
@@ -40,11 +41,18 @@ fuzz:
 	  done; \
 	done
 
-# Every benchmark of the project; figures are ratios against baselines measured in the same run.
-bench: minio
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./host/ 2>/dev/null
-	$(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./isolation/
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./storage/dataset/
+# Every benchmark of the project, then one table of the headline ratios (each against a baseline
+# measured in the same run). Raw output is kept in bench.out. BENCH_ROWS sizes the index benchmarks
+# (default 10M rows, generated once into $$TMPDIR/steward-bench).
+bench: minio build
+	@rm -f bench.out
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./host/ 2>/dev/null | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./isolation/ | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 100x -count 1 ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -count 1 -timeout 30m ./storage/ledger/ | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 STEWARD_BENCH_ROWS=$(BENCH_ROWS) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./storage/dataset/ | tee -a bench.out
+	@echo
+	@$(GO) run ./scripts/benchtable < bench.out
 
 clean:
 	rm -rf bin

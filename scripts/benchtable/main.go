@@ -1,0 +1,155 @@
+// Command benchtable reads `go test -bench` output (from every package, concatenated) on stdin and
+// prints one table of steward's headline ratios, each figure against the baseline measured in the
+// same run. `make bench` pipes the whole benchmark run through it.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// results maps a benchmark name (without the -GOMAXPROCS suffix) to its metrics by unit.
+type results map[string]map[string]float64
+
+var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+func parse(sc *bufio.Scanner) results {
+	r := results{}
+	for sc.Scan() {
+		m := line.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		metrics := map[string]float64{}
+		f := strings.Fields(m[2])
+		for i := 0; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				metrics[f[i+1]] = v
+			}
+		}
+		r[strings.TrimPrefix(m[1], "Benchmark")] = metrics
+	}
+	return r
+}
+
+type row struct{ headline, figure, baseline, ratio, goal string }
+
+func (r results) get(name, unit string) (float64, bool) {
+	m, ok := r[name]
+	if !ok {
+		return 0, false
+	}
+	v, ok := m[unit]
+	return v, ok
+}
+
+// pair compares two benchmarks' ns/op.
+func (r results) pair(headline, name, base, goal string) (row, bool) {
+	a, ok1 := r.get(name, "ns/op")
+	b, ok2 := r.get(base, "ns/op")
+	if !ok1 || !ok2 || b == 0 {
+		return row{}, false
+	}
+	return row{headline, dur(a) + "  " + name, dur(b) + "  " + base, fmt.Sprintf("%.2f×", a/b), goal}, true
+}
+
+func dur(ns float64) string {
+	switch {
+	case ns >= 1e9:
+		return fmt.Sprintf("%.2f s", ns/1e9)
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2f ms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.1f µs", ns/1e3)
+	}
+	return fmt.Sprintf("%.0f ns", ns)
+}
+
+func (r results) rows() []row {
+	var out []row
+	add := func(x row, ok bool) {
+		if ok {
+			out = append(out, x)
+		}
+	}
+	for _, mode := range []string{"hybrid", "v1", "v2"} {
+		add(r.pair("isolation launch overhead", "LaunchNoop/isolated-"+mode, "LaunchNoop/raw-forkexec", "≤ 1.5×"))
+	}
+	add(r.pair("raw launch vs static floor", "LaunchNoop/raw-forkexec", "LaunchNoop/static-floor", "≤ 2×"))
+	for _, mode := range []string{"hybrid", "v1", "v2"} {
+		add(r.pair("kill+reap of 50 processes", "KillTree50/ladder-"+mode, "KillTree50/bare-"+mode, "—"))
+	}
+	for _, tr := range []string{"stdio", "plugin"} {
+		for _, n := range []string{"1", "64"} {
+			add(r.pair("RPC overhead ("+tr+", "+n+" in flight)", "RoundTrip/"+tr+"/steward-hello/inflight="+n, "RoundTrip/"+tr+"/raw-echo/inflight="+n, "≤ 1.2×"))
+		}
+	}
+	add(r.pair("no-op mutation round trip", "MutateNoop/sidecar-noop-mutation", "MutateNoop/isolation-launch-baseline", "≤ 1.3×"))
+	if v, ok := r.get("MutateSaturated", "mutations/s"); ok {
+		out = append(out, row{"mutations/s, pool saturated", fmt.Sprintf("%.0f /s", v), "—", "—", "—"})
+	}
+	var names []string
+	for name := range r {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if v, ok := r.get(name, "build/read"); ok && strings.HasPrefix(name, "IndexBuild/") {
+			read, _ := r.get(name, "read-s")
+			build, _ := r.get(name, "build-s")
+			peak, _ := r.get(name, "peak-heap-MB")
+			out = append(out, row{"index build vs column read", fmt.Sprintf("%.2f s (peak heap %.0f MB)  %s", build, peak, strings.TrimPrefix(name, "IndexBuild/")),
+				fmt.Sprintf("%.2f s read", read), fmt.Sprintf("%.2f×", v), "≤ 2×"})
+		}
+	}
+	for _, name := range names {
+		if v, ok := r.get(name, "scan/index"); ok {
+			us, _ := r.get(name, "lookup-us")
+			ms, _ := r.get(name, "scan-ms")
+			out = append(out, row{"point lookup vs full scan", fmt.Sprintf("%.0f µs  %s", us, strings.TrimPrefix(name, "PointLookup/")),
+				fmt.Sprintf("%.0f ms scan", ms), fmt.Sprintf("%.0f× faster", v), "≥ 100×"})
+		}
+	}
+	published := map[string]float64{"name=42/perOwner=1": 505, "name=42/perOwner=64": 159, "name=256/perOwner=1": 713, "name=256/perOwner=64": 367}
+	for _, shape := range []string{"name=42/perOwner=1", "name=42/perOwner=64", "name=256/perOwner=1", "name=256/perOwner=64"} {
+		if v, ok := r.get("TicketMemory/"+shape, "B/ticket"); ok {
+			out = append(out, row{"ledger bytes per ticket", fmt.Sprintf("%.0f B  %s", v, shape), fmt.Sprintf("%.0f B published", published[shape]),
+				fmt.Sprintf("%.2f×", v/published[shape]), "< 1×"})
+		}
+	}
+	for _, size := range []string{"1MiB", "128MiB"} {
+		if v, ok := r.get("UploadPath/size="+size, "added%"); ok {
+			put, _ := r.get("UploadPath/size="+size, "put-µs")
+			led, _ := r.get("UploadPath/size="+size, "ledger-µs")
+			out = append(out, row{"ledger on the upload path (" + size + ")", fmt.Sprintf("%.0f µs reserve+put+accept", led), fmt.Sprintf("%.0f µs put", put), fmt.Sprintf("%+.1f%%", v), "≤ +1%"})
+		}
+	}
+	if v, ok := r.get("CleanupThroughput", "ratio"); ok {
+		raw, _ := r.get("CleanupThroughput", "raw-obj/s")
+		led, _ := r.get("CleanupThroughput", "ledger-obj/s")
+		out = append(out, row{"cleanup throughput", fmt.Sprintf("%.0f obj/s via ledger", led), fmt.Sprintf("%.0f obj/s RemoveObjects", raw), fmt.Sprintf("%.2f×", v), "≥ 0.9×"})
+	}
+	return out
+}
+
+func main() {
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	rows := parse(sc).rows()
+	if len(rows) == 0 {
+		fmt.Fprintln(os.Stderr, "benchtable: no benchmark results on stdin")
+		os.Exit(1)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HEADLINE\tFIGURE\tBASELINE (same run)\tRATIO\tGOAL")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.headline, r.figure, r.baseline, r.ratio, r.goal)
+	}
+	tw.Flush()
+}
