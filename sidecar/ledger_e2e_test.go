@@ -513,8 +513,11 @@ func TestSidecarKilledWhileUploading(t *testing.T) {
 	if f.HighWater < 2 {
 		t.Fatalf("the restarted sidecar found %d tickets, want at least the 2 of the crashed workers", f.HighWater)
 	}
-	if !strings.Contains(e.logs.String(), `"recovery pass"`) {
-		t.Fatalf("the restarted sidecar recovered nothing (figures %+v)", f)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(e.logs.String(), `"recovery pass"`); {
+		if time.Now().After(deadline) { // log lines arrive through the sidecar's stderr, asynchronously
+			t.Fatalf("the restarted sidecar logged no recovery pass (figures %+v)", f)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if e.exists(crashed["crash_before_commit"]) || !e.exists(crashed["crash_after_commit"]) {
 		t.Fatalf("recovery must delete the uncommitted segment and keep the committed one")
