@@ -1,0 +1,257 @@
+package campaign
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/cba1309c/steward/host/dispatch"
+	"github.com/cba1309c/steward/internal/minioproc"
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage"
+	"github.com/hashicorp/go-hclog"
+)
+
+// bucket is the campaign's bucket on its MinIO.
+const bucket = "campaign"
+
+// run is one campaign in progress.
+type run struct {
+	cfg Config
+	log hclog.Logger
+	dir string // the campaign's own directory: MinIO data, job store, sidecar state, logs
+
+	minio    *minioproc.Server
+	ownMinIO bool
+	store    storage.Store // the campaign's own view of the bucket, for truth
+	spec     rpc.StoreSpec
+	prefix   string // every dataset of this run lives under it: a given MinIO may hold others
+	datasets []string
+
+	cgroupParent, stateDir string
+	jobs                   *dispatch.BoltStore
+	d                      *dispatch.Dispatcher
+	nodes                  []*node
+	plan                   map[string]planned // job id → plan
+
+	ctx      context.Context // the campaign's context, for fault goroutines
+	faults   sync.WaitGroup
+	outageMu sync.Mutex
+
+	mu  sync.Mutex
+	rep *Report
+}
+
+// Run runs a campaign and checks it. The error is about the campaign itself (it could not be set
+// up or driven); what the checker found is in Report.Violations.
+func Run(ctx context.Context, cfg Config) (rep Report, err error) {
+	if runtime.GOOS != "linux" {
+		return rep, fmt.Errorf("%w: %s (needs Linux cgroups and /proc)", ErrUnsupported, runtime.GOOS)
+	}
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return rep, err
+	}
+	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg), plan: map[string]planned{}}
+	start := time.Now()
+	defer func() {
+		r.rep.Durations.Total = time.Since(start)
+		rep = *r.rep
+	}()
+	if err := r.setup(ctx); err != nil {
+		r.teardown()
+		return rep, err
+	}
+	r.rep.Durations.Setup = time.Since(start)
+	dctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.d.Run(dctx)
+	}()
+	t := time.Now()
+	err = r.drive(ctx)
+	r.faults.Wait() // every outage is over and every killed sidecar has a successor
+	r.rep.Durations.Drive = time.Since(t)
+	if err == nil {
+		t = time.Now()
+		r.converge(ctx)
+		r.rep.Durations.Converge = time.Since(t)
+		t = time.Now()
+		r.check(ctx)
+		r.rep.Durations.Check = time.Since(t)
+	}
+	stop()
+	<-done
+	t = time.Now()
+	r.teardown()
+	r.rep.Durations.Teardown = time.Since(t)
+	return rep, err
+}
+
+// setup makes the campaign directory, MinIO, the datasets, the job store, the dispatcher and the
+// sidecars. What it made is undone by teardown, also after a failure.
+func (r *run) setup(ctx context.Context) error {
+	base := r.cfg.WorkDir
+	if base == "" {
+		base = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, "steward-campaign-")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	r.dir, r.rep.Dir = dir, dir
+	r.stateDir = filepath.Join(dir, "state")
+	r.cgroupParent = "steward-campaign-" + randHex(6)
+	r.rep.CgroupParent = r.cgroupParent
+	r.log = r.cfg.Logger
+	if r.log == nil {
+		f, err := os.Create(filepath.Join(dir, "campaign.log"))
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		r.log = hclog.New(&hclog.LoggerOptions{Name: "campaign", Output: f, Level: hclog.Info, JSONFormat: true})
+	}
+	if err := r.startMinIO(ctx); err != nil {
+		return err
+	}
+	if err := r.makeDatasets(ctx); err != nil {
+		return err
+	}
+	if r.jobs, err = dispatch.OpenBolt(filepath.Join(dir, "jobs.db"), dispatch.BoltOptions{}); err != nil {
+		return fmt.Errorf("%w: job store: %w", ErrSetup, err)
+	}
+	r.d, err = dispatch.New(dispatch.Config{
+		Store: r.jobs, Interval: 200 * time.Millisecond, ExecuteDeadline: r.cfg.ExecuteDeadline,
+		AnswerGrace: 15 * time.Second, MaxInFlightPerSidecar: r.cfg.Executors,
+		ResolveRetryInterval: time.Second, ResolveTimeout: 20 * time.Second,
+		MaxUnresolvedPerDataset: r.cfg.Mutations + 1, MaxUnresolved: r.cfg.Mutations + 1,
+		Credentials: r.credentials, Logger: r.log.Named("dispatch"),
+	})
+	if err != nil {
+		return fmt.Errorf("%w: dispatcher: %w", ErrSetup, err)
+	}
+	for i := range r.cfg.Sidecars {
+		n := &node{name: fmt.Sprintf("node-%d", i), r: r}
+		r.nodes = append(r.nodes, n)
+		if err := n.start(ctx); err != nil {
+			return fmt.Errorf("%w: sidecar %s: %w", ErrSetup, n.name, err)
+		}
+	}
+	for _, p := range makePlan(r.cfg.Seed, r.cfg.Mutations, r.cfg.Datasets, r.cfg.Kinds) {
+		r.plan[p.id()] = p
+	}
+	return nil
+}
+
+func (r *run) startMinIO(ctx context.Context) error {
+	if r.minio = r.cfg.MinIO; r.minio == nil {
+		var err error
+		if r.minio, err = minioproc.Start(r.cfg.MinIOBinary, filepath.Join(r.dir, "minio")); err != nil {
+			return fmt.Errorf("%w: minio: %w", ErrSetup, err)
+		}
+		r.ownMinIO = true
+	}
+	st, err := storage.OpenStore(ctx, storage.StoreConfig{
+		Kind: storage.KindS3, Endpoint: r.minio.Endpoint, Bucket: bucket,
+		AccessKey: r.minio.AccessKey, SecretKey: r.minio.SecretKey, MaxRetries: 1, RequestTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: open bucket: %w", ErrSetup, err)
+	}
+	r.store = st
+	r.spec = rpc.StoreSpec{URL: "s3://" + bucket, Endpoint: r.minio.Endpoint}
+	return nil
+}
+
+// credentials are the per-call credentials the dispatcher sends with every job and resolve.
+func (r *run) credentials(context.Context, rpc.DatasetRef) (*rpc.Credentials, error) {
+	return &rpc.Credentials{AccessKey: r.minio.AccessKey, SecretKey: r.minio.SecretKey}, nil
+}
+
+func (r *run) ref(ds int) rpc.DatasetRef { return rpc.DatasetRef{Store: r.spec, Path: r.datasets[ds]} }
+
+// teardown stops the dispatcher, the sidecars (gracefully: each kills and reaps its workers),
+// and MinIO if the campaign started it; then it looks for leftover processes and cgroups, and
+// removes the campaign directory unless Keep.
+func (r *run) teardown() {
+	if r.d != nil {
+		r.d.Close()
+	}
+	var wg sync.WaitGroup
+	for _, n := range r.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.stop()
+		}()
+	}
+	wg.Wait()
+	if r.jobs != nil {
+		r.jobs.Close()
+	}
+	if r.ownMinIO && r.minio != nil {
+		r.minio.Stop()
+	}
+	if r.dir == "" {
+		return
+	}
+	procs, cgroups, err := leftovers(r.dir, r.cgroupParent)
+	if err != nil {
+		r.violate("leftovers", "", err.Error())
+	}
+	r.rep.LeftoverProcesses, r.rep.LeftoverCgroups = len(procs), len(cgroups)
+	for _, p := range procs {
+		r.violate("leftover-process", "", p)
+	}
+	for _, c := range cgroups {
+		r.violate("leftover-cgroup", "", c)
+	}
+	if !r.cfg.Keep {
+		if err := os.RemoveAll(r.dir); err != nil {
+			r.log.Warn("cannot remove the campaign directory", "dir", r.dir, "error", err)
+		}
+		r.rep.Dir = ""
+	}
+}
+
+func (r *run) violate(check, job, detail string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.Violations = append(r.rep.Violations, Violation{Check: check, Job: job, Detail: detail})
+}
+
+func (r *run) finding(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.Findings = append(r.rep.Findings, fmt.Sprintf(format, args...))
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// retry calls fn every 200ms until it succeeds, ctx ends or bound passes (MinIO may be down).
+func retry(ctx context.Context, bound time.Duration, fn func() error) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := fn()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,292 @@
+package campaign
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cba1309c/steward/host/dispatch"
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/dataset"
+)
+
+// chain is one dataset's manifests as storage holds them, versions 1..latest.
+type chain struct {
+	path      string
+	manifests []*dataset.Manifest // index v-1
+	commits   map[string]int64    // invocation id → version it committed (fences excluded)
+}
+
+func (c *chain) at(v int64) *dataset.Manifest {
+	if v < 1 || int(v) > len(c.manifests) {
+		return nil
+	}
+	return c.manifests[v-1]
+}
+
+// check verifies the campaign from the job store's typed fields and storage truth only.
+func (r *run) check(ctx context.Context) {
+	jobs, err := r.d.List(dispatch.ListOptions{})
+	if err != nil {
+		r.violate("check", "", "list jobs: "+err.Error())
+		return
+	}
+	chains := map[string]*chain{}
+	referenced := map[string]bool{}
+	for _, path := range r.datasets {
+		c, err := r.readChain(ctx, path, referenced)
+		if err != nil {
+			r.violate("manifest-chain", "", fmt.Sprintf("%s: %v", path, err))
+			continue
+		}
+		chains[path] = c
+	}
+	byInv := map[string]dispatch.Job{}
+	for _, j := range jobs {
+		r.tally(j)
+		if j.InvocationID != "" {
+			byInv[j.InvocationID] = j
+		}
+		if c := chains[j.Dataset.Path]; c != nil {
+			r.checkJob(j, c)
+		}
+	}
+	for _, c := range chains {
+		for inv, v := range c.commits {
+			if _, ok := byInv[inv]; !ok {
+				r.violate("ghost-commit", "", fmt.Sprintf("%s version %d was committed by invocation %s of no job", c.path, v, inv))
+			}
+		}
+	}
+	r.checkObjects(ctx, jobs, referenced)
+}
+
+// readChain reads every manifest of path and adds every key they reference to referenced.
+func (r *run) readChain(ctx context.Context, path string, referenced map[string]bool) (*chain, error) {
+	latest, err := dataset.LatestVersion(ctx, r.store, path)
+	if err != nil {
+		return nil, err
+	}
+	c := &chain{path: path, commits: map[string]int64{}}
+	for v := int64(1); v <= latest; v++ {
+		d, err := dataset.Open(ctx, r.store, path, v)
+		if err != nil {
+			return nil, fmt.Errorf("version %d: %w", v, err)
+		}
+		m := d.Manifest()
+		c.manifests = append(c.manifests, m)
+		referenced[path+"/"+dataset.VersionKey(v)] = true
+		for _, f := range m.Fragments {
+			referenced[path+"/"+f.Path] = true
+		}
+		for _, ix := range m.Indices {
+			for _, f := range ix.Files {
+				referenced[path+"/"+f.Path] = true
+			}
+		}
+		r.checkVersion(c, m)
+	}
+	r.mu.Lock()
+	r.rep.Versions += int(latest)
+	r.mu.Unlock()
+	return c, nil
+}
+
+// checkVersion checks one manifest against its predecessor: every version after the first was
+// written at read version + 1, a fence changes no index, and an invocation commits at most once.
+func (r *run) checkVersion(c *chain, m *dataset.Manifest) {
+	if m.Version == 1 {
+		return
+	}
+	tx := m.Transaction
+	if tx.ReadVersion != m.Version-1 {
+		r.violate("manifest-chain", "", fmt.Sprintf("%s version %d read version %d, not %d", c.path, m.Version, tx.ReadVersion, m.Version-1))
+	}
+	if m.IsFence() {
+		r.mu.Lock()
+		r.rep.Fences++
+		r.mu.Unlock()
+		if prev := c.at(m.Version - 1); prev != nil && !slices.Equal(uuids(prev), uuids(m)) {
+			r.violate("fence", "", fmt.Sprintf("%s fence version %d changes the indices", c.path, m.Version))
+		}
+		return
+	}
+	if tx.InvocationID == "" {
+		return
+	}
+	if v, dup := c.commits[tx.InvocationID]; dup {
+		r.violate("double-commit", "", fmt.Sprintf("%s: invocation %s committed versions %d and %d", c.path, tx.InvocationID, v, m.Version))
+	}
+	c.commits[tx.InvocationID] = m.Version
+}
+
+func uuids(m *dataset.Manifest) []string {
+	var out []string
+	for _, ix := range m.Indices {
+		out = append(out, ix.UUID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// findIndex returns the index of m whose name folds to name.
+func findIndex(m *dataset.Manifest, name string) *dataset.IndexMeta {
+	for i := range m.Indices {
+		if dispatch.FoldName(m.Indices[i].Name) == dispatch.FoldName(name) {
+			return &m.Indices[i]
+		}
+	}
+	return nil
+}
+
+var txOps = map[string]string{rpc.OpCreate: dataset.OpCreateIndex, rpc.OpReplace: dataset.OpReplaceIndex, rpc.OpDrop: dataset.OpDropIndex}
+
+// checkJob checks one job's final state against its dataset's chain.
+func (r *run) checkJob(j dispatch.Job, c *chain) {
+	v, committed := c.commits[j.InvocationID]
+	switch j.State {
+	case dispatch.StateCommitted:
+		if j.Result != nil && j.Result.CommittedVersion == 0 && j.Resolution == nil &&
+			(j.Result.CompletionReason == rpc.CompletionIfNotExistsNoop || j.Result.CompletionReason == rpc.CompletionIfExistsNoop) {
+			r.checkNoop(j, c, committed, v)
+			return
+		}
+		if !committed {
+			r.violate("committed-not-in-chain", j.ID, fmt.Sprintf("COMMITTED but invocation %s committed no version of %s", j.InvocationID, c.path))
+			return
+		}
+		if v != j.AdmittedVersion+1 {
+			r.violate("committed-wrong-slot", j.ID, fmt.Sprintf("committed version %d, admitted %d", v, j.AdmittedVersion))
+		}
+		if j.Result != nil && j.Result.CommittedVersion != 0 && j.Result.CommittedVersion != v {
+			r.violate("committed-wrong-slot", j.ID, fmt.Sprintf("answer says version %d, storage says %d", j.Result.CommittedVersion, v))
+		}
+		m := c.at(v)
+		if m.Transaction.Op != txOps[j.Op] {
+			r.violate("committed-wrong-op", j.ID, fmt.Sprintf("version %d is %s, job is %s", v, m.Transaction.Op, j.Op))
+		}
+		ix := findIndex(m, j.Index.Name)
+		switch {
+		case j.Op == rpc.OpDrop && ix != nil:
+			r.violate("drop-left-index", j.ID, fmt.Sprintf("%q still present at version %d", j.Index.Name, v))
+		case j.Op != rpc.OpDrop && ix == nil:
+			r.violate("index-missing", j.ID, fmt.Sprintf("%q absent at version %d", j.Index.Name, v))
+		case j.Op != rpc.OpDrop && j.Result != nil && j.Result.IndexUUID != "" && ix.UUID != j.Result.IndexUUID:
+			r.violate("index-mismatch", j.ID, fmt.Sprintf("answer says index %s, version %d holds %s", j.Result.IndexUUID, v, ix.UUID))
+		}
+	case dispatch.StateNotCommitted:
+		if committed {
+			r.violate("not-committed-in-chain", j.ID, fmt.Sprintf("NOT_COMMITTED but invocation %s committed version %d of %s", j.InvocationID, v, c.path))
+		}
+	default:
+		r.violate("unsettled", j.ID, fmt.Sprintf("state %s after convergence", j.State))
+	}
+	if j.SlotHeld {
+		r.violate("slot-held", j.ID, fmt.Sprintf("%s still holds its slot", j.State))
+	}
+}
+
+// checkNoop checks a COMMITTED IF-condition no-op: nothing committed, and the pinned snapshot
+// justifies the no-op.
+func (r *run) checkNoop(j dispatch.Job, c *chain, committed bool, v int64) {
+	if committed {
+		r.violate("noop-committed", j.ID, fmt.Sprintf("%s but committed version %d", j.Result.CompletionReason, v))
+	}
+	m := c.at(j.AdmittedVersion)
+	if m == nil {
+		r.violate("noop-unjustified", j.ID, fmt.Sprintf("pinned version %d not in the chain", j.AdmittedVersion))
+		return
+	}
+	present := findIndex(m, j.Index.Name) != nil
+	if (j.Result.CompletionReason == rpc.CompletionIfNotExistsNoop) != present {
+		r.violate("noop-unjustified", j.ID, fmt.Sprintf("%s but %q present=%t at pinned version %d", j.Result.CompletionReason, j.Index.Name, present, j.AdmittedVersion))
+	}
+}
+
+// tally counts the job in the outcome table.
+func (r *run) tally(j dispatch.Job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := r.rep.kind(r.plan[j.ID].kind)
+	switch j.State {
+	case dispatch.StateCommitted:
+		k.Committed++
+	case dispatch.StateNotCommitted:
+		k.NotCommitted++
+	case dispatch.StateUnknown:
+		k.Unknown++
+	default:
+		k.Open++
+	}
+	if j.Resolution != nil {
+		k.Resolved++
+	}
+	if j.Result != nil && j.Result.CompletionReason != "" && j.Result.CompletionReason != rpc.CompletionCommitted {
+		k.Noop++
+	}
+	r.rep.Jobs++
+}
+
+// checkObjects lists the run's objects: every referenced key must exist, and every object must
+// be referenced by a manifest or owned by a ticket of a live sidecar.
+func (r *run) checkObjects(ctx context.Context, jobs []dispatch.Job, referenced map[string]bool) {
+	objects, err := storage.ListAll(ctx, r.store, r.prefix+"/")
+	if err != nil {
+		r.violate("objects", "", "list bucket: "+err.Error())
+		return
+	}
+	owned, err := r.owned(ctx, jobs)
+	if err != nil {
+		r.violate("objects", "", "ticket listing: "+err.Error())
+	}
+	present := map[string]bool{}
+	for _, o := range objects {
+		present[o.Key] = true
+		switch {
+		case referenced[o.Key]:
+		case owned[o.Key]:
+			r.rep.Owned++
+		default:
+			r.violate("orphan", "", fmt.Sprintf("%s (%d bytes) is referenced by no manifest and owned by no ticket", o.Key, o.Size))
+			r.rep.Orphans++
+		}
+	}
+	for k := range referenced {
+		if !present[k] {
+			r.violate("missing-object", "", k+" is referenced by a manifest but absent from the bucket")
+		}
+	}
+	r.rep.Objects, r.rep.Referenced = len(objects), len(referenced)
+}
+
+// owned lists the keys the live sidecars' ledgers hold tickets for, per job invocation.
+func (r *run) owned(ctx context.Context, jobs []dispatch.Job) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, n := range r.nodes {
+		s := n.current()
+		st, err := r.status(ctx, s, nil)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", n.name, err)
+		}
+		if st.Ledger.Used == 0 {
+			continue
+		}
+		for _, j := range jobs {
+			if j.InvocationID == "" {
+				continue
+			}
+			st, err := r.status(ctx, s, &j.InvocationID)
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", n.name, err)
+			}
+			for _, t := range st.Tickets {
+				if strings.HasPrefix(t.Store, r.spec.URL) {
+					out[t.Key] = true
+				}
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,187 @@
+package campaign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cba1309c/steward/host/dispatch"
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage/dataset"
+)
+
+// makeDatasets creates the campaign's datasets (version 1, two fragments each).
+func (r *run) makeDatasets(ctx context.Context) error {
+	r.prefix = "run-" + randHex(4)
+	for i := range r.cfg.Datasets {
+		path := fmt.Sprintf("%s/ds-%d", r.prefix, i)
+		src := dataset.NewGenerator(r.cfg.Rows, uint64(r.cfg.Seed)+uint64(i))
+		opts := dataset.WriteOptions{RowsPerFragment: int(r.cfg.Rows/2 + 1)}
+		if _, _, err := dataset.Create(ctx, r.store, path, src, opts); err != nil {
+			return fmt.Errorf("%w: create dataset %s: %w", ErrSetup, path, err)
+		}
+		r.datasets = append(r.datasets, path)
+	}
+	return nil
+}
+
+// drive submits the plan, keeping at most Outstanding jobs unanswered.
+func (r *run) drive(ctx context.Context) error {
+	plan := makePlan(r.cfg.Seed, r.cfg.Mutations, r.cfg.Datasets, r.cfg.Kinds)
+	for i, p := range plan {
+		if err := r.waitOutstanding(ctx); err != nil {
+			return err
+		}
+		if err := r.submit(ctx, p); err != nil {
+			return fmt.Errorf("submit %s: %w", p.id(), err)
+		}
+		r.progress(Progress{Phase: "drive", Submitted: i + 1, Total: len(plan)})
+	}
+	return nil
+}
+
+// waitOutstanding blocks while Outstanding jobs are PENDING or RUNNING.
+func (r *run) waitOutstanding(ctx context.Context) error {
+	for {
+		jobs, err := r.d.List(dispatch.ListOptions{Active: true})
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, j := range jobs {
+			if j.State == dispatch.StatePending || j.State == dispatch.StateRunning {
+				n++
+			}
+		}
+		if n < r.cfg.Outstanding {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// submit admits p on its preferred dataset and index name, or on the next free pair when a live
+// job holds it (the dispatcher's same-name fence), pinned at that dataset's latest version.
+func (r *run) submit(ctx context.Context, p planned) error {
+	pairs := r.cfg.Datasets * len(columns)
+	for {
+		for k := range pairs {
+			ds := (p.dataset + k/len(columns)) % r.cfg.Datasets
+			col := columns[(p.column+k)%len(columns)]
+			var pinned int64
+			err := retry(ctx, time.Minute, func() (err error) {
+				pinned, err = dataset.LatestVersion(ctx, r.store, r.datasets[ds])
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("latest version of %s: %w", r.datasets[ds], err)
+			}
+			_, err = r.d.Submit(ctx, r.request(p, ds, col, pinned))
+			if errors.Is(err, dispatch.ErrNameBusy) {
+				continue
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (r *run) request(p planned, ds int, col column, pinned int64) dispatch.Request {
+	req := dispatch.Request{
+		ID: p.id(), Dataset: r.ref(ds), AdmittedVersion: pinned, Op: p.op,
+		Index: rpc.IndexSpec{Name: col.index}, IfNotExists: p.ifNotExists, IfExists: p.ifExists,
+	}
+	if p.op != rpc.OpDrop {
+		req.Index.Columns, req.Index.Type = []string{col.name}, p.typ
+		req.Schema = []rpc.FieldContract{{Name: col.name, Type: col.typ}}
+	}
+	if isWorkerFault(p.kind) {
+		req.Fault = p.kind
+	}
+	return req
+}
+
+// onSend runs in the dispatcher's send path, once per job: it tightens the deadline of the
+// deadline kinds and schedules the sidecar kills and MinIO outages.
+func (r *run) onSend(s *sidecar, p rpc.MutateParams) rpc.MutateParams {
+	pl, ok := r.plan[p.JobID]
+	if !ok {
+		return p
+	}
+	switch pl.kind {
+	case KindDeadlineUnfundable, KindDeadlineTight:
+		if d := time.Now().Add(pl.deadline).UnixMilli(); d < p.DeadlineUnixMs {
+			p.DeadlineUnixMs = d
+		}
+		r.inject(pl.kind, true, false)
+	case KindSidecarKill:
+		r.faults.Add(1)
+		go func() {
+			defer r.faults.Done()
+			time.Sleep(pl.delay)
+			delivered, busy, err := s.node.kill(r.ctx, s)
+			if err != nil {
+				r.violate("sidecar-restart", pl.id(), err.Error())
+			}
+			r.inject(pl.kind, delivered, busy)
+			r.log.Info("sidecar killed", "node", s.node.name, "job", pl.id(), "delivered", delivered, "busy", busy)
+		}()
+	case KindMinIOOutage:
+		r.faults.Add(1)
+		go func() {
+			defer r.faults.Done()
+			time.Sleep(pl.delay)
+			r.inject(pl.kind, r.outage(pl.outage), s.inflight.Load() > 0)
+		}()
+	default:
+		r.inject(pl.kind, true, false)
+	}
+	return p
+}
+
+// outage stops MinIO for d and starts it again. Outages do not overlap: a second one while the
+// first lasts is not delivered.
+func (r *run) outage(d time.Duration) bool {
+	if !r.outageMu.TryLock() {
+		return false
+	}
+	defer r.outageMu.Unlock()
+	r.log.Info("minio stopped", "for", d)
+	r.minio.Stop()
+	time.Sleep(d)
+	err := retry(context.Background(), time.Minute, r.minio.Start)
+	if err != nil {
+		r.violate("minio-restart", "", err.Error())
+	}
+	r.log.Info("minio started again", "error", err)
+	return true
+}
+
+// inject counts one injected fault.
+func (r *run) inject(kind string, delivered, busy bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := r.rep.kind(kind)
+	k.Sent++
+	if delivered {
+		k.Delivered++
+	}
+	if busy {
+		k.Busy++
+	}
+}
+
+func (r *run) progress(p Progress) {
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(p)
+	}
+}

@@ -1,0 +1,12 @@
+package campaign
+
+import "errors"
+
+var (
+	// ErrConfig means a Config is unusable (a required path is missing, a bound is negative).
+	ErrConfig = errors.New("campaign: invalid config")
+	// ErrSetup means the campaign could not build its environment (MinIO, datasets, sidecars).
+	ErrSetup = errors.New("campaign: setup failed")
+	// ErrUnsupported means the platform cannot run a campaign (it needs Linux cgroups and /proc).
+	ErrUnsupported = errors.New("campaign: unsupported platform")
+)

@@ -1,0 +1,131 @@
+package campaign
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cba1309c/steward/rpc"
+)
+
+// Fault kinds. The worker faults are the sidecar's test fault names, passed through the job; the
+// others are injected by the campaign around the job's send.
+const (
+	KindClean = "clean" // no fault
+
+	// Worker faults (sidecar/worker/faults.go; the campaign sees them only as wire strings).
+	KindHang              = "hang"
+	KindIgnoreSIGTERM     = "ignore_sigterm"
+	KindSkipResult        = "skip_result"
+	KindGarbage           = "garbage"
+	KindFlood             = "flood"
+	KindCrashBeforeCommit = "crash_before_commit"
+	KindCrashAfterCommit  = "crash_after_commit"
+	KindOOM               = "oom"
+	KindForkBomb          = "fork_bomb"
+
+	// KindSidecarKill SIGKILLs the sidecar the job was sent to, after a random delay, then
+	// starts a successor on the same state directory and adds it under the same name.
+	KindSidecarKill = "sidecar_kill"
+	// KindMinIOOutage stops MinIO (SIGKILL) shortly after the job is sent and restarts it after
+	// a random outage of 1-4s.
+	KindMinIOOutage = "minio_outage"
+	// KindDeadlineUnfundable sends the job with a deadline short of the kill budget: the sidecar
+	// must refuse it at receive.
+	KindDeadlineUnfundable = "deadline_unfundable"
+	// KindDeadlineTight sends the job with a deadline that funds the kill budget and leaves a
+	// runnable window of 0-600ms: the deadline races the build and the commit.
+	KindDeadlineTight = "deadline_tight"
+)
+
+var workerFaults = []string{KindHang, KindIgnoreSIGTERM, KindSkipResult, KindGarbage, KindFlood,
+	KindCrashBeforeCommit, KindCrashAfterCommit, KindOOM, KindForkBomb}
+
+// Kinds lists every fault kind, KindClean first.
+func Kinds() []string {
+	out := []string{KindClean}
+	out = append(out, workerFaults...)
+	return append(out, KindSidecarKill, KindMinIOOutage, KindDeadlineUnfundable, KindDeadlineTight)
+}
+
+func knownKind(k string) bool { return slices.Contains(Kinds(), k) }
+
+func isWorkerFault(k string) bool { return slices.Contains(workerFaults, k) }
+
+// column is an indexable column of the generated datasets, with the index name that covers it.
+type column struct {
+	index, name, typ string
+}
+
+// columns are the generator's columns; each has one index name, so that CREATE, REPLACE and DROP
+// of the same name meet each other.
+var columns = []column{
+	{"ix_id", "id", "int64"},
+	{"ix_category", "category", "string"},
+	{"ix_price", "price", "float64"},
+	{"ix_name", "name", "string"},
+}
+
+// planned is one mutation of the plan: everything random about it, drawn from the seed up front
+// so that the same seed gives the same sequence of operations and faults.
+type planned struct {
+	seq         int
+	kind        string
+	dataset     int // preferred dataset; the next free (dataset, name) is used when it is busy
+	column      int // preferred column
+	op          string
+	typ         string
+	ifNotExists bool
+	ifExists    bool
+	delay       time.Duration // sidecar_kill: after the send; minio_outage: after the send
+	outage      time.Duration // minio_outage: how long MinIO stays down
+	deadline    time.Duration // deadline kinds: the deadline sent, from the send
+}
+
+// id is the job id: sequence and fault kind, readable in `steward jobs list`.
+func (p planned) id() string {
+	return fmt.Sprintf("m%04d.%s", p.seq, strings.ReplaceAll(p.kind, "_", "-"))
+}
+
+// makePlan draws n mutations from seed: each of kinds once first (shuffled), then uniformly.
+func makePlan(seed int64, n, datasets int, kinds []string) []planned {
+	r := rand.New(rand.NewPCG(uint64(seed), 0xca5ca11))
+	first := slices.Clone(kinds)
+	r.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	out := make([]planned, n)
+	for i := range out {
+		p := planned{seq: i, dataset: r.IntN(datasets), column: r.IntN(len(columns))}
+		if i < len(first) {
+			p.kind = first[i]
+		} else {
+			p.kind = kinds[r.IntN(len(kinds))]
+		}
+		switch x := r.IntN(100); {
+		case x < 45:
+			p.op, p.ifNotExists = rpc.OpCreate, r.IntN(3) == 0
+		case x < 70:
+			p.op = rpc.OpReplace
+		default:
+			p.op, p.ifExists = rpc.OpDrop, r.IntN(5) < 2
+		}
+		p.typ = rpc.IndexBTree
+		if r.IntN(2) == 0 {
+			p.typ = rpc.IndexBitmap
+		}
+		switch p.kind {
+		case KindSidecarKill:
+			p.delay = time.Duration(r.IntN(1500)) * time.Millisecond
+		case KindMinIOOutage:
+			p.delay = time.Duration(r.IntN(500)) * time.Millisecond
+			p.outage = time.Second + time.Duration(r.IntN(3000))*time.Millisecond
+		case KindDeadlineUnfundable:
+			p.deadline = time.Duration(r.Int64N(int64(KillBudget)))
+		case KindDeadlineTight:
+			p.deadline = KillBudget - minRunnable + time.Duration(r.IntN(900))*time.Millisecond
+		}
+		out[i] = p
+	}
+	return out
+}
