@@ -66,7 +66,7 @@ func (c *custody) pass() {
 	for _, inv := range verify {
 		v, err := c.readSlot(ctx, inv, nil)
 		if err != nil {
-			c.log.Warn("slot still unreadable: tickets kept", "invocation", inv, "error", err)
+			c.log.Warn("slot still unreadable: tickets kept", "invocation", inv, "error", c.s.sanitizeCreds(nil, err.Error()))
 			continue
 		}
 		c.apply(ctx, inv, v)
