@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/cba1309c/steward/rpc"
@@ -56,4 +57,22 @@ func FuzzObjectsParams(f *testing.F) {
 		}
 		_, _ = rpc.DecodeParams[rpc.ObjectsStatusParams](raw)
 	})
+}
+
+// BenchmarkInvocationRecord is the custody cost an invocation pays once, on its first
+// reservation: one durable bbolt commit of its record.
+func BenchmarkInvocationRecord(b *testing.B) {
+	j, err := openInvJournal(b.TempDir() + "/inv.db")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.close()
+	spec := rpc.StoreSpec{URL: "s3://bucket/prefix", Endpoint: "127.0.0.1:9000"}
+	rec := invRecord{Store: spec, Path: "warehouse/events", Pinned: 7}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := j.put(fmt.Sprintf("inv-%d", i), &rec, "", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
