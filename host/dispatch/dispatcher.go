@@ -54,7 +54,7 @@ type call struct {
 // New returns a dispatcher over cfg.Store. It starts nothing: call Run, or Round yourself.
 func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("%w: Config.Store is required", ErrInvalidJob)
+		return nil, fmt.Errorf("%w: Config.Store is required", ErrInvalidConfig)
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,7 +80,7 @@ func (d *Dispatcher) Enabled() bool { return d.enabled.Load() }
 // round. The dispatcher never closes a sidecar.
 func (d *Dispatcher) AddSidecar(name string, s Sidecar) error {
 	if name == "" || s == nil || s.Epoch() == "" {
-		return fmt.Errorf("%w: a sidecar needs a name and an epoch", ErrInvalidJob)
+		return fmt.Errorf("%w: a sidecar needs a name and an epoch", ErrInvalidConfig)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -142,6 +142,19 @@ func TestDeadlineSweepKeepsSlotAndLateAnswerSettles(t *testing.T) {
 	}
 }
 
+// hungJob dispatches one job to a fake sidecar that never answers.
+func hungJob(t *testing.T) (*env, *fakeSidecar, Job) {
+	e := newEnv(t, nil)
+	f := newFake()
+	f.setAnswer(blockUntilCtx)
+	e.d.AddSidecar("n1", f)
+	j := e.submit(fakeRequest("idx"))
+	if st := e.round(); st.Dispatched != 1 {
+		t.Fatalf("round: %+v", st)
+	}
+	return e, f, j
+}
+
 func TestEpochSweep(t *testing.T) {
 	noLeaks(t)
 	for _, tc := range []struct {
@@ -159,12 +172,7 @@ func TestEpochSweep(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, nil)
-			f := newFake()
-			f.setAnswer(blockUntilCtx)
-			e.d.AddSidecar("n1", f)
-			j := e.submit(fakeRequest("idx"))
-			e.round()
+			e, f, j := hungJob(t)
 			if st := e.round(); st.Freed != 0 {
 				t.Fatalf("freed with the epoch alive: %+v", st)
 			}
@@ -184,12 +192,7 @@ func TestEpochSweep(t *testing.T) {
 		})
 	}
 	t.Run("no handle proves nothing", func(t *testing.T) {
-		e := newEnv(t, nil)
-		f := newFake()
-		f.setAnswer(blockUntilCtx)
-		e.d.AddSidecar("n1", f)
-		j := e.submit(fakeRequest("idx"))
-		e.round()
+		e, _, j := hungJob(t)
 		e.reopen() // the new dispatcher has never heard of n1
 		e.clock.Advance(2 * time.Minute)
 		if st := e.round(); st.Freed != 0 || st.Expired != 1 {
@@ -311,6 +314,9 @@ func TestCapsAndSeveralSidecars(t *testing.T) {
 	if st := e.round(); st.Dispatched != 0 {
 		t.Fatalf("third round: %+v", st)
 	}
+	for start := time.Now(); a.sent()+b.sent() < 4 && time.Since(start) < 5*time.Second; {
+		time.Sleep(time.Millisecond) // sends run on their own goroutines
+	}
 	if a.sent() != 2 || b.sent() != 2 {
 		t.Fatalf("sends a=%d b=%d, want 2 each", a.sent(), b.sent())
 	}
@@ -429,4 +435,23 @@ func fileState(t *testing.T, path string) fstate {
 		t.Fatal(err)
 	}
 	return fstate{size: fi.Size(), mtime: fi.ModTime(), sum: fmt.Sprintf("%x", sha(b))}
+}
+
+func TestRefreshHistoryBounded(t *testing.T) {
+	var j Job
+	now := time.Now()
+	j.record(now, EventSubmit, "", "")
+	j.record(now, EventForceRelease, StateUnknown, "audit")
+	for range 100 {
+		j.record(now, EventRefresh, StateCommitted, "failed")
+	}
+	n := 0
+	for _, h := range j.History {
+		if h.Event == EventRefresh {
+			n++
+		}
+	}
+	if n != maxRefreshHistory || j.History[0].Event != EventSubmit || j.History[1].Event != EventForceRelease {
+		t.Fatalf("%d refresh entries of %d; first %s %s", n, len(j.History), j.History[0].Event, j.History[1].Event)
+	}
 }

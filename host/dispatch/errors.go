@@ -31,5 +31,8 @@ var (
 	ErrCorrupt = errors.New("dispatch: corrupt job record")
 )
 
+// ErrInvalidConfig means a Config or a sidecar registration is unusable.
+var ErrInvalidConfig = errors.New("dispatch: invalid config")
+
 // ErrAuditRequired means a force-release named no operator or no reason.
 var ErrAuditRequired = errors.New("dispatch: force-release needs who and why")

@@ -196,8 +196,15 @@ func FoldName(s string) string {
 	return b.String()
 }
 
+// maxRefreshHistory bounds the refresh entries kept in a job's history: a refresh that keeps
+// failing is retried forever, and its older attempts are dropped (every other event is kept).
+const maxRefreshHistory = 16
+
 // record appends a history entry and stamps Updated.
 func (j *Job) record(at time.Time, event string, from State, detail string) {
+	if event == EventRefresh {
+		j.trimRefreshHistory()
+	}
 	slot := "released"
 	if j.SlotHeld {
 		slot = "held"
@@ -208,18 +215,20 @@ func (j *Job) record(at time.Time, event string, from State, detail string) {
 	})
 }
 
-// clone returns a deep-enough copy for handing out of the dispatcher.
-func (j Job) clone() Job {
-	j.History = append([]Transition(nil), j.History...)
-	j.Schema = append([]rpc.FieldContract(nil), j.Schema...)
-	j.Index.Columns = append([]string(nil), j.Index.Columns...)
-	if j.Result != nil {
-		r := *j.Result
-		j.Result = &r
+func (j *Job) trimRefreshHistory() {
+	n := 0
+	for _, h := range j.History {
+		if h.Event == EventRefresh {
+			n++
+		}
 	}
-	if j.Resolution != nil {
-		r := *j.Resolution
-		j.Resolution = &r
+	if n < maxRefreshHistory {
+		return
 	}
-	return j
+	for i, h := range j.History {
+		if h.Event == EventRefresh {
+			j.History = append(j.History[:i], j.History[i+1:]...)
+			return
+		}
+	}
 }

@@ -28,6 +28,9 @@ func (d *Dispatcher) Round(ctx context.Context) (RoundStats, error) {
 	if d.ctx.Err() != nil {
 		return st, ErrClosed
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(d.ctx, cancel)() // Close cuts a round's resolve and refresh calls short
 	steps := []func(context.Context, *RoundStats) error{
 		d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.driveRefresh, d.dispatchPending,
 	}
