@@ -10,7 +10,8 @@ import (
 
 // RefreshFunc is the host's post-commit hook (e.g. reload the table's index catalog). It runs
 // after a job commits, or when an answer shows the dataset advanced past the admitted version. It
-// must be idempotent: a failed or interrupted refresh runs again.
+// must be idempotent: a failed or interrupted refresh runs again. It runs inside a round, bounded
+// by Config.RefreshTimeout, so a slow hook delays that round.
 type RefreshFunc func(ctx context.Context, j Job) error
 
 // CredentialsFunc supplies per-call storage credentials for a job's dataset at send time (never
