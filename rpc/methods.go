@@ -19,6 +19,7 @@ const (
 	MethodObjectsTransfer = "objects.transfer"    // move names between owners with receipts
 	MethodObjectsAck      = "objects.acknowledge" // receiver's contiguous receipt: the offers move
 	MethodObjectsStatus   = "objects.status"      // ledger figures and an owner's names
+	MethodObjectsSweep    = "objects.sweep"       // delete a dataset's historical orphans
 
 	NotifyProgress = "$/progress" // notification, sidecar → host: progress of a running mutation
 )

@@ -282,3 +282,41 @@ type ObjectsStatusResult struct {
 	Tickets   []ObjectTicket      `json:"tickets,omitempty"`
 	Truncated bool                `json:"truncated,omitempty"` // more tickets than listed
 }
+
+// ObjectsSweepParams are the params of objects.sweep: find and delete the objects under a dataset
+// that no manifest version references and no ticket owns, older than the safety age.
+type ObjectsSweepParams struct {
+	Dataset DatasetRef `json:"dataset"`
+	// SafetyAgeMs is the least age of an orphan; default 1 h. Values below the ledger's floor
+	// (10 min) are raised to it: an upload in flight is never mistaken for an orphan.
+	SafetyAgeMs int64 `json:"safety_age_ms,omitempty"`
+	// DryRun reports without deleting.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// Validate implements Validator.
+func (p ObjectsSweepParams) Validate() error {
+	if err := p.Dataset.Store.Validate(); err != nil {
+		return err
+	}
+	if p.SafetyAgeMs < 0 {
+		return errors.New("safety_age_ms must not be negative")
+	}
+	return p.Dataset.validatePath()
+}
+
+// ObjectsSweepResult reports what a sweep found and did.
+type ObjectsSweepResult struct {
+	Listed       int      `json:"listed"`        // objects under the dataset prefix
+	Referenced   int      `json:"referenced"`    // manifests and the files some manifest references
+	SkippedYoung int      `json:"skipped_young"` // unreferenced but younger than the safety age
+	SkippedOwned int      `json:"skipped_owned"` // unreferenced but owned by a ticket
+	Deferred     int      `json:"deferred"`      // orphans not claimed: the ledger was at capacity
+	Found        int      `json:"found"`         // orphans
+	Deleted      int      `json:"deleted"`       // orphans deleted before the answer
+	Pending      int      `json:"pending"`       // orphans still with the cleanup worker
+	Bytes        int64    `json:"bytes"`         // size of the orphans found
+	Orphans      []string `json:"orphans,omitempty"`
+	SafetyAgeMs  int64    `json:"safety_age_ms"` // the age actually applied
+	Truncated    bool     `json:"truncated,omitempty"`
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/ledger"
 )
 
@@ -17,6 +19,7 @@ func (s *Server) registerObjects() {
 	rpc.Register(s.router, rpc.MethodObjectsTransfer, s.objectsTransfer)
 	rpc.Register(s.router, rpc.MethodObjectsAck, s.objectsAcknowledge)
 	rpc.Register(s.router, rpc.MethodObjectsStatus, s.objectsStatus)
+	rpc.Register(s.router, rpc.MethodObjectsSweep, s.objectsSweep)
 }
 
 // ledgerErr maps a ledger error to its wire class: the one place where ledger sentinels meet
@@ -198,5 +201,40 @@ func (s *Server) objectsStatus(ctx context.Context, p rpc.ObjectsStatusParams) (
 		}
 		res.Tickets = append(res.Tickets, wt)
 	}
+	return res, nil
+}
+
+// maxSweepKeys bounds the orphan names listed in an objects.sweep answer.
+const maxSweepKeys = 1000
+
+// objectsSweep deletes a dataset's historical orphans through the ledger's cleanup path. It waits
+// for the deletions up to the call's own bound; what is left keeps being deleted and is reported
+// as pending.
+func (s *Server) objectsSweep(ctx context.Context, p rpc.ObjectsSweepParams) (rpc.ObjectsSweepResult, error) {
+	c, err := s.objectsLedger()
+	if err != nil {
+		return rpc.ObjectsSweepResult{}, err
+	}
+	name := storeName(p.Dataset.Store)
+	if err := c.remember(name, p.Dataset.Store, "", nil); err != nil {
+		return rpc.ObjectsSweepResult{}, ledgerErr(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	rep, err := c.l.Sweep(ctx, name, p.Dataset.Path, ledger.SweepOptions{
+		SafetyAge: time.Duration(p.SafetyAgeMs) * time.Millisecond, DryRun: p.DryRun})
+	if err != nil {
+		if errors.Is(err, storage.ErrUnavailable) {
+			return rpc.ObjectsSweepResult{}, fmt.Errorf("%w: %s", rpc.ErrStorageUnavailable, s.sanitizeCreds(nil, err.Error()))
+		}
+		return rpc.ObjectsSweepResult{}, ledgerErr(err)
+	}
+	res := rpc.ObjectsSweepResult{Listed: rep.Listed, Referenced: rep.Referenced, SkippedYoung: rep.SkippedYoung,
+		SkippedOwned: rep.SkippedOwned, Deferred: rep.Deferred, Found: rep.Found, Deleted: rep.Deleted,
+		Pending: rep.Pending, Bytes: rep.Bytes, SafetyAgeMs: rep.SafetyAge.Milliseconds(), Orphans: rep.Orphans}
+	if len(res.Orphans) > maxSweepKeys {
+		res.Orphans, res.Truncated = res.Orphans[:maxSweepKeys], true
+	}
+	s.log.Info("orphan sweep", "dataset", p.Dataset.Path, "found", res.Found, "deleted", res.Deleted, "pending", res.Pending, "dry_run", p.DryRun)
 	return res, nil
 }
