@@ -75,6 +75,9 @@ func TestCampaign(t *testing.T) {
 	})
 	var table strings.Builder
 	_ = rep.WriteTable(&table)
+	if testing.Verbose() || !rep.OK() {
+		_ = rep.WriteJobs(&table)
+	}
 	t.Logf("campaign of %d mutations in %s:\n%s", n, time.Since(start).Round(time.Second), table.String())
 	if err != nil {
 		if strings.Contains(err.Error(), "isolation did not verify") {

@@ -141,7 +141,30 @@ func findIndex(m *dataset.Manifest, name string) *dataset.IndexMeta {
 	return nil
 }
 
-var txOps = map[string]string{rpc.OpCreate: dataset.OpCreateIndex, rpc.OpReplace: dataset.OpReplaceIndex, rpc.OpDrop: dataset.OpDropIndex}
+// checkCommit checks version v, committed by job j, against the pinned version before it: the
+// transaction is the job's operation (a REPLACE of an absent index is recorded as a CREATE), and
+// the index is new at v (CREATE, REPLACE) or gone (DROP, which needs it at the pinned version).
+func (r *run) checkCommit(j dispatch.Job, c *chain, v int64) {
+	m, pinned := c.at(v), c.at(v-1)
+	before, after := findIndex(pinned, j.Index.Name), findIndex(m, j.Index.Name)
+	want := map[string]string{rpc.OpCreate: dataset.OpCreateIndex, rpc.OpReplace: dataset.OpReplaceIndex, rpc.OpDrop: dataset.OpDropIndex}[j.Op]
+	if j.Op == rpc.OpReplace && before == nil {
+		want = dataset.OpCreateIndex
+	}
+	if m.Transaction.Op != want {
+		r.violate("committed-wrong-op", j.ID, fmt.Sprintf("version %d is %s, want %s for %s (index present before: %t)", v, m.Transaction.Op, want, j.Op, before != nil))
+	}
+	switch {
+	case j.Op == rpc.OpDrop && (before == nil || after != nil):
+		r.violate("drop-wrong", j.ID, fmt.Sprintf("%q present at pinned %d: %t, at %d: %t", j.Index.Name, v-1, before != nil, v, after != nil))
+	case j.Op != rpc.OpDrop && after == nil:
+		r.violate("index-missing", j.ID, fmt.Sprintf("%q absent at version %d", j.Index.Name, v))
+	case j.Op != rpc.OpDrop && before != nil && before.UUID == after.UUID:
+		r.violate("index-not-rebuilt", j.ID, fmt.Sprintf("%q at version %d is the pinned version's index %s", j.Index.Name, v, after.UUID))
+	case j.Op != rpc.OpDrop && j.Result != nil && j.Result.IndexUUID != "" && after.UUID != j.Result.IndexUUID:
+		r.violate("index-mismatch", j.ID, fmt.Sprintf("answer says index %s, version %d holds %s", j.Result.IndexUUID, v, after.UUID))
+	}
+}
 
 // checkJob checks one job's final state against its dataset's chain.
 func (r *run) checkJob(j dispatch.Job, c *chain) {
@@ -163,19 +186,7 @@ func (r *run) checkJob(j dispatch.Job, c *chain) {
 		if j.Result != nil && j.Result.CommittedVersion != 0 && j.Result.CommittedVersion != v {
 			r.violate("committed-wrong-slot", j.ID, fmt.Sprintf("answer says version %d, storage says %d", j.Result.CommittedVersion, v))
 		}
-		m := c.at(v)
-		if m.Transaction.Op != txOps[j.Op] {
-			r.violate("committed-wrong-op", j.ID, fmt.Sprintf("version %d is %s, job is %s", v, m.Transaction.Op, j.Op))
-		}
-		ix := findIndex(m, j.Index.Name)
-		switch {
-		case j.Op == rpc.OpDrop && ix != nil:
-			r.violate("drop-left-index", j.ID, fmt.Sprintf("%q still present at version %d", j.Index.Name, v))
-		case j.Op != rpc.OpDrop && ix == nil:
-			r.violate("index-missing", j.ID, fmt.Sprintf("%q absent at version %d", j.Index.Name, v))
-		case j.Op != rpc.OpDrop && j.Result != nil && j.Result.IndexUUID != "" && ix.UUID != j.Result.IndexUUID:
-			r.violate("index-mismatch", j.ID, fmt.Sprintf("answer says index %s, version %d holds %s", j.Result.IndexUUID, v, ix.UUID))
-		}
+		r.checkCommit(j, c, v)
 	case dispatch.StateNotCommitted:
 		if committed {
 			r.violate("not-committed-in-chain", j.ID, fmt.Sprintf("NOT_COMMITTED but invocation %s committed version %d of %s", j.InvocationID, v, c.path))
@@ -227,6 +238,36 @@ func (r *run) tally(j dispatch.Job) {
 		k.Noop++
 	}
 	r.rep.Jobs++
+	r.rep.JobLines = append(r.rep.JobLines, jobLine(j, r.plan[j.ID].kind))
+}
+
+// jobLine describes a job's path to its final state in one line.
+func jobLine(j dispatch.Job, kind string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-30s %-7s %-12s %s@%d", j.ID, j.Op, j.Index.Name, j.Dataset.Path, j.AdmittedVersion)
+	if j.IfNotExists || j.IfExists {
+		b.WriteString(" IF")
+	}
+	fmt.Fprintf(&b, " → %s", j.State)
+	if res := j.Result; res != nil {
+		switch {
+		case res.ErrorClass != "":
+			fmt.Fprintf(&b, " (answer: %s error %d)", res.ErrorClass, res.ErrorCode)
+		default:
+			fmt.Fprintf(&b, " (answer: %s %d", res.Phase, res.Code)
+			if res.CompletionReason != "" {
+				b.WriteString(" " + res.CompletionReason)
+			}
+			if res.Signal != "" || res.OOMKilled {
+				fmt.Fprintf(&b, " signal=%s oom=%t", res.Signal, res.OOMKilled)
+			}
+			b.WriteString(")")
+		}
+	}
+	if res := j.Resolution; res != nil {
+		fmt.Fprintf(&b, " resolved %s at slot %d fenced=%t", res.Outcome, res.Version, res.Fenced)
+	}
+	return b.String()
 }
 
 // checkObjects lists the run's objects: every referenced key must exist, and every object must

@@ -29,7 +29,8 @@ type Config struct {
 	// Seed drives every random choice of the plan (operations, faults, delays). Default 1.
 	Seed int64
 	// Kinds are the fault kinds to draw from (see Kinds). Default: all of them. The first
-	// len(Kinds) mutations take each kind once, in a seeded order; the rest draw uniformly.
+	// len(Kinds) mutations take each kind once, in a seeded order; of the rest one in four is
+	// clean (when KindClean is listed) and the others draw a fault kind uniformly.
 	Kinds []string
 	// Datasets is the number of datasets mutations spread over. Default 3.
 	Datasets int

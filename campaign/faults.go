@@ -89,7 +89,26 @@ func (p planned) id() string {
 	return fmt.Sprintf("m%04d.%s", p.seq, strings.ReplaceAll(p.kind, "_", "-"))
 }
 
-// makePlan draws n mutations from seed: each of kinds once first (shuffled), then uniformly.
+// cleanShare is the share of clean mutations after the first round: enough commits for the
+// checker to verify, most mutations still faulted.
+const cleanShare = 4 // one in four
+
+// draw picks a kind: clean one time in cleanShare (when clean is among kinds), else a fault
+// kind uniformly.
+func draw(r *rand.Rand, kinds []string) string {
+	var faulted []string
+	for _, k := range kinds {
+		if k != KindClean {
+			faulted = append(faulted, k)
+		}
+	}
+	if len(faulted) == 0 || (len(faulted) < len(kinds) && r.IntN(cleanShare) == 0) {
+		return KindClean
+	}
+	return faulted[r.IntN(len(faulted))]
+}
+
+// makePlan draws n mutations from seed: each of kinds once first (shuffled), then by draw.
 func makePlan(seed int64, n, datasets int, kinds []string) []planned {
 	r := rand.New(rand.NewPCG(uint64(seed), 0xca5ca11))
 	first := slices.Clone(kinds)
@@ -97,10 +116,9 @@ func makePlan(seed int64, n, datasets int, kinds []string) []planned {
 	out := make([]planned, n)
 	for i := range out {
 		p := planned{seq: i, dataset: r.IntN(datasets), column: r.IntN(len(columns))}
+		p.kind = draw(r, kinds)
 		if i < len(first) {
 			p.kind = first[i]
-		} else {
-			p.kind = kinds[r.IntN(len(kinds))]
 		}
 		switch x := r.IntN(100); {
 		case x < 45:

@@ -29,6 +29,8 @@ type Report struct {
 	// Violations are what the checker refuses. A passing campaign has none.
 	Violations []Violation
 	Durations  Durations
+	// JobLines describe each job's path to its final state, one line each.
+	JobLines []string
 	// Dir is the campaign's directory when kept (Config.Keep); CgroupParent its cgroup parent.
 	Dir, CgroupParent string
 }
@@ -152,6 +154,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJobs prints one line per job: operation, pinned version, final state, first answer and
+// resolution.
+func (r *Report) WriteJobs(w io.Writer) error {
+	_, err := io.WriteString(w, strings.Join(r.JobLines, "\n")+"\n")
 	return err
 }
 

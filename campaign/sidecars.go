@@ -123,8 +123,10 @@ func (n *node) kill(ctx context.Context, victim *sidecar) (delivered, busy bool,
 	return true, busy, n.r.d.AddSidecar(n.name, s)
 }
 
-// sigkill kills the sidecar process. os.FindProcess holds a pidfd on Linux, and the process is
-// the campaign's own unreaped child while Exited is open, so the pid cannot have been recycled.
+// sigkill kills the sidecar process through a pidfd (os.FindProcess on Linux). The sidecar is
+// the campaign's own child, reaped only by host's waiter: the pid can be recycled only in the
+// instant between that reap and Exited closing, which the check before FindProcess narrows to
+// nothing a campaign will meet. host.Client has no Kill of its own (Close is graceful).
 func sigkill(c *host.Client) error {
 	select {
 	case <-c.Exited():
