@@ -52,9 +52,9 @@ func (stdioRWC) Close() error { return nil }
 
 type echoHandler struct{}
 
-// Handle answers every call with a result of the same shape and size as steward's hello, so the
-// comparison measures steward's machinery (admission, strict params, metrics, bounded framing), not
-// a difference in payload.
+// Handle answers every call with the very hello result a real sidecar gave (passed in by the
+// parent), so the comparison measures steward's machinery (admission, strict params, metrics,
+// bounded framing), not a difference in payload.
 func (echoHandler) Handle(ctx context.Context, c *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	var p rpc.HelloParams
 	if req.Params != nil {
@@ -63,10 +63,23 @@ func (echoHandler) Handle(ctx context.Context, c *jsonrpc2.Conn, req *jsonrpc2.R
 	_ = c.Reply(ctx, req.ID, baselineHello)
 }
 
-var baselineHello = rpc.HelloResult{
-	ProtocolVersion: rpc.ProtocolVersion, Epoch: "0123456789abcdef0123456789abcdef", Pid: 12345,
-	Version: "dev", Capabilities: []string{rpc.CapMetrics, rpc.CapShutdown},
-	Limits: &rpc.Limits{MaxFrameBytes: rpc.DefaultMaxFrame},
+// baselineHello is parsed once, when the echo child starts.
+var baselineHello = func() (res rpc.HelloResult) {
+	_ = json.Unmarshal([]byte(os.Getenv(benchHelloEnv)), &res)
+	return res
+}()
+
+const benchHelloEnv = "STEWARD_BENCH_HELLO"
+
+// realHello returns the JSON of a real sidecar's hello result, for the baselines to answer with.
+func realHello(b *testing.B) string {
+	c, err := host.LaunchStdio(context.Background(), host.Config{Path: testbin.Steward(b), Logger: hclog.NewNullLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	out, _ := json.Marshal(c.Info())
+	return string(out)
 }
 
 // helloParams is what a steward host sends; the echo baseline sends and gets back the same bytes.
@@ -74,7 +87,7 @@ var helloParams = rpc.HelloParams{ProtocolVersion: rpc.ProtocolVersion, Client: 
 
 func rawStdioEcho(b *testing.B) (call func(context.Context) error, stop func()) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), benchChildEnv+"=echo-stdio")
+	cmd.Env = append(os.Environ(), benchChildEnv+"=echo-stdio", benchHelloEnv+"="+realHello(b))
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -96,7 +109,7 @@ func rawStdioEcho(b *testing.B) (call func(context.Context) error, stop func()) 
 
 func rawPluginEcho(b *testing.B) (call func(context.Context) error, stop func()) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), benchChildEnv+"=echo-plugin")
+	cmd.Env = append(os.Environ(), benchChildEnv+"=echo-plugin", benchHelloEnv+"="+realHello(b))
 	pc := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig: plugin.Handshake, Plugins: plugin.PluginMap(), Cmd: cmd,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolNetRPC}, AutoMTLS: true, Logger: hclog.NewNullLogger(),
