@@ -151,7 +151,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	}
 	defer w.toW.Close()
 	defer w.fromW.Close()
-	w.logw.bind(j.p.InvocationID, j.p.Credentials)
+	w.logw.bind(j.p.InvocationID, j.p.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
 	s.log.Info("worker assigned", "invocation", j.p.InvocationID, "domain", w.dom.ID(), "prestarted", w == spare)
 	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames,
 		progress: newProgressSender(j.peer, j.p.InvocationID)}
@@ -336,7 +336,8 @@ func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 	return res
 }
 
-// domainID names the cgroup directory after the invocation, within isolation's alphabet.
+// domainID names a cgroup directory after its first purpose (an invocation id for a fresh launch,
+// "spare" for a prestarted worker), within isolation's alphabet, made unique by a time suffix.
 func domainID(inv string) string {
 	b := []byte(inv)
 	for i, c := range b {

@@ -31,13 +31,14 @@ type workerLog struct {
 func newWorkerLog(log hclog.Logger) *workerLog { return &workerLog{log: log} }
 
 // bind names the invocation a (possibly pre-started) worker now serves and the credentials to
-// redact from its lines.
-func (w *workerLog) bind(invocation string, creds *rpc.Credentials) {
+// redact from its lines: the call's own and any the sidecar handed the worker (extra).
+func (w *workerLog) bind(invocation string, creds *rpc.Credentials, extra ...string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.log = w.log.With("invocation", invocation)
+	w.secrets = append([]string(nil), extra...)
 	if creds != nil {
-		w.secrets = []string{creds.SecretKey, creds.AccessKey, creds.SessionToken}
+		w.secrets = append(w.secrets, creds.SecretKey, creds.AccessKey, creds.SessionToken)
 	}
 }
 
