@@ -31,5 +31,6 @@ const (
 	CapMutate   = "index.mutate"
 	CapResolve  = "index.resolve"
 	CapObjects  = "objects"
+	CapSweep    = "objects.sweep"
 	CapProgress = "progress"
 )

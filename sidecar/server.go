@@ -197,7 +197,7 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 		Epoch:           s.epoch,
 		Pid:             os.Getpid(),
 		Version:         s.cfg.Version,
-		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapProgress, rpc.CapObjects},
+		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapProgress, rpc.CapObjects, rpc.CapSweep},
 		Isolation:       wireReport(s.isoReport),
 		Limits: &rpc.Limits{
 			MaxFrameBytes:   s.cfg.MaxFrame,
