@@ -86,10 +86,16 @@ func BenchmarkUploadPath(b *testing.B) {
 			}
 			withLedger := func() time.Duration {
 				t0 := time.Now()
-				if err := l.Reserve(ctx, owner, "m", []string{"b/obj"}); err != nil {
+				// Custody is admitted at once and made durable while the body streams: the
+				// guard holds back the last byte, so the object cannot exist before its ticket.
+				p, err := l.ReserveAsync(ctx, owner, "m", []string{"b/obj"})
+				if err != nil {
 					b.Fatal(err)
 				}
-				put("b/obj")
+				body := ledger.GuardReader(bytes.NewReader(data), int64(len(data)), p)
+				if err := s.Put(ctx, "b/obj", body, int64(len(data))); err != nil {
+					b.Fatal(err)
+				}
 				if err := l.Accept(ctx, owner, "m", []string{"b/obj"}); err != nil {
 					b.Fatal(err)
 				}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -147,17 +148,30 @@ func (l *Ledger) Close() error {
 // when another owner (or the cleanup worker) holds one of the names. Keys the owner already
 // holds are accepted again (idempotent). When Reserve returns nil the tickets are durable.
 func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []string) error {
-	if err := checkArgs(ctx, owner, store, keys, false); err != nil {
+	p, err := l.ReserveAsync(ctx, owner, store, keys)
+	if err != nil {
 		return err
+	}
+	return p.Wait()
+}
+
+// ReserveAsync admits the reservation at once (capacity, ownership) and makes it durable in the
+// background: the returned Pending's Wait reports when it is on disk, or rolls it back and fails.
+// An upload may start before Wait returns as long as the object cannot come into existence
+// first (GuardReader holds back the end of the body until then), so the journal's fsync hides
+// behind the transfer instead of adding to it.
+func (l *Ledger) ReserveAsync(ctx context.Context, owner Owner, store string, keys []string) (*Pending, error) {
+	if err := checkArgs(ctx, owner, store, keys, false); err != nil {
+		return nil, err
 	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if _, known := l.storeIDs[store]; !known && len(l.stores) == MaxStores {
 		l.mu.Unlock()
-		return fmt.Errorf("%w: more than %d store names", ErrInvalid, MaxStores)
+		return nil, fmt.Errorf("%w: more than %d store names", ErrInvalid, MaxStores)
 	}
 	sid := l.storeID(store)
 	oid, exists := l.own.lookup(owner)
@@ -166,7 +180,7 @@ func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []
 		if id, ok := l.idx.lookup(sid, k); ok {
 			if s := l.idx.slot(id); !exists || s.owner != oid || s.state != stHeld {
 				l.mu.Unlock()
-				return keyErr("reserve", store, k, ErrNameOwned)
+				return nil, keyErr("reserve", store, k, ErrNameOwned)
 			}
 			continue
 		}
@@ -176,7 +190,7 @@ func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []
 		l.stats.admissionFailures++
 		used := l.idx.count
 		l.mu.Unlock()
-		return fmt.Errorf("%w: %d tickets used, %d requested, capacity %d", ErrCapacity, used, fresh, l.cfg.Capacity)
+		return nil, fmt.Errorf("%w: %d tickets used, %d requested, capacity %d", ErrCapacity, used, fresh, l.cfg.Capacity)
 	}
 	oid = l.own.intern(owner)
 	var ops []jop
@@ -187,7 +201,7 @@ func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []
 			if id, ok = l.hold(sid, k, oid); !ok {
 				l.rollback(oid, added)
 				l.mu.Unlock()
-				return keyErr("reserve", store, k, ErrCapacity)
+				return nil, keyErr("reserve", store, k, ErrCapacity)
 			}
 			added = append(added, id)
 		}
@@ -197,13 +211,60 @@ func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []
 	}
 	done := l.submit(ops, true)
 	l.mu.Unlock()
-	if err := await(done); err != nil {
-		l.mu.Lock()
-		l.rollback(oid, added)
-		l.mu.Unlock()
-		return fmt.Errorf("reserve %d names of %s for %v: %w", len(keys), store, owner, err)
+	p := &Pending{ready: make(chan struct{})}
+	go func() {
+		if err := await(done); err != nil {
+			l.mu.Lock()
+			l.rollback(oid, added)
+			l.mu.Unlock()
+			p.err = fmt.Errorf("reserve %d names of %s for %v: %w", len(keys), store, owner, err)
+		}
+		close(p.ready)
+	}()
+	return p, nil
+}
+
+// Pending is a reservation admitted in memory whose journal write may still be in flight.
+type Pending struct {
+	ready chan struct{}
+	err   error
+}
+
+// Wait blocks until the reservation is durable (nil) or has been rolled back (the error).
+func (p *Pending) Wait() error {
+	<-p.ready
+	return p.err
+}
+
+// GuardReader returns r (size bytes, or -1 if unknown), except that the read that could deliver
+// the body's last byte, or its end, waits until p is durable; if the reservation failed, the read
+// fails with that error instead, so the upload is aborted and the object never exists. Store
+// clients create an object only after its last byte: custody is on disk before the object can be.
+func GuardReader(r io.Reader, size int64, p *Pending) io.Reader {
+	return &guarded{r: r, size: size, p: p}
+}
+
+type guarded struct {
+	r    io.Reader
+	size int64
+	read int64
+	p    *Pending
+}
+
+func (g *guarded) Read(b []byte) (int, error) {
+	if g.size >= 0 && g.read+int64(len(b)) >= g.size {
+		if err := g.p.Wait(); err != nil {
+			return 0, err
+		}
 	}
-	return nil
+	n, err := g.r.Read(b)
+	g.read += int64(n)
+	if err == io.EOF {
+		if werr := g.p.Wait(); werr != nil {
+			return n, werr
+		}
+	}
+	return n, err
 }
 
 // hold inserts a held ticket for a name nobody owns. ok is false only when the name arena is
