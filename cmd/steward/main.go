@@ -3,6 +3,8 @@
 //	steward serve      run the sidecar (go-plugin when launched by a go-plugin host, else stdio JSON-RPC)
 //	steward dataset    create and inspect datasets
 //	steward jobs       inspect and release jobs in a dispatcher's store
+//	steward demo       the quickstart: index builds through the sidecar, with an OOM kill on purpose
+//	steward campaign   randomized fault campaign with an outcome-truth checker
 //	steward version    print the build version
 //
 // The worker mode that isolated mutations run in is an explicit subcommand too, chosen here and
@@ -46,6 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runJobs(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
+	case "campaign":
+		return runCampaign(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, buildVersion())
 		return 0
@@ -66,6 +70,7 @@ commands:
   serve      run the sidecar: go-plugin when started by a go-plugin host, JSON-RPC on stdin/stdout otherwise
   dataset    create | describe | versions: make and inspect datasets
   jobs       list | show | release: inspect a dispatcher's durable job store
+  campaign   randomized fault campaign against MinIO with an outcome-truth checker
   version    print the build version
 
 Run "steward <command> -h" for a command's flags.
