@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -75,20 +76,34 @@ func (s *Server) Dir() string { return s.dir }
 // URL returns the server as an http URL.
 func (s *Server) URL() string { return "http://" + s.Endpoint }
 
-// Running reports whether the server was started and not stopped since.
+// Running reports whether the server was started, not stopped since, and has not exited.
 func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cmd != nil
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // Start (re)starts a stopped server on the same address, data and credentials, and returns once
-// it serves S3 requests. Starting a running server does nothing.
+// it serves S3 requests. Starting a running server does nothing; a server that died by itself
+// is started again.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
-		return nil
+		select {
+		case <-s.done:
+			s.cmd = nil // it died by itself: start it again
+		default:
+			return nil
+		}
 	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return err
@@ -111,14 +126,10 @@ func (s *Server) Start() error {
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = serverAttr()
-	if err := cmd.Start(); err != nil {
+	exited, done := make(chan error, 1), make(chan struct{})
+	if err := startLocked(cmd, exited, done); err != nil {
 		return fmt.Errorf("start minio: %w", err)
 	}
-	exited, done := make(chan error, 1), make(chan struct{})
-	go func() {
-		exited <- cmd.Wait()
-		close(done)
-	}()
 	if err := waitReady(s.Endpoint, exited); err != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
@@ -130,6 +141,26 @@ func (s *Server) Start() error {
 	}
 	s.cmd, s.done = cmd, done
 	return nil
+}
+
+// startLocked starts cmd from a goroutine locked to its OS thread and keeps that thread until
+// the server has exited and been reaped. PDEATHSIG fires when the creating *thread* exits
+// (golang/go#27505), and the runtime ends a thread whose locked goroutine returns (as host's
+// sidecar waiters do when a sidecar dies): started from an ordinary goroutine, MinIO could be
+// killed by an unrelated sidecar's death.
+func startLocked(cmd *exec.Cmd, exited chan<- error, done chan<- struct{}) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the server
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+		close(done)
+	}()
+	return <-started
 }
 
 // waitReady waits until health/ready answers 200 and the object layer no longer answers 503.
