@@ -75,7 +75,9 @@ func (r *run) submit(ctx context.Context, p planned) error {
 			col := columns[(p.column+k)%len(columns)]
 			var pinned int64
 			err := retry(ctx, time.Minute, func() (err error) {
-				pinned, err = dataset.LatestVersion(ctx, r.store, r.datasets[ds])
+				if pinned, err = dataset.LatestVersion(ctx, r.store, r.datasets[ds]); err != nil {
+					r.reviveMinIO()
+				}
 				return err
 			})
 			if err != nil {
@@ -164,6 +166,22 @@ func (r *run) outage(d time.Duration) bool {
 	}
 	r.log.Info("minio started again", "error", err)
 	return true
+}
+
+// reviveMinIO starts MinIO again if it died outside an outage the campaign injected: that is a
+// finding (the campaign's own process control failed), not a fault to hide.
+func (r *run) reviveMinIO() {
+	if r.minio.Running() || !r.outageMu.TryLock() {
+		return
+	}
+	defer r.outageMu.Unlock()
+	if r.minio.Running() {
+		return
+	}
+	r.finding("MinIO died outside an injected outage; started again")
+	if err := r.minio.Start(); err != nil {
+		r.log.Warn("minio start", "error", err)
+	}
 }
 
 // inject counts one injected fault.
