@@ -105,7 +105,7 @@ func BenchmarkUploadPath(b *testing.B) {
 			withLedger()
 			rounds := b.N
 			if size > 1<<20 {
-				rounds = 2 // 8 puts of 128 MiB: a few seconds
+				rounds = 4 // 16 puts of 128 MiB: under ten seconds
 			}
 			var ta, tb time.Duration
 			b.ResetTimer()
