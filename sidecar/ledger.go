@@ -40,6 +40,7 @@ type custody struct {
 	recs      map[string]invRecord     // invocations with a durable record
 	live      map[string]struct{}      // invocations whose worker may still reserve
 	verify    map[string]struct{}      // failed invocations whose slot could not be read yet
+	fence     map[string]struct{}      // indeterminate invocations whose self-fence must be retried
 	zeroSince map[string]time.Time     // recorded invocations first seen without tickets
 	unsettled int                      // invocations left Unknown by the last recovery pass
 }
@@ -108,7 +109,7 @@ func openCustody(s *Server, path string, lock *os.File) (*custody, error) {
 		return nil, err
 	}
 	c := &custody{s: s, j: j, lock: lock, log: s.log.Named("ledger"), stop: make(chan struct{}), done: make(chan struct{}),
-		specs: specs, recs: recs, live: map[string]struct{}{}, verify: map[string]struct{}{}, zeroSince: map[string]time.Time{}}
+		specs: specs, recs: recs, live: map[string]struct{}{}, verify: map[string]struct{}{}, fence: map[string]struct{}{}, zeroSince: map[string]time.Time{}}
 	for _, b := range bad {
 		c.log.Error("undecodable invocation record skipped; its tickets stay until settled by hand", "record", b)
 	}
@@ -197,7 +198,12 @@ func (c *custody) finish(j *job, res rpc.MutateResult) {
 	var verdict ledger.Verdict
 	switch {
 	case res.Phase == rpc.PhaseIndeterminate:
-		c.log.Info("tickets kept until index.resolve settles the invocation", "invocation", inv)
+		// The answer waits for the domain to be dead and reaped, so the worker can never commit
+		// from here on: fence its slot now, as index.resolve would, and settle the tickets on
+		// this sidecar whichever sidecar the host later resolves through. Until the fence lands
+		// (storage unreachable) the tickets stay, and recovery passes retry it.
+		c.log.Info("indeterminate invocation: fencing its slot to settle its tickets", "invocation", inv)
+		go c.selfFence(inv)
 		return
 	case res.Phase == rpc.PhaseNativeReturn && res.Code == rpc.NativeOK && res.CommittedVersion > 0:
 		verdict = ledger.Committed
@@ -220,6 +226,25 @@ func (c *custody) finish(j *job, res rpc.MutateResult) {
 		verdict = ledger.NotCommitted
 	}
 	c.apply(ctx, inv, verdict)
+}
+
+// selfFence settles an indeterminate invocation by fencing its slot; a failure queues it for the
+// next recovery pass.
+func (c *custody) selfFence(inv string) {
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	v, err := c.settleRecovered(ctx, invOwner(inv))
+	if err != nil {
+		c.log.Warn("self-fence failed: tickets kept, retried by recovery", "invocation", inv, "error", err)
+		c.mu.Lock()
+		c.fence[inv] = struct{}{}
+		c.mu.Unlock()
+		return
+	}
+	c.apply(ctx, inv, v)
+	c.mu.Lock()
+	delete(c.fence, inv)
+	c.mu.Unlock()
 }
 
 // settle implements custodian: index.resolve decided an invocation.

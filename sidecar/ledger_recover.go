@@ -63,6 +63,15 @@ func (c *custody) pass() {
 		verify = append(verify, inv)
 	}
 	c.mu.Unlock()
+	fence := make([]string, 0, len(c.fence))
+	c.mu.Lock()
+	for inv := range c.fence {
+		fence = append(fence, inv)
+	}
+	c.mu.Unlock()
+	for _, inv := range fence {
+		c.selfFence(inv)
+	}
 	for _, inv := range verify {
 		v, err := c.readSlot(ctx, inv, nil)
 		if err != nil {
