@@ -18,7 +18,8 @@ type Config struct {
 	// Framing of the stdio transport. Default rpc.ContentLength. (go-plugin streams always use
 	// Content-Length framing.)
 	Framing rpc.Framing
-	// MaxFrame bounds one JSON-RPC message in bytes, both directions. Default rpc.DefaultMaxFrame (4 MiB).
+	// MaxFrame bounds one JSON-RPC message in bytes, both directions. Default rpc.DefaultMaxFrame
+	// (4 MiB); at least MinMaxFrame (64 KiB).
 	MaxFrame int
 	// MaxInFlight bounds requests handled at once; excess requests get rpc.ErrOverloaded. Default 1024.
 	MaxInFlight int

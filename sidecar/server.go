@@ -47,9 +47,17 @@ type Server struct {
 	ledger       *custody // the same ledger, for objects.*
 }
 
+// MinMaxFrame is the smallest frame bound a sidecar accepts.
+const MinMaxFrame = 64 << 10
+
 // New builds a sidecar with a fresh epoch.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
+	if cfg.MaxFrame < MinMaxFrame {
+		// Below this a bounded answer (an index.mutate result is at most a few KiB) could be
+		// refused as too large after its worker ran: an error must always mean "never executed".
+		return nil, fmt.Errorf("sidecar: max frame %d bytes is below the minimum %d", cfg.MaxFrame, MinMaxFrame)
+	}
 	epoch, err := newEpoch()
 	if err != nil {
 		return nil, err
