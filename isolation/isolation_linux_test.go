@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -462,7 +463,7 @@ func TestUnifiedKillAndPlacement(t *testing.T) {
 	needCgroups(t)
 	mount := unifiedMount()
 	if mount == "" {
-		t.Skip("no cgroup2 hierarchy")
+		testenv.Unavailable(t, "no cgroup2 hierarchy to run the v2 kill and placement code against")
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		t.Fatal(err)
