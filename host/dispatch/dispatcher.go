@@ -49,6 +49,7 @@ type call struct {
 	jobID, invocation string
 	op                string
 	sidecar           *sidecarEntry
+	budget            time.Duration // the job's execute deadline, from dispatch
 }
 
 // New returns a dispatcher over cfg.Store. It starts nothing: call Run, or Round yourself.
@@ -122,6 +123,9 @@ type Request struct {
 	IfExists        bool
 	Schema          []rpc.FieldContract
 	Limits          *rpc.WorkerLimits
+	// ExecuteDeadline, if set, replaces Config.ExecuteDeadline for this job: its deadline falls
+	// this long after dispatch. It must fund the sidecar's kill budget like the default.
+	ExecuteDeadline time.Duration
 	// Fault is test-only; the sidecar refuses it unless started with --test-faults.
 	Fault string
 }
@@ -174,11 +178,15 @@ func (d *Dispatcher) newJob(r Request) (Job, error) {
 	if err := p.Validate(); err != nil {
 		return Job{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
+	if r.ExecuteDeadline < 0 {
+		return Job{}, fmt.Errorf("%w: negative execute deadline", ErrInvalidJob)
+	}
 	now := d.cfg.Now()
 	j := Job{
 		ID: r.ID, Dataset: r.Dataset, Op: r.Op, Index: r.Index, AdmittedVersion: r.AdmittedVersion,
 		IfNotExists: r.IfNotExists, IfExists: r.IfExists, Schema: r.Schema, Limits: r.Limits,
-		Fault: r.Fault, State: StatePending, SlotHeld: true, Refresh: RefreshNotRequired, Created: now,
+		Fault: r.Fault, ExecuteDeadline: r.ExecuteDeadline, State: StatePending, SlotHeld: true,
+		Refresh: RefreshNotRequired, Created: now,
 	}
 	j.record(now, EventSubmit, "", "")
 	return j, nil

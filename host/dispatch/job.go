@@ -127,6 +127,8 @@ type Job struct {
 	Limits          *rpc.WorkerLimits   `json:"limits,omitempty"`
 	// Fault is a test-only fault passed through to a sidecar started with --test-faults.
 	Fault string `json:"fault,omitempty"`
+	// ExecuteDeadline overrides Config.ExecuteDeadline for this job (0: the default).
+	ExecuteDeadline time.Duration `json:"execute_deadline_ns,omitempty"`
 
 	State State `json:"state"`
 	// SlotHeld is true while a worker might still be running for this job.

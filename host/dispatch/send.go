@@ -88,7 +88,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 	}
 	inv := id.String()
 	now := d.cfg.Now()
-	deadline := now.Add(d.cfg.ExecuteDeadline)
+	budget := d.cfg.ExecuteDeadline
+	if j.ExecuteDeadline > 0 {
+		budget = j.ExecuteDeadline
+	}
+	deadline := now.Add(budget)
 	j, changed, err := d.modify(j.ID, func(x *Job) bool {
 		if x.State != StatePending {
 			return false
@@ -115,7 +119,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 		PinnedVersion: j.AdmittedVersion, Op: j.Op, Index: j.Index, IfNotExists: j.IfNotExists,
 		IfExists: j.IfExists, Schema: j.Schema, Credentials: creds, Limits: j.Limits, Fault: j.Fault,
 	}
-	c := &call{jobID: j.ID, invocation: inv, op: j.Op, sidecar: e}
+	c := &call{jobID: j.ID, invocation: inv, op: j.Op, sidecar: e, budget: budget}
 	d.mu.Lock()
 	d.inflight[j.ID] = c
 	d.wg.Add(1)
@@ -129,7 +133,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 // plus AnswerGrace, on the monotonic clock.
 func (d *Dispatcher) send(c *call, p rpc.MutateParams) {
 	defer d.wg.Done()
-	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.ExecuteDeadline+d.cfg.AnswerGrace)
+	ctx, cancel := context.WithTimeout(d.ctx, c.budget+d.cfg.AnswerGrace)
 	res, err := c.sidecar.sc.Mutate(ctx, p)
 	cancel()
 	abandoned := d.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
