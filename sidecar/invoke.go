@@ -16,6 +16,9 @@ import (
 // well-behaved worker, so this is hours of progress); beyond it the worker is flooding.
 const maxWorkerFrames = 100_000
 
+// exitDrain is how long frames are still read after the worker's main process exited.
+const exitDrain = 200 * time.Millisecond
+
 // resultGrace is how long a worker that sent its result may take to exit by itself.
 const resultGrace = 2 * time.Second
 
@@ -194,8 +197,16 @@ func (ss *session) run() {
 	timer := time.NewTimer(time.Until(ss.j.runUntil))
 	defer timer.Stop()
 	count := 0
+	// Once the worker's main process has exited, frames it wrote are still read for a moment;
+	// after that the session ends even if a descendant holds the pipe open.
+	exited := ss.dom.Done()
+	var drained <-chan time.Time
 	for {
 		select {
+		case <-exited:
+			exited, drained = nil, time.After(exitDrain)
+		case <-drained:
+			return
 		case fe, ok := <-ss.frames:
 			if !ok || fe.err != nil {
 				if ok && (errors.Is(fe.err, workerproto.ErrMalformed) || errors.Is(fe.err, workerproto.ErrFrameTooLarge)) {

@@ -156,6 +156,10 @@ func TestMutateFaultsAreClassifiedAndCleanedUp(t *testing.T) {
 		{fault: "crash_after_commit", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, resolved: rpc.OutcomeCommitted},
 		{fault: "oom", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, oom: true},
 		{fault: "fork_bomb", deadline: 5 * time.Second, phase: rpc.PhaseIndeterminate, code: rpc.ReasonDeadline},
+		// The worker exits while its children still run and hold its pipe: it is answered as
+		// lost (not left to the 30 s deadline), and the children are killed and reaped with the
+		// domain before the answer (the harness checks the domain is gone).
+		{fault: "exit_with_children", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault, func(t *testing.T) {

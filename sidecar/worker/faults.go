@@ -25,11 +25,12 @@ const (
 	FaultCrashAfterCommit  = "crash_after_commit"  // die right after the commit, before the result
 	FaultOOM               = "oom"                 // allocate without bound
 	FaultForkBomb          = "fork_bomb"           // fork without bound
+	FaultExitWithChildren  = "exit_with_children"  // exit without a result, leaving children that hold the pipe
 )
 
 // Faults lists every fault name.
 var Faults = []string{FaultHang, FaultIgnoreSIGTERM, FaultSkipResult, FaultGarbage, FaultFlood,
-	FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb}
+	FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb, FaultExitWithChildren}
 
 // earlyFault acts out faults that happen instead of the engine call. stop says Run must return.
 func (w *worker) earlyFault(fault string) (exit int, stop bool) {
@@ -66,6 +67,17 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 			}
 			hog = append(hog, b)
 		}
+	case FaultExitWithChildren:
+		// Like native code that forks without close-on-exec: the children keep the worker's
+		// end of the protocol pipe open after the worker is gone.
+		if f, ok := w.out.(*os.File); ok {
+			for i := 0; i < 3; i++ {
+				cmd := exec.Command("/bin/sleep", "3600")
+				cmd.ExtraFiles = []*os.File{f}
+				_ = cmd.Start()
+			}
+		}
+		return 7, true
 	case FaultForkBomb:
 		for {
 			cmd := exec.Command("/bin/sleep", "3600")

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cba1309c/steward/isolation"
@@ -28,6 +29,11 @@ func Main() int {
 	if err := isolation.EnterWorker(); err != nil {
 		fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
 		return isolation.ExitRefused
+	}
+	// The protocol pipes arrive without close-on-exec: set it, so that nothing the engine starts
+	// holds the sidecar's end of the conversation open after this process is gone.
+	for i := 0; i < 2; i++ {
+		syscall.CloseOnExec(isolation.ExtraFD(i))
 	}
 	in := os.NewFile(uintptr(isolation.ExtraFD(0)), "from-sidecar")
 	out := os.NewFile(uintptr(isolation.ExtraFD(1)), "to-sidecar")
