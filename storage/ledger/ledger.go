@@ -236,35 +236,68 @@ func (p *Pending) Wait() error {
 	return p.err
 }
 
-// GuardReader returns r (size bytes, or -1 if unknown), except that the read that could deliver
+// GuardReader returns r (size bytes, or -1 if unknown), except that any read that could deliver
 // the body's last byte, or its end, waits until p is durable; if the reservation failed, the read
 // fails with that error instead, so the upload is aborted and the object never exists. Store
 // clients create an object only after its last byte: custody is on disk before the object can be.
+// When r is an io.ReadSeeker and io.ReaderAt (bytes.Reader, *os.File, io.SectionReader), so is the
+// result, with the same guard on ReadAt: S3 clients use those to hash, retry and upload parts in
+// parallel, and hiding them would make a guarded upload slower than a plain one.
 func GuardReader(r io.Reader, size int64, p *Pending) io.Reader {
-	return &guarded{r: r, size: size, p: p}
+	g := &guarded{r: r, size: size, p: p}
+	rs, seeks := r.(io.ReadSeeker)
+	ra, readsAt := r.(io.ReaderAt)
+	if seeks && readsAt && size >= 0 {
+		return &guardedRandom{guarded: g, s: rs, at: ra}
+	}
+	return g
 }
 
 type guarded struct {
 	r    io.Reader
 	size int64
-	read int64
+	pos  int64
 	p    *Pending
 }
 
 func (g *guarded) Read(b []byte) (int, error) {
-	if g.size >= 0 && g.read+int64(len(b)) >= g.size {
+	if g.size >= 0 && g.pos+int64(len(b)) >= g.size {
 		if err := g.p.Wait(); err != nil {
 			return 0, err
 		}
 	}
 	n, err := g.r.Read(b)
-	g.read += int64(n)
+	g.pos += int64(n)
 	if err == io.EOF {
 		if werr := g.p.Wait(); werr != nil {
 			return n, werr
 		}
 	}
 	return n, err
+}
+
+// guardedRandom adds Seek and ReadAt, guarded the same way.
+type guardedRandom struct {
+	*guarded
+	s  io.Seeker
+	at io.ReaderAt
+}
+
+func (g *guardedRandom) Seek(offset int64, whence int) (int64, error) {
+	n, err := g.s.Seek(offset, whence)
+	if err == nil {
+		g.pos = n
+	}
+	return n, err
+}
+
+func (g *guardedRandom) ReadAt(b []byte, off int64) (int, error) {
+	if off+int64(len(b)) >= g.size {
+		if err := g.p.Wait(); err != nil {
+			return 0, err
+		}
+	}
+	return g.at.ReadAt(b, off)
 }
 
 // hold inserts a held ticket for a name nobody owns. ok is false only when the name arena is
