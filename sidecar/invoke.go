@@ -154,6 +154,14 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	}
 	defer w.toW.Close()
 	defer w.fromW.Close()
+	// The frame reader may be blocked handing over frames nobody reads any more (a flood, a
+	// violation): drain them until it sees the closed pipe and stops.
+	defer func() {
+		go func() {
+			for range w.frames {
+			}
+		}()
+	}()
 	w.logw.bind(j.p.InvocationID, j.p.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
 	s.log.Info("worker assigned", "invocation", j.p.InvocationID, "domain", w.dom.ID(), "prestarted", w == spare)
 	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames,
