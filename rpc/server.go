@@ -197,7 +197,8 @@ func (r *Router) reply(stream *Stream, req *jsonrpc2.Request, start time.Time, r
 		msg, _ := json.Marshal(we.Message)
 		body = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"error":{"code":%d,"message":%s}}`, id, we.Code, msg)
 	}
-	_ = stream.writeFrame(body)
+	// Observed before the answer leaves: a host that reads metrics right after an answer must
+	// find the call counted.
 	if r.opts.Observe != nil {
 		method := req.Method
 		if _, known := r.methods[method]; !known {
@@ -205,6 +206,7 @@ func (r *Router) reply(stream *Stream, req *jsonrpc2.Request, start time.Time, r
 		}
 		r.opts.Observe(method, code, time.Since(start))
 	}
+	_ = stream.writeFrame(body)
 }
 
 // Peer is the connection a request arrived on, for notifications back to the host.
