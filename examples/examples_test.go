@@ -15,7 +15,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	cleanState := testbin.PrivateState()
 	code := m.Run()
+	cleanState()
 	testbin.Cleanup()
 	os.Exit(code)
 }

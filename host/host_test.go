@@ -23,7 +23,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("STEWARD_TEST_HOST_MODE"); mode != "" {
 		os.Exit(runHostHelper(mode))
 	}
+	cleanState := testbin.PrivateState()
 	code := m.Run()
+	cleanState()
 	testbin.Cleanup()
 	os.Exit(code)
 }

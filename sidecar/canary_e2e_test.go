@@ -23,7 +23,7 @@ func TestCredentialCanaryNeverLeaks(t *testing.T) {
 	srv := testminio.Shared(t)
 	canary := srv.SecretKey
 	tmp := t.TempDir()
-	e := newSidecarWithEnv(t, []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "HOME=" + tmp})
+	e := newSidecarWithEnv(t, []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "HOME=" + tmp}, "--state-dir", filepath.Join(tmp, "state"))
 	ctx := context.Background()
 	bucket := strings.ToLower(randID("canary-"))
 	st, err := storage.OpenStore(ctx, storage.StoreConfig{Kind: storage.KindS3, Endpoint: srv.Endpoint, Bucket: bucket,

@@ -9,7 +9,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	cleanState := testbin.PrivateState()
 	code := m.Run()
+	cleanState()
 	testbin.Cleanup()
 	testminio.Cleanup()
 	os.Exit(code)

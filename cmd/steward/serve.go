@@ -33,7 +33,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	skew := fs.Duration("clock-skew", time.Second, "host/sidecar clock disagreement reserved in front of every deadline")
 	minRun := fs.Duration("min-runnable", time.Second, "least run time a deadline must fund after the kill budget")
 	faults := fs.Bool("test-faults", false, "accept injected faults in index.mutate (tests and fault campaigns only)")
-	stateDir := fs.String("state-dir", "", "durable state directory (object ledger journals); default /var/lib/steward for root, else $XDG_STATE_HOME/steward")
+	stateDir := fs.String("state-dir", os.Getenv("STEWARD_STATE_DIR"), "durable state directory (object ledger journals); default $STEWARD_STATE_DIR, else /var/lib/steward for root, else $XDG_STATE_HOME/steward")
 	ledgerPath := fs.String("ledger-path", "", "pin the object ledger's journal to this file instead of a free slot of --state-dir")
 	ledgerCap := fs.Int("ledger-capacity", 65536, "object tickets the ledger may hold at once")
 	if err := fs.Parse(args); err != nil {

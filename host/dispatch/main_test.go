@@ -11,7 +11,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
+	cleanState := testbin.PrivateState()
 	code := m.Run()
+	cleanState()
 	testbin.Cleanup()
 	os.Exit(code)
 }

@@ -71,3 +71,15 @@ func repoRoot() (string, error) {
 		d = parent
 	}
 }
+
+// PrivateState points every sidecar the test process starts (they inherit its environment) at a
+// fresh state directory instead of /var/lib/steward, and returns the function that removes it.
+// Call it at the top of TestMain.
+func PrivateState() func() {
+	dir, err := os.MkdirTemp("", "steward-test-state-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("STEWARD_STATE_DIR", dir)
+	return func() { os.RemoveAll(dir) }
+}
