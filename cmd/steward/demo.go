@@ -168,7 +168,7 @@ func (d *demo) launch(ctx context.Context, dir string) error {
 	start := time.Now()
 	d.client, err = host.Launch(ctx, host.Config{
 		Path: self, Args: []string{"--state-dir", filepath.Join(dir, "state")},
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "demo", Level: hclog.Error}),
+		Logger:   hclog.New(&hclog.LoggerOptions{Name: "demo", Level: hclog.Error}),
 		OnNotify: d.onProgress,
 	})
 	if err != nil {
