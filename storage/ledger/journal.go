@@ -31,12 +31,13 @@ type journal struct {
 	db  *bolt.DB
 	log hclog.Logger
 
-	mu      sync.Mutex
-	queue   []jop
-	waiters []chan error
-	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	mu        sync.Mutex
+	queue     []jop
+	waiters   []chan error
+	lingering bool // a delayed wakeup is scheduled for unwaited releases
+	wake      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 func openJournal(path string, log hclog.Logger) (*journal, error) {
@@ -73,16 +74,31 @@ func (j *journal) submit(ops []jop, wait bool) <-chan error {
 	var ch chan error
 	j.mu.Lock()
 	j.queue = append(j.queue, ops...)
-	if wait {
-		ch = make(chan error, 1)
-		j.waiters = append(j.waiters, ch)
+	if !wait {
+		// A release lingers so that it shares the next durable commit (typically the next
+		// reservation) instead of costing an fsync of its own on the upload path.
+		if !j.lingering {
+			j.lingering = true
+			time.AfterFunc(releaseLinger, j.wakeup)
+		}
+		j.mu.Unlock()
+		return nil
 	}
+	ch = make(chan error, 1)
+	j.waiters = append(j.waiters, ch)
 	j.mu.Unlock()
+	j.wakeup()
+	return ch
+}
+
+// releaseLinger bounds how long an unwaited release waits for a commit to share.
+const releaseLinger = 20 * time.Millisecond
+
+func (j *journal) wakeup() {
 	select {
 	case j.wake <- struct{}{}:
 	default:
 	}
-	return ch
 }
 
 func (j *journal) run() {
@@ -101,7 +117,7 @@ func (j *journal) run() {
 func (j *journal) commit() {
 	j.mu.Lock()
 	ops, waiters := j.queue, j.waiters
-	j.queue, j.waiters = nil, nil
+	j.queue, j.waiters, j.lingering = nil, nil, false
 	j.mu.Unlock()
 	if len(ops) == 0 && len(waiters) == 0 {
 		return
