@@ -322,7 +322,7 @@ func (d *demo) jobsTable() {
 		return
 	}
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].Created.Before(jobs[b].Created) })
-	d.step(6, "jobs", "the dispatcher's durable journal (also: steward jobs list --store FILE)")
+	d.step(6, "jobs", "the dispatcher's durable journal (keep it with --dir D, then: steward jobs list --store D/jobs.db)")
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "   JOB\tOP\tINDEX\tSTATE\tPHASE\tCODE\tVERSION\tOOM\tTRANSITIONS")
 	for _, j := range jobs {
