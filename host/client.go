@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/cba1309c/steward/rpc"
@@ -26,7 +27,15 @@ type process interface {
 	kill(ctx context.Context) error
 }
 
-func newClient(ctx context.Context, c *rpc.Client, p process) (*Client, error) {
+// connect runs the JSON-RPC client over rwc, whichever transport carries it, and completes the
+// hello handshake within cfg.StartTimeout. The connection itself outlives ctx.
+func connect(ctx context.Context, cfg Config, rwc io.ReadWriteCloser, framing rpc.Framing, p process) (*Client, error) {
+	c := rpc.NewClient(context.WithoutCancel(ctx), rwc, rpc.ClientOptions{
+		Stream:   rpc.StreamOptions{Framing: framing, MaxFrame: cfg.MaxFrame},
+		OnNotify: cfg.OnNotify,
+	})
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
 	cl := &Client{rpc: c, proc: p}
 	h, err := cl.Hello(ctx)
 	if err != nil {

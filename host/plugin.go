@@ -49,13 +49,7 @@ func Launch(ctx context.Context, cfg Config) (*Client, error) {
 		p.kill(ctx)
 		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
 	}
-	c := rpc.NewClient(context.WithoutCancel(ctx), conn, rpc.ClientOptions{
-		Stream:   rpc.StreamOptions{MaxFrame: cfg.MaxFrame},
-		OnNotify: cfg.OnNotify,
-	})
-	hctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
-	defer cancel()
-	return newClient(hctx, c, p)
+	return connect(ctx, cfg, conn, rpc.ContentLength, p)
 }
 
 type pluginProcess struct {

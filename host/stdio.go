@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/plugin"
-	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -49,17 +48,11 @@ func LaunchStdio(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: start %s: %w", ErrLaunch, cfg.Path, err)
 	}
-	conn := rpc.NewClient(context.WithoutCancel(ctx), struct {
+	return connect(ctx, cfg, struct {
 		io.Reader
 		io.Writer
 		io.Closer
-	}{stdout, stdin, stdin}, rpc.ClientOptions{
-		Stream:   rpc.StreamOptions{Framing: cfg.Framing, MaxFrame: cfg.MaxFrame},
-		OnNotify: cfg.OnNotify,
-	})
-	hctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
-	defer cancel()
-	return newClient(hctx, conn, p)
+	}{stdout, stdin, stdin}, cfg.Framing, p)
 }
 
 type stdioProcess struct {

@@ -77,17 +77,7 @@ func readProcCgroup(pid int) (map[string]string, string, error) {
 // main thread exit), so every re-parented descendant of a domain is listed here. A worker itself
 // is the child of its launcher thread and is reaped by its own Wait, not found through this.
 func ownChildren() ([]int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/children", os.Getpid()))
-	if err != nil {
-		return nil, err
-	}
-	var out []int
-	for _, s := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(s); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out, nil
+	return readPids(fmt.Sprintf("/proc/self/task/%d/children", os.Getpid()))
 }
 
 // childrenOf lists pid's children (including zombies) from its threads' children files.

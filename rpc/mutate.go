@@ -196,26 +196,14 @@ func ValidID(s string) bool {
 
 // Validate implements Validator.
 func (p MutateParams) Validate() error {
-	if !ValidID(p.InvocationID) {
-		return errors.New("invocation_id must be 1-128 characters of [A-Za-z0-9._:-]")
+	if err := validateSlot(p.InvocationID, p.Dataset, p.PinnedVersion, p.Credentials); err != nil {
+		return err
 	}
 	if p.JobID != "" && !ValidID(p.JobID) {
 		return errors.New("job_id must be 1-128 characters of [A-Za-z0-9._:-]")
 	}
 	if p.DeadlineUnixMs <= 0 {
 		return errors.New("deadline_unix_ms is required")
-	}
-	if err := p.Dataset.Store.Validate(); err != nil {
-		return err
-	}
-	if err := p.Dataset.validatePath(); err != nil {
-		return err
-	}
-	if err := p.Credentials.validate(); err != nil {
-		return err
-	}
-	if p.PinnedVersion < 1 {
-		return errors.New("pinned_version must be ≥ 1")
 	}
 	if p.Index.Name == "" || len(p.Index.Name) > 256 {
 		return errors.New("index.name must be 1-256 bytes")
@@ -280,19 +268,25 @@ type ResolveParams struct {
 
 // Validate implements Validator.
 func (p ResolveParams) Validate() error {
-	if !ValidID(p.InvocationID) {
+	return validateSlot(p.InvocationID, p.Dataset, p.PinnedVersion, p.Credentials)
+}
+
+// validateSlot checks what index.mutate and index.resolve share: the invocation, the dataset, the
+// pinned version whose successor is the commit slot, and the credentials.
+func validateSlot(inv string, d DatasetRef, pinned int64, c *Credentials) error {
+	if !ValidID(inv) {
 		return errors.New("invocation_id must be 1-128 characters of [A-Za-z0-9._:-]")
 	}
-	if err := p.Dataset.Store.Validate(); err != nil {
+	if err := d.Store.Validate(); err != nil {
 		return err
 	}
-	if err := p.Dataset.validatePath(); err != nil {
+	if err := d.validatePath(); err != nil {
 		return err
 	}
-	if err := p.Credentials.validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return err
 	}
-	if p.PinnedVersion < 1 {
+	if pinned < 1 {
 		return errors.New("pinned_version must be ≥ 1")
 	}
 	return nil

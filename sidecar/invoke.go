@@ -141,7 +141,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	if w != nil && !s.take(w) {
 		w = nil // discarded by shutdown
 	}
-	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || exited(w.dom)) {
+	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done())) {
 		w.discard()
 		w = nil
 	}
@@ -172,15 +172,6 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	res := ss.classify(out)
 	res.WallMs = time.Since(start).Milliseconds()
 	return res
-}
-
-func exited(d *isolation.Domain) bool {
-	select {
-	case <-d.Done():
-		return true
-	default:
-		return false
-	}
 }
 
 func launchFailed(err error) rpc.MutateResult {

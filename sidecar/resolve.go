@@ -57,6 +57,7 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 	return res, nil
 }
 
+// sanitizeCreds redacts the given per-call credentials and the sidecar's own keys from msg.
 func (s *Server) sanitizeCreds(c *rpc.Credentials, msg string) string {
 	secrets := []string{s.cfg.S3SecretKey, s.cfg.S3AccessKey}
 	if c != nil {

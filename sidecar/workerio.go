@@ -82,14 +82,7 @@ func redact(s string, secrets []string) string {
 }
 
 // sanitize redacts the job's credentials from a message bound for the host.
-func (s *Server) sanitize(j *job, msg string) string {
-	var secrets []string
-	if c := j.p.Credentials; c != nil {
-		secrets = []string{c.SecretKey, c.AccessKey, c.SessionToken}
-	}
-	secrets = append(secrets, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
-	return redact(msg, secrets)
-}
+func (s *Server) sanitize(j *job, msg string) string { return s.sanitizeCreds(j.p.Credentials, msg) }
 
 // progressSender forwards the latest progress to the host without ever blocking the session: a
 // slow or vanished host loses intermediate steps, never the worker's time.
