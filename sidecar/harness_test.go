@@ -2,8 +2,6 @@ package sidecar_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -52,11 +50,7 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func randID(prefix string) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
+func randID(prefix string) string { return testbin.RandID(prefix) }
 
 // newSidecar starts `steward serve` over stdio with test faults on, short kill-ladder timings and
 // a private cgroup parent. At cleanup it shuts the sidecar down and checks that no worker process

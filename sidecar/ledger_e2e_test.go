@@ -2,8 +2,6 @@ package sidecar_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -55,18 +53,12 @@ func (b *ledgerLogs) String() string {
 	return b.buf.String()
 }
 
-func lgID(prefix string) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
 func newLedgerEnv(t *testing.T, args ...string) *ledgerEnv {
 	t.Helper()
 	testenv.NeedRoot(t)
 	srv := testminio.Shared(t)
-	prefix := lgID("lg")
-	e := &ledgerEnv{t: t, minio: srv, stateDir: t.TempDir(), parent: lgID("steward-lg-"), args: args, logs: &ledgerLogs{},
+	prefix := randID("lg")
+	e := &ledgerEnv{t: t, minio: srv, stateDir: t.TempDir(), parent: randID("steward-lg-"), args: args, logs: &ledgerLogs{},
 		spec: rpc.StoreSpec{URL: "s3://ledger-e2e/" + prefix, Endpoint: srv.Endpoint}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -195,7 +187,7 @@ func TestObjectsOverJSONRPC(t *testing.T) {
 	if !strings.Contains(strings.Join(info.Capabilities, ","), rpc.CapObjects) || info.Limits.LedgerCapacity != 4 {
 		t.Fatalf("hello does not advertise the ledger: %v %+v", info.Capabilities, info.Limits)
 	}
-	a, b := txn(lgID("a-")), txn(lgID("b-"))
+	a, b := txn(randID("a-")), txn(randID("b-"))
 	reserve := func(o rpc.ObjectOwner, keys ...string) error {
 		return e.call(rpc.MethodObjectsReserve, rpc.ObjectsReserveParams{Owner: o, Store: e.spec, Keys: keys}, &rpc.ObjectsReserveResult{})
 	}
@@ -245,7 +237,7 @@ func TestObjectsOverJSONRPC(t *testing.T) {
 		rpc.ErrInvalidParams, "an invalid key")
 
 	// Transfer with a gap: seq 1, 2 and 4 offered; a receipt up to 4 moves 1 and 2 only.
-	p, q := txn(lgID("producer-")), txn(lgID("coordinator-"))
+	p, q := txn(randID("producer-")), txn(randID("coordinator-"))
 	if err := reserve(p, "x/1", "x/2", "x/4"); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +290,7 @@ func TestObjectsOverJSONRPC(t *testing.T) {
 // mutateParams is a CREATE on a dataset of the env's MinIO prefix, with per-call credentials.
 func (e *ledgerEnv) mutateParams(path, fault string) rpc.MutateParams {
 	return rpc.MutateParams{
-		InvocationID: lgID("inv-"), DeadlineUnixMs: time.Now().Add(90 * time.Second).UnixMilli(),
+		InvocationID: randID("inv-"), DeadlineUnixMs: time.Now().Add(90 * time.Second).UnixMilli(),
 		Dataset: rpc.DatasetRef{Store: e.spec, Path: path}, PinnedVersion: 1, Op: rpc.OpCreate,
 		Index:       rpc.IndexSpec{Name: "ix", Columns: []string{"id"}, Type: rpc.IndexBTree},
 		Credentials: &rpc.Credentials{AccessKey: e.minio.AccessKey, SecretKey: e.minio.SecretKey},
@@ -406,7 +398,7 @@ func TestWorkerCustody(t *testing.T) {
 	for _, tc := range cases {
 		t.Run("fault="+tc.fault, func(t *testing.T) {
 			e.t = t
-			path := lgID("ds-")
+			path := randID("ds-")
 			e.makeDataset(path, 20000)
 			p := e.mutateParams(path, tc.fault)
 			res := e.mutate(p)
@@ -454,7 +446,7 @@ func TestWorkerCustody(t *testing.T) {
 // ticket owns, the uncommitted segment is gone and the committed one is kept.
 func TestSidecarKilledWhileUploading(t *testing.T) {
 	e := newLedgerEnv(t, "--executors", "3")
-	paths := []string{lgID("big-"), lgID("big-"), lgID("big-"), lgID("before-"), lgID("after-")}
+	paths := []string{randID("big-"), randID("big-"), randID("big-"), randID("before-"), randID("after-")}
 	var wg sync.WaitGroup
 	for i, path := range paths {
 		wg.Add(1)

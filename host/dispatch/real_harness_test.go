@@ -2,8 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,11 +31,7 @@ func (c *counted) Mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateRes
 	return c.Client.Mutate(ctx, p)
 }
 
-func randID(prefix string) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
+func randID(prefix string) string { return testbin.RandID(prefix) }
 
 // Short kill-ladder timings: the kill budget is 100ms + 500ms + 3s, plus a 300ms runnable
 // window, so an execute deadline of 2s is refused at receive and 6s is funded.

@@ -3,6 +3,8 @@
 package testbin
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,7 +32,7 @@ func Steward(t testing.TB) string {
 }
 
 func build() {
-	root, rerr := repoRoot()
+	root, rerr := RepoRoot()
 	if rerr != nil {
 		err = rerr
 		return
@@ -55,7 +57,8 @@ func Cleanup() {
 	}
 }
 
-func repoRoot() (string, error) {
+// RepoRoot returns the directory of the module's go.mod, found upward from the working directory.
+func RepoRoot() (string, error) {
 	d, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -82,4 +85,12 @@ func PrivateState() func() {
 	}
 	os.Setenv("STEWARD_STATE_DIR", dir)
 	return func() { os.RemoveAll(dir) }
+}
+
+// RandID returns prefix followed by 12 random hex digits: names of buckets, datasets, cgroup
+// parents and invocations that no other test (or earlier run) uses.
+func RandID(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
 }

@@ -7,7 +7,6 @@
 package testminio
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/cba1309c/steward/internal/minioproc"
+	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
 )
 
@@ -37,7 +37,7 @@ var (
 func Binary() (string, error) {
 	tools := os.Getenv("STEWARD_TOOLS")
 	if tools == "" {
-		root, err := repoRoot()
+		root, err := testbin.RepoRoot()
 		if err != nil {
 			return "", err
 		}
@@ -48,23 +48,6 @@ func Binary() (string, error) {
 		return "", fmt.Errorf("minio binary not found at %s: run scripts/minio.sh install: %w", bin, err)
 	}
 	return bin, nil
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("testminio: go.mod not found above working directory")
-		}
-		dir = parent
-	}
 }
 
 // Shared returns the test binary's shared server, skipping (or failing under
