@@ -109,11 +109,14 @@ func (r *run) request(p planned, ds int, col column, pinned int64) dispatch.Requ
 	if isWorkerFault(p.kind) {
 		req.Fault = p.kind
 	}
+	if p.kind == KindDeadlineUnfundable || p.kind == KindDeadlineTight {
+		req.ExecuteDeadline = p.deadline // journaled and sent by the dispatcher itself
+	}
 	return req
 }
 
-// onSend runs in the dispatcher's send path, once per job: it tightens the deadline of the
-// deadline kinds and schedules the sidecar kills and MinIO outages.
+// onSend runs in the dispatcher's send path, once per job: it records the deadline kinds as
+// injected and schedules the sidecar kills and MinIO outages.
 func (r *run) onSend(s *sidecar, p rpc.MutateParams) rpc.MutateParams {
 	pl, ok := r.plan[p.JobID]
 	if !ok {
@@ -121,9 +124,6 @@ func (r *run) onSend(s *sidecar, p rpc.MutateParams) rpc.MutateParams {
 	}
 	switch pl.kind {
 	case KindDeadlineUnfundable, KindDeadlineTight:
-		if d := time.Now().Add(pl.deadline).UnixMilli(); d < p.DeadlineUnixMs {
-			p.DeadlineUnixMs = d
-		}
 		r.inject(pl.kind, true, false)
 	case KindSidecarKill:
 		r.faults.Add(1)

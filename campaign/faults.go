@@ -139,7 +139,7 @@ func makePlan(seed int64, n, datasets int, kinds []string) []planned {
 			p.delay = time.Duration(r.IntN(500)) * time.Millisecond
 			p.outage = time.Second + time.Duration(r.IntN(3000))*time.Millisecond
 		case KindDeadlineUnfundable:
-			p.deadline = time.Duration(r.Int64N(int64(KillBudget)))
+			p.deadline = max(time.Millisecond, time.Duration(r.Int64N(int64(KillBudget)))) // 0 would mean "the default"
 		case KindDeadlineTight:
 			p.deadline = KillBudget - minRunnable + time.Duration(r.IntN(900))*time.Millisecond
 		}
