@@ -2,12 +2,12 @@ package sidecar_test
 
 import (
 	"context"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 )
@@ -22,7 +22,7 @@ func BenchmarkMutateNoop(b *testing.B) {
 		parent := randID("steward-bench-")
 		sup, err := isolation.New(isolation.Config{Parent: parent, WorkerPath: testbin.Steward(b), WorkerArgs: []string{"worker"}})
 		if err != nil {
-			b.Skipf("isolation unavailable: %v", err)
+			testenv.Unavailable(b, "isolation unavailable: "+err.Error())
 		}
 		defer removeParent(parent)
 		defer sup.Close(context.Background())
@@ -89,9 +89,7 @@ func BenchmarkMutateSaturated(b *testing.B) {
 }
 
 func benchSidecar(b *testing.B) *sidecarEnv {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testenv.NeedRoot(b)
 	e := newSidecarB(b)
 	e.makeDataset("bench", 2000)
 	p := e.params(randID("inv-"), "bench", 1, rpc.OpCreate, "ix", "category", rpc.IndexBitmap)
