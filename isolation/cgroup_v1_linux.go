@@ -28,8 +28,8 @@ func v1Mounted(controller string) bool {
 }
 
 // newV1Group creates rel in each controller's hierarchy. On error nothing it created remains.
-func newV1Group(rel string, controllers []string) (g *v1Group, retErr error) {
-	g = &v1Group{rel: rel, dirs: map[string]string{}}
+func newV1Group(rel string, controllers []string) (_ *v1Group, retErr error) {
+	g := &v1Group{rel: rel, dirs: map[string]string{}}
 	defer func() {
 		if retErr != nil {
 			_ = g.remove()

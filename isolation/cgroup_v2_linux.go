@@ -39,8 +39,8 @@ func v2Controllers(mount string) []string {
 
 // newV2Group creates rel under mount. With limits, it first enables memory and pids in every
 // ancestor's subtree_control so the leaf gets the interface files.
-func newV2Group(mount, rel string, limits bool) (g *v2Group, retErr error) {
-	g = &v2Group{mount: mount, rel: rel, dir: filepath.Join(mount, rel)}
+func newV2Group(mount, rel string, limits bool) (_ *v2Group, retErr error) {
+	g := &v2Group{mount: mount, rel: rel, dir: filepath.Join(mount, rel)}
 	if limits {
 		anc := mount
 		for _, part := range strings.Split(filepath.Dir(rel), "/") {

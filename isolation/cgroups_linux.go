@@ -21,8 +21,10 @@ type domainCgroups struct {
 	oomBase int64
 }
 
-func newDomainCgroups(mode Mode, rel string, mem, pids int64) (c *domainCgroups, retErr error) {
-	c = &domainCgroups{mode: mode}
+func newDomainCgroups(mode Mode, rel string, mem, pids int64) (_ *domainCgroups, retErr error) {
+	// The cleanup holds its own reference: a named result would be nil by the time an error
+	// return runs it.
+	c := &domainCgroups{mode: mode}
 	defer func() {
 		if retErr != nil {
 			_ = c.remove()

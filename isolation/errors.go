@@ -62,3 +62,23 @@ func opErr(op string, mode Mode, path string, sentinel, err error) error {
 	}
 	return &Error{Op: op, Mode: mode, Path: path, Err: err}
 }
+
+// PreflightError is New's error when no mode verified (or the preflight could not run): its
+// Report says what was tried and why each attempt failed. It wraps ErrIsolationUnavailable.
+type PreflightError struct {
+	Report Report
+}
+
+func (e *PreflightError) Error() string { return "isolation: preflight: " + e.Report.Reason }
+
+func (e *PreflightError) Unwrap() error { return ErrIsolationUnavailable }
+
+// ReportOf returns the preflight report New's error carries; for any other error, a report of
+// mode none whose reason is the error.
+func ReportOf(err error) Report {
+	var pe *PreflightError
+	if errors.As(err, &pe) {
+		return pe.Report
+	}
+	return Report{Mode: ModeNone, Reason: err.Error()}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -79,6 +80,9 @@ func probe(ctx context.Context, cfg Config, ownerRel string) Report {
 	}
 	if len(failures) > 0 {
 		r.Reason = errors.Join(failures...).Error()
+		if !r.Verified && errors.Is(errors.Join(failures...), fs.ErrPermission) {
+			r.Reason = fmt.Sprintf("%s\n%s", permissionHint(cfg.Parent), r.Reason)
+		}
 	} else if !r.Verified {
 		r.Reason = "no cgroup hierarchy mounted"
 	}
@@ -165,4 +169,11 @@ func probeMode(ctx context.Context, cfg Config, m Mode, ownerRel string, r *Repo
 		r.Controllers = []string{"memory", "pids", "freezer"}
 	}
 	return nil
+}
+
+// permissionHint tells a person without the rights what steward needs, ahead of the raw errors.
+func permissionHint(parent string) string {
+	return fmt.Sprintf("uid %d may not create cgroups under %q: run steward as root, or give its user a "+
+		"writable (delegated) cgroup subtree for --cgroup-parent in every hierarchy it uses "+
+		"(memory and pids, plus freezer or the unified hierarchy)", os.Geteuid(), parent)
 }

@@ -31,15 +31,18 @@ type Supervisor struct {
 // returns an error wrapping ErrIsolationUnavailable, and the Report says why.
 func New(cfg Config) (*Supervisor, error) {
 	cfg = cfg.WithDefaults()
+	unavailable := func(err error) error {
+		return &PreflightError{Report: Report{Mode: ModeNone, Host: hostLayout(), Reason: err.Error()}}
+	}
 	if err := checkParent(cfg.Parent); err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return nil, opErr("set child subreaper", "", "", ErrIsolationUnavailable, err)
+		return nil, unavailable(opErr("set child subreaper", "", "", ErrIsolationUnavailable, err))
 	}
 	owner, err := ownerName(os.Getpid())
 	if err != nil {
-		return nil, opErr("identify self", "", "", ErrIsolationUnavailable, err)
+		return nil, unavailable(opErr("identify self", "", "", ErrIsolationUnavailable, err))
 	}
 	s := &Supervisor{cfg: cfg, ownerRel: path.Join(cfg.Parent, owner), domains: map[string]*Domain{}}
 	// A leftover that cannot be removed is reported but does not stop this sidecar: its own
@@ -48,7 +51,7 @@ func New(cfg Config) (*Supervisor, error) {
 	s.report = probe(context.Background(), cfg, s.ownerRel)
 	if !s.report.Verified {
 		_ = removeOwnerDirs(s.ownerRel)
-		return nil, &Error{Op: "preflight", Mode: ModeNone, Err: fmt.Errorf("%w: %s", ErrIsolationUnavailable, s.report.Reason)}
+		return nil, &PreflightError{Report: s.report}
 	}
 	if err != nil {
 		s.report.Reason = "leftover cleanup: " + err.Error()

@@ -4,7 +4,6 @@ package isolation
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 )
 
@@ -24,7 +23,7 @@ func Probe(cfg Config) Report {
 
 // New fails with ErrUnsupported and ErrIsolationUnavailable.
 func New(cfg Config) (*Supervisor, error) {
-	return nil, fmt.Errorf("%w: %w", ErrIsolationUnavailable, errUnsupported)
+	return nil, &PreflightError{Report: Probe(cfg)}
 }
 
 // EnterWorker fails with ErrUnsupported.
