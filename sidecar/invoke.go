@@ -108,6 +108,13 @@ func (s *Server) take(w *warm) bool {
 	return ok
 }
 
+// stopSpares stops new spares from being started (a stopping sidecar launches nothing new).
+func (s *Server) stopSpares() {
+	s.spareMu.Lock()
+	s.sparesClosed = true
+	s.spareMu.Unlock()
+}
+
 // closeSpares stops spares from being started and tears down the idle ones.
 func (s *Server) closeSpares() {
 	s.spareMu.Lock()

@@ -69,52 +69,103 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 	}
 	j := &job{p: p, received: now, deadline: deadline, runUntil: deadline.Add(-s.killBudget()),
 		peer: rpc.PeerFrom(ctx), done: make(chan rpc.MutateResult, 1)}
-	select {
-	case s.queue <- j:
-		s.metrics.queueDepth.Inc()
-	default:
+	if err := s.enqueue(j); err != nil {
 		s.dedup.forget(p.InvocationID)
 		s.metrics.outcome("rejected_at_receive")
-		return rpc.MutateResult{}, fmt.Errorf("%w: receive queue full (%d)", rpc.ErrOverloaded, s.cfg.QueueCapacity)
+		return rpc.MutateResult{}, err
 	}
 	return <-j.done, nil
 }
 
-// executor runs queued jobs one at a time; Executors of them run side by side.
-//
-// Each executor keeps one spare worker started ahead of demand (ARCHITECTURE §3): a fresh domain
-// per invocation, as always, but its exec and init are paid between jobs instead of inside one.
-func (s *Server) executor() {
-	spare := s.prestart()
-	for j := range s.queue {
-		s.metrics.queueDepth.Dec()
-		res := s.dequeue(j, spare)
-		spare = nil
-		res.InvocationID, res.Epoch = j.p.InvocationID, s.epoch
-		s.settleCustody(j, res)
-		s.metrics.observeMutation(res, time.Since(j.received))
-		j.done <- res
-		if !isClosed(s.stop) {
-			spare = s.prestart()
-		}
+// enqueue admits j to the queue, or refuses it (never enqueued, so never executed).
+func (s *Server) enqueue(j *job) error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if s.qclosed {
+		return fmt.Errorf("%w: %s", rpc.ErrShuttingDown, s.stopReason())
+	}
+	select {
+	case s.queue <- j:
+		s.metrics.queueDepth.Inc()
+		return nil
+	default:
+		return fmt.Errorf("%w: receive queue full (%d)", rpc.ErrOverloaded, s.cfg.QueueCapacity)
 	}
 }
 
-// dequeue re-checks the deadline and the lifecycle, then runs the job.
-func (s *Server) dequeue(j *job, spare *warm) rpc.MutateResult {
+// closeQueue ends admission and answers every queued job at once: none of them was launched, so
+// each gets PRE_INVOCATION_REJECTED -7 now rather than when an executor would have freed up (or
+// never, once the shutdown grace ran out). Executors racing for the same jobs answer them alike.
+func (s *Server) closeQueue() {
+	s.qmu.Lock()
+	if !s.qclosed {
+		s.qclosed = true
+		close(s.queue)
+	}
+	s.qmu.Unlock()
+	for j := range s.queue {
+		s.metrics.queueDepth.Dec()
+		s.answer(j, shuttingDown())
+	}
+}
+
+func shuttingDown() rpc.MutateResult {
+	return rpc.MutateResult{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonShuttingDown,
+		Message: "the sidecar began shutting down before the worker launched"}
+}
+
+// answer settles the job's custody from its answer and hands the answer to the waiting call.
+func (s *Server) answer(j *job, res rpc.MutateResult) {
+	res.InvocationID, res.Epoch = j.p.InvocationID, s.epoch
+	s.settleCustody(j, res)
+	s.metrics.observeMutation(res, time.Since(j.received))
+	j.done <- res
+}
+
+// executor runs queued jobs one at a time; Executors of them run side by side. It returns once
+// the queue is closed and drained (Shutdown), discarding its unused spare.
+//
+// Each executor keeps exactly one spare worker started ahead of demand (ARCHITECTURE §3): a fresh
+// domain per invocation, as always, but its exec and init are paid between jobs instead of inside
+// one. A job refused at dequeue leaves the spare for the next one.
+func (s *Server) executor() {
+	defer s.executors.Done()
+	var spare *warm
+	defer func() {
+		if spare != nil && s.take(spare) {
+			spare.discard()
+		}
+	}()
+	for {
+		if spare == nil {
+			spare = s.prestart() // nil once the sidecar stops
+		}
+		j, ok := <-s.queue
+		if !ok {
+			return
+		}
+		s.metrics.queueDepth.Dec()
+		res, used := s.dequeue(j, spare)
+		if used {
+			spare = nil
+		}
+		s.answer(j, res)
+	}
+}
+
+// dequeue re-checks the deadline and the lifecycle, then runs the job; used reports whether the
+// spare was consumed (only a job that reaches invoke consumes it).
+func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) {
 	if time.Now().After(j.runUntil) {
 		return rpc.MutateResult{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonDeadlineLapsed,
-			Message: "the deadline lapsed while queued: it can no longer fund the kill budget"}
+			Message: "the deadline lapsed while queued: it can no longer fund the kill budget"}, false
 	}
-	select {
-	case <-s.stop:
-		return rpc.MutateResult{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonShuttingDown,
-			Message: "the sidecar began shutting down before the worker launched"}
-	default:
+	if isClosed(s.stop) {
+		return shuttingDown(), false
 	}
 	s.metrics.workers.Inc()
 	defer s.metrics.workers.Dec()
-	return s.invoke(j, spare)
+	return s.invoke(j, spare), true
 }
 
 func isClosed(ch <-chan struct{}) bool {

@@ -37,9 +37,15 @@ type Server struct {
 
 	iso       *isolation.Supervisor // nil: isolation did not verify, mutations are refused
 	isoReport isolation.Report
-	queue     chan *job
 	dedup     *dedup
 	custody   custodian // nil: no ledger, reservations granted
+
+	qmu       sync.Mutex // guards sending on and closing queue
+	queue     chan *job
+	qclosed   bool
+	executors sync.WaitGroup // the executor goroutines; they return once queue is closed and drained
+	closeOnce sync.Once
+	closeErr  error
 
 	spareMu      sync.Mutex
 	spares       map[*warm]struct{} // idle prestarted workers
@@ -79,43 +85,59 @@ func New(cfg Config) (*Server, error) {
 	s.queue = make(chan *job, cfg.QueueCapacity)
 	s.spares = map[*warm]struct{}{}
 	s.dedup = newDedup(cfg.DedupCapacity)
-	if !cfg.DisableIsolation {
-		iso, err := isolation.New(cfg.Isolation)
-		if err != nil {
-			s.log.Error("isolation unavailable: index.mutate will be refused", "error", err)
-			s.isoReport = isolation.Probe(cfg.Isolation)
-			if s.isoReport.Reason == "" {
-				s.isoReport.Reason = err.Error()
-			}
-		} else {
-			s.iso, s.isoReport = iso, iso.Report()
-			s.log.Info("isolation verified", "mode", s.isoReport.Mode, "leftovers_removed", len(iso.Leftovers()))
-		}
-	} else {
-		s.isoReport = isolation.Report{Mode: isolation.ModeNone, Reason: "isolation disabled by configuration"}
-	}
+	s.startIsolation()
 	if err := s.openLedger(); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
-	for i := 0; i < cfg.Executors; i++ {
-		go s.executor()
+	// Without a verified supervisor nothing is ever launched: no executor, no spare worker;
+	// index.mutate is refused at receive.
+	if s.iso != nil {
+		for i := 0; i < cfg.Executors; i++ {
+			s.executors.Add(1)
+			go s.executor()
+		}
 	}
 	s.register()
 	return s, nil
 }
 
-// Close kills and reaps every running worker domain, removes their cgroups and closes the
-// ledger (its tickets stay in the journal). Call it once the sidecar stops serving.
-func (s *Server) Close() error {
-	var err error
-	if s.iso != nil {
-		s.closeSpares()
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)
-		defer cancel()
-		err = s.iso.Close(ctx)
+// startIsolation runs the preflight. A sidecar whose isolation does not verify still starts
+// (hello reports why, objects.* and metrics work); only index.mutate is refused.
+func (s *Server) startIsolation() {
+	if s.cfg.DisableIsolation {
+		s.isoReport = isolation.Report{Mode: isolation.ModeNone, Reason: "isolation disabled by configuration"}
+		return
 	}
-	return errors.Join(err, s.closeLedger())
+	iso, err := isolation.New(s.cfg.Isolation)
+	if err != nil {
+		s.isoReport = isolation.ReportOf(err)
+		s.log.Error("isolation unavailable: index.mutate will be refused", "reason", s.isoReport.Reason)
+		return
+	}
+	s.iso, s.isoReport = iso, iso.Report()
+	s.log.Info("isolation verified", "mode", s.isoReport.Mode, "leftovers_removed", len(iso.Leftovers()))
+}
+
+// Close stops everything the sidecar started: it begins a shutdown if none has begun (queued
+// mutations are answered as never launched), kills and reaps every worker domain, waits for the
+// executors to deliver their answers, and closes the ledger (its tickets stay in the journal).
+// Call it once the sidecar stops serving; later calls return the first call's result.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.Shutdown("closing")
+		var err error
+		if s.iso != nil {
+			s.closeSpares()
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)
+			err = s.iso.Close(ctx)
+			cancel()
+		}
+		// Every domain is dead now, so each executor's session ends within its teardown bound.
+		s.executors.Wait()
+		s.closeErr = errors.Join(err, s.closeLedger())
+	})
+	return s.closeErr
 }
 
 // newEpoch returns 128 random bits: a sidecar process start that no other shares.
@@ -143,7 +165,16 @@ func (s *Server) Shutdown(reason string) {
 		s.mu.Unlock()
 		s.log.Info("shutting down", "reason", reason)
 		close(s.stop)
+		s.stopSpares()
+		s.closeQueue()
 	})
+}
+
+// stopReason is the reason the shutdown began with.
+func (s *Server) stopReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
 }
 
 // track admits a request unless the sidecar is shutting down, and counts it until answered.
