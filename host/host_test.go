@@ -132,26 +132,7 @@ func TestSidecarDiesWithSIGKILLedHost(t *testing.T) {
 	// PDEATHSIG, so only the sidecar's own watch of its parent (pidfd) and stdin EOF bring it down.
 	for _, mode := range []string{"plugin", "stdio", "raw"} {
 		t.Run(mode, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), "STEWARD_TEST_HOST_MODE="+mode, "STEWARD_TEST_BIN="+bin)
-			cmd.Stderr = os.Stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer cmd.Wait()
-			defer cmd.Process.Kill()
-			line, err := bufio.NewReader(out).ReadString('\n')
-			if err != nil {
-				t.Fatalf("host helper said nothing: %v", err)
-			}
-			pid, err := strconv.Atoi(strings.TrimSpace(line))
-			if err != nil || pid <= 0 {
-				t.Fatalf("host helper printed %q", line)
-			}
+			cmd, pid := startHostHelper(t, mode, bin)
 			start := startTime(pid)
 			if start == "" || !alive(pid) {
 				t.Fatalf("sidecar %d not running before the host was killed", pid)
@@ -171,8 +152,40 @@ func TestSidecarDiesWithSIGKILLedHost(t *testing.T) {
 	}
 }
 
+// startHostHelper starts this test binary as a host process in mode (runHostHelper) and returns
+// it with the pid of the sidecar it launched. The helper is killed and reaped at cleanup.
+func startHostHelper(t *testing.T, mode, bin string, env ...string) (*exec.Cmd, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "STEWARD_TEST_HOST_MODE="+mode, "STEWARD_TEST_BIN="+bin), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("host helper said nothing: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 0 {
+		t.Fatalf("host helper printed %q", line)
+	}
+	return cmd, pid
+}
+
 // runHostHelper is the body of the host process in TestSidecarDiesWithSIGKILLedHost.
 func runHostHelper(mode string) int {
+	if transport, ok := strings.CutSuffix(mode, "-busy"); ok {
+		return runBusyHost(transport)
+	}
 	ctx := context.Background()
 	cfg := host.Config{Path: os.Getenv("STEWARD_TEST_BIN"), Logger: quietLogger()}
 	if mode == "raw" {

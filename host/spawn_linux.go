@@ -6,12 +6,16 @@ import (
 	"syscall"
 )
 
-// withPdeathsig makes the kernel SIGKILL the sidecar when the thread that started it exits.
+// withPdeathsig makes the kernel SIGTERM the sidecar when the thread that started it exits.
+// SIGTERM, not SIGKILL: a sidecar that dies with its host must still kill and reap its worker
+// domains and remove their cgroups, and a SIGKILLed one cannot (its next start would have to
+// clean up after it). The sidecar also watches its parent through a pidfd, so it stops even if
+// something else sent the SIGTERM's cause unnoticed.
 func withPdeathsig(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
 }
 
 // startLocked runs start on a goroutine locked to its OS thread and keeps that thread alive until

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/cba1309c/steward/isolation"
@@ -39,6 +41,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	// stderr is a pipe to the host in both transports (go-plugin's log pipe, or the drain the spec
+	// asks stdio hosts for). When the host dies, a log line must not kill the sidecar with SIGPIPE
+	// before it has torn its worker domains down: with SIGPIPE notified (to a channel nobody needs
+	// to read; delivery never blocks) a write to a broken pipe fails with EPIPE instead. Unlike
+	// SIG_IGN, a caught signal is reset to its default in every worker the sidecar execs.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	fr, err := rpc.ParseFraming(*framing)
 	if err != nil {
 		fmt.Fprintln(stderr, "steward serve:", err)
@@ -64,7 +72,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	if plugin.Launched() {
 		err = srv.RunPlugin(ctx)
 	} else {
-		err = srv.RunStdio(ctx, os.Stdin, os.Stdout)
+		var out *os.File
+		if out, err = protocolStdout(); err == nil {
+			err = srv.RunStdio(ctx, os.Stdin, out)
+		}
 	}
 	if cerr := srv.Close(); cerr != nil {
 		logger.Error("tearing down worker domains", "error", cerr)
