@@ -47,6 +47,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// errNoIsolation: the demo cannot run its mutations on this machine.
+var errNoIsolation = errors.New("worker isolation unavailable (run as root, or see README: running as non-root)")
+
 type demo struct {
 	out      io.Writer
 	rows     int64
@@ -75,14 +78,15 @@ func (d *demo) run(ctx context.Context, dir, s3 string) error {
 		dir = tmp
 	}
 	fmt.Fprintf(d.out, "steward demo — a database host driving index mutations through the steward sidecar\n")
-	if err := d.makeDataset(ctx, dir, s3); err != nil {
-		return err
-	}
+	// The sidecar first: a machine where it cannot isolate workers is told so before any data is made.
 	if err := d.launch(ctx, dir); err != nil {
 		return err
 	}
 	defer d.client.Close()
 	defer d.disp.Close()
+	if err := d.makeDataset(ctx, dir, s3); err != nil {
+		return err
+	}
 
 	d.step(3, "indexes", "two jobs through the dispatcher (journaled before any I/O, sent exactly once)")
 	if err := d.job(ctx, dispatch.Request{ID: "build-by-id", AdmittedVersion: 1, Op: rpc.OpCreate,
@@ -132,7 +136,7 @@ func (d *demo) makeDataset(ctx context.Context, dir, s3 string) error {
 		return err
 	}
 	d.store = store
-	d.step(1, "dataset", "%s rows of generated events → %s %s", grouped(d.rows), d.ref.Store.URL, d.ref.Path)
+	d.step(2, "dataset", "%s rows of generated events → %s %s", grouped(d.rows), d.ref.Store.URL, d.ref.Path)
 	b := newBar(d.out, "rows written", d.rows)
 	start := time.Now()
 	src := &countingSource{RowSource: dataset.NewGenerator(d.rows, 42), progress: b.set}
@@ -175,16 +179,16 @@ func (d *demo) launch(ctx context.Context, dir string) error {
 		return err
 	}
 	h := d.client.Info()
-	iso := "unavailable"
-	if h.Isolation != nil {
-		iso = h.Isolation.Mode
-		if h.Isolation.Verified {
-			iso += ", verified"
-		} else {
-			iso += ": " + h.Isolation.Reason
+	if h.Isolation == nil || !h.Isolation.Verified {
+		reason := "the sidecar reported no isolation"
+		if h.Isolation != nil {
+			reason = h.Isolation.Reason
 		}
+		_ = d.client.Close()
+		return fmt.Errorf("%w: the sidecar started, but it refuses every index mutation because worker isolation did not verify:\n%s", errNoIsolation, reason)
 	}
-	d.step(2, "sidecar", "launched through go-plugin (AutoMTLS) in %v", time.Since(start).Round(time.Millisecond))
+	iso := h.Isolation.Mode + ", verified"
+	d.step(1, "sidecar", "launched through go-plugin (AutoMTLS) in %v", time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(d.out, "   pid %d · epoch %s · isolation %s · %d executors\n", h.Pid, h.Epoch[:12], iso, h.Limits.ExecutorSlots)
 	store, err := dispatch.OpenBolt(filepath.Join(dir, "jobs.db"), dispatch.BoltOptions{})
 	if err != nil {
