@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,8 +102,9 @@ func (e *Error) Is(target error) bool {
 // maxMessage bounds the message text carried on the wire.
 const maxMessage = 512
 
-// ToWire maps a handler error to its JSON-RPC error. This is the one place where domain errors
+// ToWire maps a handler error to its JSON-RPC error. This is the one place where wire classes
 // become codes: an error wrapping a Sentinel gets its code, anything else is CodeInternal.
+// Classifying domain errors (context errors included) is the server's job, before this.
 func ToWire(err error) *jsonrpc2.Error {
 	var we *Error
 	if errors.As(err, &we) {
@@ -117,12 +117,21 @@ func ToWire(err error) *jsonrpc2.Error {
 			break
 		}
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if code == CodeInternal {
-			code = CodeShuttingDown
+	return &jsonrpc2.Error{Code: int64(code), Message: truncate(err.Error())}
+}
+
+// Classified reports whether err already carries a wire class (a Sentinel or a received *Error).
+func Classified(err error) bool {
+	var we *Error
+	if errors.As(err, &we) {
+		return true
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return true
 		}
 	}
-	return &jsonrpc2.Error{Code: int64(code), Message: truncate(err.Error())}
+	return false
 }
 
 // FromWire converts a received error into a Go error that errors.Is its sentinel. Transport

@@ -13,38 +13,13 @@ import (
 
 // registerObjects registers the objects.* methods: the host's side of the ownership ledger.
 func (s *Server) registerObjects() {
-	rpc.Register(s.router, rpc.MethodObjectsReserve, s.objectsReserve)
-	rpc.Register(s.router, rpc.MethodObjectsAccept, s.objectsAccept)
-	rpc.Register(s.router, rpc.MethodObjectsAbandon, s.objectsAbandon)
-	rpc.Register(s.router, rpc.MethodObjectsTransfer, s.objectsTransfer)
-	rpc.Register(s.router, rpc.MethodObjectsAck, s.objectsAcknowledge)
-	rpc.Register(s.router, rpc.MethodObjectsStatus, s.objectsStatus)
-	rpc.Register(s.router, rpc.MethodObjectsSweep, s.objectsSweep)
-}
-
-// ledgerErr maps a ledger error to its wire class: the one place where ledger sentinels meet
-// rpc sentinels. The ledger's message (owner, store name, key) is kept; it holds no credential.
-func ledgerErr(err error) error {
-	var class error
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ledger.ErrCapacity):
-		class = rpc.ErrLedgerFull
-	case errors.Is(err, ledger.ErrNameOwned):
-		class = rpc.ErrNameOwned
-	case errors.Is(err, ledger.ErrNotOwned):
-		class = rpc.ErrUnknownOwner
-	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrSeqConflict):
-		class = rpc.ErrInvalidParams
-	case errors.Is(err, ledger.ErrClosed):
-		class = rpc.ErrShuttingDown
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	default:
-		class = rpc.ErrInternal
-	}
-	return fmt.Errorf("%w: %w", class, err)
+	handle(s, rpc.MethodObjectsReserve, s.objectsReserve)
+	handle(s, rpc.MethodObjectsAccept, s.objectsAccept)
+	handle(s, rpc.MethodObjectsAbandon, s.objectsAbandon)
+	handle(s, rpc.MethodObjectsTransfer, s.objectsTransfer)
+	handle(s, rpc.MethodObjectsAck, s.objectsAcknowledge)
+	handle(s, rpc.MethodObjectsStatus, s.objectsStatus)
+	handle(s, rpc.MethodObjectsSweep, s.objectsSweep)
 }
 
 func hostOwner(o rpc.ObjectOwner) ledger.Owner {
@@ -71,7 +46,7 @@ func (s *Server) objectsLedger() (*custody, error) {
 func (s *Server) ownerStatus(ctx context.Context, o rpc.ObjectOwner) (rpc.ObjectsOwnerStatus, error) {
 	st, err := s.ledger.l.Status(ctx, hostOwner(o))
 	if err != nil {
-		return rpc.ObjectsOwnerStatus{}, ledgerErr(err)
+		return rpc.ObjectsOwnerStatus{}, err
 	}
 	return rpc.ObjectsOwnerStatus{Owner: o, Held: st.Held, Offered: st.Offered, Abandoned: st.Abandoned}, nil
 }
@@ -83,10 +58,10 @@ func (s *Server) objectsReserve(ctx context.Context, p rpc.ObjectsReserveParams)
 	}
 	name := storeName(p.Store)
 	if err := c.remember(name, p.Store, "", nil); err != nil {
-		return rpc.ObjectsReserveResult{}, ledgerErr(err)
+		return rpc.ObjectsReserveResult{}, err
 	}
 	if err := c.l.Reserve(ctx, hostOwner(p.Owner), name, p.Keys); err != nil {
-		return rpc.ObjectsReserveResult{}, ledgerErr(err)
+		return rpc.ObjectsReserveResult{}, err
 	}
 	st := c.l.Stats()
 	return rpc.ObjectsReserveResult{Reserved: len(p.Keys), Used: st.Used, Capacity: st.Capacity}, nil
@@ -120,7 +95,7 @@ func (s *Server) objectsRelease(ctx context.Context, p rpc.ObjectsReleaseParams,
 		err = c.l.Abandon(ctx, hostOwner(p.Owner), store, keys)
 	}
 	if err != nil {
-		return rpc.ObjectsOwnerStatus{}, ledgerErr(err)
+		return rpc.ObjectsOwnerStatus{}, err
 	}
 	return s.ownerStatus(ctx, p.Owner)
 }
@@ -136,7 +111,7 @@ func (s *Server) objectsTransfer(ctx context.Context, p rpc.ObjectsTransferParam
 		items[i] = ledger.TransferItem{Seq: it.Seq, Store: name, Key: it.Key}
 	}
 	if err := c.l.Transfer(ctx, hostOwner(p.From), hostOwner(p.To), items); err != nil {
-		return rpc.ObjectsTransferResult{}, ledgerErr(err)
+		return rpc.ObjectsTransferResult{}, err
 	}
 	return rpc.ObjectsTransferResult{Offered: len(items)}, nil
 }
@@ -148,7 +123,7 @@ func (s *Server) objectsAcknowledge(ctx context.Context, p rpc.ObjectsAcknowledg
 	}
 	acked, err := c.l.Acknowledge(ctx, hostOwner(p.From), hostOwner(p.To), p.UpTo)
 	if err != nil {
-		return rpc.ObjectsAcknowledgeResult{}, ledgerErr(err)
+		return rpc.ObjectsAcknowledgeResult{}, err
 	}
 	res := rpc.ObjectsAcknowledgeResult{AckedUpTo: acked}
 	if res.From, err = s.ownerStatus(ctx, p.From); err != nil {
@@ -185,7 +160,7 @@ func (s *Server) objectsStatus(ctx context.Context, p rpc.ObjectsStatusParams) (
 	}
 	tickets, err := c.l.Tickets(ctx, hostOwner(*p.Owner))
 	if err != nil {
-		return res, ledgerErr(err)
+		return res, err
 	}
 	if len(tickets) > rpc.MaxStatusTickets {
 		tickets, res.Truncated = tickets[:rpc.MaxStatusTickets], true
@@ -217,7 +192,7 @@ func (s *Server) objectsSweep(ctx context.Context, p rpc.ObjectsSweepParams) (rp
 	}
 	name := storeName(p.Dataset.Store)
 	if err := c.remember(name, p.Dataset.Store, "", nil); err != nil {
-		return rpc.ObjectsSweepResult{}, ledgerErr(err)
+		return rpc.ObjectsSweepResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -227,7 +202,7 @@ func (s *Server) objectsSweep(ctx context.Context, p rpc.ObjectsSweepParams) (rp
 		if errors.Is(err, storage.ErrUnavailable) {
 			return rpc.ObjectsSweepResult{}, fmt.Errorf("%w: %s", rpc.ErrStorageUnavailable, s.sanitizeCreds(nil, err.Error()))
 		}
-		return rpc.ObjectsSweepResult{}, ledgerErr(err)
+		return rpc.ObjectsSweepResult{}, err
 	}
 	res := rpc.ObjectsSweepResult{Listed: rep.Listed, Referenced: rep.Referenced, SkippedYoung: rep.SkippedYoung,
 		SkippedOwned: rep.SkippedOwned, Deferred: rep.Deferred, Found: rep.Found, Deleted: rep.Deleted,

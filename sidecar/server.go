@@ -218,11 +218,11 @@ func (s *Server) ServeConn(ctx context.Context, rwc io.ReadWriteCloser, framing 
 }
 
 func (s *Server) register() {
-	rpc.Register(s.router, rpc.MethodHello, s.hello)
-	rpc.Register(s.router, rpc.MethodMetrics, s.metricsGet)
-	rpc.Register(s.router, rpc.MethodShutdown, s.shutdown)
-	rpc.Register(s.router, rpc.MethodIndexMutate, s.mutate)
-	rpc.Register(s.router, rpc.MethodIndexResolve, s.resolve)
+	handle(s, rpc.MethodHello, s.hello)
+	handle(s, rpc.MethodMetrics, s.metricsGet)
+	handle(s, rpc.MethodShutdown, s.shutdown)
+	handle(s, rpc.MethodIndexMutate, s.mutate)
+	handle(s, rpc.MethodIndexResolve, s.resolve)
 	s.registerObjects()
 }
 

@@ -137,6 +137,9 @@ func (p *progressSender) stop() {
 	<-p.done
 }
 
+// sidecarRequestTimeout bounds one storage request of the sidecar itself (resolve, custody).
+const sidecarRequestTimeout = 5 * time.Second
+
 // openStore opens the job's store with its per-call credentials, or the sidecar's own.
 func (s *Server) openStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) (storage.Store, error) {
 	if creds == nil && s.cfg.S3AccessKey != "" {
@@ -146,8 +149,11 @@ func (s *Server) openStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.C
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxRetries = 1
-	cfg.RequestTimeout = 5 * time.Second
+	// PROTOCOL.md promises each storage request of the sidecar 5 s and one retry. minio-go's
+	// MaxRetries counts attempts (1 disables retries), so one retry is 2; two 5 s attempts and
+	// the backoff between them fit resolveTimeout.
+	cfg.MaxRetries = 2
+	cfg.RequestTimeout = sidecarRequestTimeout
 	return storage.OpenStore(ctx, cfg)
 }
 
