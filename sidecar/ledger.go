@@ -32,8 +32,12 @@ type custody struct {
 	j    *invJournal
 	lock *os.File
 	log  hclog.Logger
-	stop chan struct{}
-	done chan struct{}
+	// ctx ends at close: every storage call custody makes on its own behalf (recovery passes,
+	// self-fences) derives from it, so close never waits on storage.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}  // closed when run returns
+	fences sync.WaitGroup // self-fence goroutines started by finish
 
 	mu        sync.Mutex
 	specs     map[string]rpc.StoreSpec // store name → connection spec (mirrors the journal)
@@ -42,6 +46,7 @@ type custody struct {
 	verify    map[string]struct{}      // failed invocations whose slot could not be read yet
 	fence     map[string]struct{}      // indeterminate invocations whose self-fence must be retried
 	zeroSince map[string]time.Time     // recorded invocations first seen without tickets
+	closed    bool                     // close began: no new self-fence starts
 	unsettled int                      // invocations left Unknown by the last recovery pass
 }
 
@@ -108,7 +113,8 @@ func openCustody(s *Server, path string, lock *os.File) (*custody, error) {
 		j.close()
 		return nil, err
 	}
-	c := &custody{s: s, j: j, lock: lock, log: s.log.Named("ledger"), stop: make(chan struct{}), done: make(chan struct{}),
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &custody{s: s, j: j, lock: lock, log: s.log.Named("ledger"), ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		specs: specs, recs: recs, live: map[string]struct{}{}, verify: map[string]struct{}{}, fence: map[string]struct{}{}, zeroSince: map[string]time.Time{}}
 	for _, b := range bad {
 		c.log.Error("undecodable invocation record skipped; its tickets stay until settled by hand", "record", b)
@@ -117,6 +123,7 @@ func openCustody(s *Server, path string, lock *os.File) (*custody, error) {
 		Path: path, Capacity: s.cfg.LedgerCapacity, Stores: c.openStore, Logger: s.log,
 	})
 	if err != nil {
+		cancel()
 		j.close()
 		return nil, err
 	}
@@ -127,9 +134,15 @@ func openCustody(s *Server, path string, lock *os.File) (*custody, error) {
 	return c, nil
 }
 
+// close stops the recovery loop and every self-fence (their storage calls are cancelled; what
+// they had not settled stays in the journal for the next start), then closes the ledger.
 func (c *custody) close() error {
-	close(c.stop)
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
 	<-c.done
+	c.fences.Wait()
 	err := errors.Join(c.l.Close(), c.j.close())
 	return errors.Join(err, c.lock.Close())
 }
@@ -203,7 +216,7 @@ func (c *custody) finish(j *job, res rpc.MutateResult) {
 		// this sidecar whichever sidecar the host later resolves through. Until the fence lands
 		// (storage unreachable) the tickets stay, and recovery passes retry it.
 		c.log.Info("indeterminate invocation: fencing its slot to settle its tickets", "invocation", inv)
-		go c.selfFence(inv)
+		c.startFence(inv)
 		return
 	case res.Phase == rpc.PhaseNativeReturn && res.Code == rpc.NativeOK && res.CommittedVersion > 0:
 		verdict = ledger.Committed
@@ -228,10 +241,26 @@ func (c *custody) finish(j *job, res rpc.MutateResult) {
 	c.apply(ctx, inv, verdict)
 }
 
+// startFence runs selfFence in the background, owned by custody (close waits for it); once close
+// has begun it only queues the invocation for the next start's recovery.
+func (c *custody) startFence(inv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		c.fence[inv] = struct{}{}
+		return
+	}
+	c.fences.Add(1)
+	go func() {
+		defer c.fences.Done()
+		c.selfFence(c.ctx, inv)
+	}()
+}
+
 // selfFence settles an indeterminate invocation by fencing its slot; a failure queues it for the
 // next recovery pass.
-func (c *custody) selfFence(inv string) {
-	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+func (c *custody) selfFence(ctx context.Context, inv string) {
+	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
 	v, err := c.settleRecovered(ctx, invOwner(inv))
 	if err != nil {
@@ -316,7 +345,7 @@ func (c *custody) openStore(name string) (storage.Store, error) {
 			return nil, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, resolveTimeout)
 	defer cancel()
 	return c.s.openStore(ctx, spec, nil)
 }

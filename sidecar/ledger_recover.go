@@ -30,7 +30,7 @@ func (c *custody) run() {
 	for {
 		c.pass()
 		select {
-		case <-c.stop:
+		case <-c.ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -39,15 +39,7 @@ func (c *custody) run() {
 
 // pass is one round of recovery, verification retries and record collection.
 func (c *custody) pass() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-c.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx := c.ctx
 	rep, err := c.l.Recover(ctx, c.settleRecovered)
 	if err != nil && ctx.Err() == nil {
 		c.log.Error("recovery pass failed", "error", err)
@@ -70,7 +62,7 @@ func (c *custody) pass() {
 	}
 	c.mu.Unlock()
 	for _, inv := range fence {
-		c.selfFence(inv)
+		c.selfFence(ctx, inv)
 	}
 	for _, inv := range verify {
 		v, err := c.readSlot(ctx, inv, nil)
