@@ -2,6 +2,7 @@ package campaign_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,7 +81,7 @@ func TestCampaign(t *testing.T) {
 	}
 	t.Logf("campaign of %d mutations in %s:\n%s", n, time.Since(start).Round(time.Second), table.String())
 	if err != nil {
-		if strings.Contains(err.Error(), "isolation did not verify") {
+		if errors.Is(err, campaign.ErrIsolation) {
 			testenv.Unavailable(t, err.Error())
 		}
 		t.Fatal(err)

@@ -11,8 +11,9 @@ import (
 
 // converge waits until MinIO is up, every job is settled with its slot released, and every
 // sidecar's ledger is drained (no ticket, no unsettled invocation). When the jobs are settled
-// and a ledger still holds tickets after LedgerGrace, it re-resolves the invocations owning them
-// on the sidecar that holds them (what a host can do) and records a finding for each.
+// and a ledger still holds tickets after LedgerGrace, it records a "custody" violation for each
+// invocation owning them and re-resolves it on the sidecar that holds them (what a host can do),
+// so that the checks after it still run on a drained ledger.
 func (r *run) converge(ctx context.Context) {
 	deadline := time.Now().Add(r.cfg.ConvergeTimeout)
 	var settledAt time.Time
@@ -113,8 +114,10 @@ func (r *run) remedy(ctx context.Context, jobs []dispatch.Job) {
 			if j.Resolution != nil {
 				via = "index.resolve (dispatcher)"
 			}
-			r.finding("%s (%s, %s via %s, sent to %s) left %d tickets held on %s after it was settled; re-resolved there: %s %v",
-				j.ID, r.plan[j.ID].kind, j.State, via, j.Sidecar, st.Owner.Held, n.name, res.Outcome, errOrNil(err))
+			// Custody that outlives its job is a defect of the sidecar, not noise: it fails the
+			// campaign. The remedy still runs so that the later checks see a drained ledger.
+			r.violate("custody", j.ID, fmt.Sprintf("(%s, %s via %s, sent to %s) left %d tickets held on %s after it was settled; re-resolved there: %s %v",
+				r.plan[j.ID].kind, j.State, via, j.Sidecar, st.Owner.Held, n.name, res.Outcome, errOrNil(err)))
 			r.mu.Lock()
 			r.rep.Remedied++
 			r.mu.Unlock()

@@ -20,7 +20,8 @@ type Report struct {
 	// Objects in the run's prefix of the bucket, Referenced keys of all manifests, Owned objects
 	// held by a ticket, Orphans objects neither referenced nor owned.
 	Objects, Referenced, Owned, Orphans int
-	// Remedied counts invocations re-resolved on the sidecar holding their tickets (Findings).
+	// Remedied counts invocations re-resolved on the sidecar holding their tickets after their
+	// job settled; each is also a "custody" Violation.
 	Remedied int
 	// LeftoverProcesses and LeftoverCgroups after teardown.
 	LeftoverProcesses, LeftoverCgroups int

@@ -70,7 +70,7 @@ func (n *node) launch(ctx context.Context) (*sidecar, error) {
 	}
 	if iso := c.Info().Isolation; iso == nil || !iso.Verified {
 		c.Close()
-		return nil, fmt.Errorf("%w: sidecar isolation did not verify: %+v", ErrSetup, iso)
+		return nil, fmt.Errorf("%w: %w: %+v", ErrSetup, ErrIsolation, iso)
 	}
 	return &sidecar{Client: c, node: n}, nil
 }
