@@ -153,6 +153,11 @@ type Report struct {
 	BornInCgroup bool `json:"born_in_cgroup"`
 	// Barrier: workers wait on a barrier pipe until placed in v1 cgroups.
 	Barrier bool `json:"barrier"`
+	// Cgroups are this supervisor's own cgroup directories, one per hierarchy the verified mode
+	// uses: <hierarchy root>/<Parent>/<pid>-<start time>. Every worker domain is a child
+	// directory of each; all of them are removed when the supervisor closes, and a later
+	// supervisor removes those of a dead one (their owner no longer runs).
+	Cgroups []string `json:"cgroups,omitempty"`
 	// Reason the verified mode was not better, or why nothing verified.
 	Reason string `json:"reason,omitempty"`
 	// Attempts lists each mode tried and why it failed, best first.

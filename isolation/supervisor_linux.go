@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -56,7 +57,26 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		s.report.Reason = "leftover cleanup: " + err.Error()
 	}
+	s.report.Cgroups = ownerDirs(s.report.Mode, s.ownerRel)
 	return s, nil
+}
+
+// ownerDirs lists the owner directory rel in each hierarchy that mode uses.
+func ownerDirs(mode Mode, rel string) []string {
+	var roots []string
+	switch mode {
+	case ModeV2:
+		roots = []string{unifiedMount()}
+	case ModeHybrid:
+		roots = []string{filepath.Join(v1Root, "memory"), filepath.Join(v1Root, "pids"), unifiedMount()}
+	case ModeV1:
+		roots = []string{filepath.Join(v1Root, "memory"), filepath.Join(v1Root, "pids"), filepath.Join(v1Root, "freezer")}
+	}
+	dirs := make([]string, len(roots))
+	for i, r := range roots {
+		dirs[i] = filepath.Join(r, rel)
+	}
+	return dirs
 }
 
 func checkParent(p string) error {

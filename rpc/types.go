@@ -50,6 +50,9 @@ type IsolationReport struct {
 	Reason      string           `json:"reason,omitempty"` // why nothing verified
 	Controllers []string         `json:"controllers,omitempty"`
 	Limits      map[string]int64 `json:"limits,omitempty"` // limits read back from the probe cgroup
+	// Cgroups are the sidecar's own cgroup directories (<root>/<parent>/<pid>-<start>), one per
+	// hierarchy in use; each worker domain is a directory below each of them.
+	Cgroups []string `json:"cgroups,omitempty"`
 }
 
 // Limits are the bounds a sidecar applies; hosts use them to size requests.

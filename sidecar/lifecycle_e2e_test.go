@@ -2,8 +2,10 @@ package sidecar_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,4 +128,33 @@ func TestShutdownAnswersQueuedAtOnce(t *testing.T) {
 	}
 	expect(t, a.res, rpc.PhasePreInvocationRejected, rpc.ReasonShuttingDown)
 	<-hangDone
+}
+
+// TestHelloReportsOwnCgroups: hello names the sidecar's own cgroup directories
+// (<root>/<parent>/<pid>-<start>), one per hierarchy in use; each holds the worker domains.
+func TestHelloReportsOwnCgroups(t *testing.T) {
+	e := newSidecar(t, "--executors", "1")
+	iso := e.c.Info().Isolation
+	if len(iso.Cgroups) != len(iso.Controllers) {
+		t.Fatalf("hello cgroups %v for controllers %v", iso.Cgroups, iso.Controllers)
+	}
+	waitFor(t, func() bool { return e.domains() == 1 }) // the spare
+	for _, dir := range iso.Cgroups {
+		if filepath.Base(filepath.Dir(dir)) != e.parent || !strings.HasPrefix(filepath.Base(dir), fmt.Sprintf("%d-", e.c.Pid())) {
+			t.Errorf("cgroup %s is not <root>/%s/%d-<start>", dir, e.parent, e.c.Pid())
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatalf("hello's cgroup %s: %v", dir, err)
+		}
+		domains := 0
+		for _, d := range ents {
+			if d.IsDir() {
+				domains++
+			}
+		}
+		if domains != 1 {
+			t.Errorf("%s holds %d domains, want the one spare", dir, domains)
+		}
+	}
 }

@@ -282,5 +282,5 @@ func wireReport(r isolation.Report) *rpc.IsolationReport {
 		limits["pids"] = r.PidsLimit
 	}
 	return &rpc.IsolationReport{Mode: string(r.Mode), Verified: r.Verified, Reason: r.Reason,
-		Controllers: r.Controllers, Limits: limits}
+		Controllers: r.Controllers, Limits: limits, Cgroups: r.Cgroups}
 }
