@@ -20,6 +20,13 @@ const (
 	IndexBitmap = "BITMAP"
 )
 
+// Schema field types of a host's schema contract (MutateParams.Schema).
+const (
+	FieldInt64   = "int64"
+	FieldFloat64 = "float64"
+	FieldString  = "string"
+)
+
 // Phase says how far an invocation got; it decides what a host may conclude.
 const (
 	// PhasePreInvocationRejected: the engine was never called. Nothing was committed.
@@ -228,7 +235,7 @@ func (p MutateParams) Validate() error {
 	}
 	for _, f := range p.Schema {
 		switch f.Type {
-		case "int64", "float64", "string":
+		case FieldInt64, FieldFloat64, FieldString:
 		default:
 			return fmt.Errorf("schema field %q: type %q unknown", f.Name, f.Type)
 		}

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
@@ -40,16 +39,19 @@ func (w *worker) execute(ctx context.Context, req *rpc.MutateParams) *workerprot
 	if len(req.Schema) > 0 {
 		contract := make(map[string]dataset.FieldType, len(req.Schema))
 		for _, f := range req.Schema {
-			contract[f.Name] = dataset.FieldType(f.Type)
+			t, err := fieldType(f.Type)
+			if err != nil {
+				return rejected(rpc.ReasonInvalidRequest, err.Error(), latest)
+			}
+			contract[f.Name] = t
 		}
 		if err := ds.CheckSchema(contract); err != nil {
 			return rejected(rpc.ReasonSchemaMismatch, err.Error(), latest)
 		}
 	}
-	spec := dataset.MutateSpec{
-		Op: dataset.MutateOp(req.Op), Name: req.Index.Name, Columns: req.Index.Columns,
-		Type: dataset.IndexType(strings.ToUpper(req.Index.Type)), Params: req.Index.Params,
-		IfNotExists: req.IfNotExists, IfExists: req.IfExists,
+	spec, err := mutateSpec(req)
+	if err != nil {
+		return rejected(rpc.ReasonInvalidRequest, err.Error(), latest)
 	}
 	plan, err := ds.Precheck(spec)
 	switch {
@@ -74,7 +76,7 @@ func (w *worker) execute(ctx context.Context, req *rpc.MutateParams) *workerprot
 		Progress:     w.progress,
 	})
 	res := &workerproto.Result{
-		Phase: rpc.PhaseNativeReturn, Code: dataset.NativeCode(err), ObservedLatest: latest,
+		Phase: rpc.PhaseNativeReturn, Code: wireNative(dataset.NativeCode(err)), ObservedLatest: latest,
 		IndexUUID: mres.IndexUUID, Created: mres.Created,
 	}
 	var conflict *dataset.CommitConflictError
