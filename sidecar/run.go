@@ -29,7 +29,7 @@ func (s stdio) Close() error {
 // ends or a shutdown is requested. After EOF, calls already received are still answered (a host may
 // half-close: write its requests, close stdin, read the answers); when the host process itself is
 // gone there is nobody to answer and the sidecar stops at once.
-func (s *Server) RunStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
+func (s *Server) RunStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	held := &holdEOF{r: in, eof: make(chan struct{}), release: make(chan struct{})}
@@ -54,7 +54,6 @@ func (s *Server) RunStdio(ctx context.Context, in io.ReadCloser, out io.WriteClo
 	}
 	held.releaseOnce()
 	conn.Close()
-	return nil
 }
 
 // holdEOF delays the end of input until the sidecar has answered what it received: jsonrpc2 closes
@@ -80,7 +79,7 @@ func (h *holdEOF) releaseOnce() { h.relOnce.Do(func() { close(h.release) }) }
 
 // RunPlugin serves through go-plugin until the host asks the plugin to quit, the go-plugin session
 // is lost, the host process exits, ctx ends or a shutdown is requested.
-func (s *Server) RunPlugin(ctx context.Context) error {
+func (s *Server) RunPlugin(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -137,7 +136,6 @@ func (s *Server) RunPlugin(ctx context.Context) error {
 		c.Close()
 	}
 	mu.Unlock()
-	return nil
 }
 
 // parentGone is closed when the process that started the sidecar exits (never, if disabled).

@@ -69,20 +69,20 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		logger.Error("cannot start", "error", err)
 		return 1
 	}
+	code := 0
 	if plugin.Launched() {
-		err = srv.RunPlugin(ctx)
+		srv.RunPlugin(ctx)
+	} else if out, err := protocolStdout(); err != nil {
+		logger.Error("cannot serve stdio", "error", err)
+		code = 1
 	} else {
-		var out *os.File
-		if out, err = protocolStdout(); err == nil {
-			err = srv.RunStdio(ctx, os.Stdin, out)
-		}
+		srv.RunStdio(ctx, os.Stdin, out)
 	}
 	if cerr := srv.Close(); cerr != nil {
 		logger.Error("tearing down worker domains", "error", cerr)
 	}
-	if err != nil {
-		logger.Error("stopped with an error", "error", err)
-		return 1
+	if code != 0 {
+		return code
 	}
 	logger.Info("stopped")
 	return 0
