@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -39,10 +39,10 @@ func TestHostSIGKILLTearsDownWithStderrPipe(t *testing.T) {
 	for _, mode := range []string{"plugin", "stdio"} {
 		t.Run(mode, func(t *testing.T) {
 			parent := testbin.RandID("steward-test-")
-			t.Cleanup(func() { removeCgroupParent(t, parent) })
+			t.Cleanup(func() { testsidecar.CheckLeftovers(t, parent) })
 			cmd, pid := startHostHelper(t, mode+"-busy", bin,
 				"STEWARD_TEST_CGROUP_PARENT="+parent, "STEWARD_STATE_DIR="+t.TempDir())
-			if n := domainDirs(parent); n == 0 {
+			if n := testsidecar.Dirs(parent); n == 0 {
 				t.Fatalf("no worker domain under %s before the kill", parent)
 			}
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -60,7 +60,7 @@ func TestHostSIGKILLTearsDownWithStderrPipe(t *testing.T) {
 			case ws.ExitStatus() != 0:
 				t.Fatalf("sidecar exited %d %v after its host's SIGKILL", ws.ExitStatus(), took)
 			}
-			if n := domainDirs(parent); n != 0 {
+			if n := testsidecar.Dirs(parent); n != 0 {
 				t.Fatalf("%d cgroup directories left under %s after the sidecar exited", n, parent)
 			}
 			t.Logf("sidecar exited 0 with no cgroup left %v after its host's SIGKILL", took.Round(time.Millisecond))
@@ -83,42 +83,6 @@ func waitOrphan(pid int, d time.Duration) (syscall.WaitStatus, error) {
 			return ws, fmt.Errorf("still running %v after its host's SIGKILL", d)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-var cgroupHierarchies = []string{"memory", "pids", "freezer", "unified"}
-
-// domainDirs counts the directories below parent (owner and domain levels) in every hierarchy.
-func domainDirs(parent string) int {
-	n := 0
-	for _, h := range cgroupHierarchies {
-		root := filepath.Join("/sys/fs/cgroup", h, parent)
-		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() && p != root {
-				n++
-			}
-			return nil
-		})
-	}
-	return n
-}
-
-// removeCgroupParent removes what a failed run left (deepest first), then the parent itself.
-func removeCgroupParent(t *testing.T, parent string) {
-	for _, h := range cgroupHierarchies {
-		dir := filepath.Join("/sys/fs/cgroup", h, parent)
-		var dirs []string
-		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
-				t.Errorf("cgroup %s not removable: %v", dirs[i], err)
-			}
-		}
 	}
 }
 

@@ -13,42 +13,28 @@ import (
 
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
-	"github.com/hashicorp/go-hclog"
 )
 
-// sidecarEnv is one real sidecar process with a private cgroup parent, and a local dataset.
+// sidecarEnv is one real sidecar process (internal/testsidecar: private cgroup parent, leftover
+// check at cleanup) and a local dataset store.
 type sidecarEnv struct {
 	t      testing.TB
 	c      *host.Client
 	parent string // cgroup parent of this sidecar's worker domains
 	root   string // local store directory
 	store  storage.Store
-	logs   *lockedBuffer
+	logs   *testsidecar.Logs
 
 	mu       sync.Mutex
 	progress []rpc.ProgressParams
 }
 
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// lockedBuffer is a goroutine-safe buffer (a process's stderr, say).
+type lockedBuffer = testsidecar.Logs
 
 func randID(prefix string) string { return testbin.RandID(prefix) }
 
@@ -63,14 +49,8 @@ func newSidecar(t *testing.T, extra ...string) *sidecarEnv {
 // newSidecarWithEnv is newSidecar with an explicit environment for the sidecar (nil: inherit).
 func newSidecarWithEnv(t testing.TB, env []string, extra ...string) *sidecarEnv {
 	t.Helper()
-	testenv.NeedRoot(t)
-	e := &sidecarEnv{t: t, parent: randID("steward-test-"), root: t.TempDir(), logs: &lockedBuffer{}}
-	args := append([]string{"--test-faults", "--cgroup-parent", e.parent, "--term-grace", "500ms",
-		"--reap-bound", "3s", "--clock-skew", "100ms", "--min-runnable", "300ms", "--worker-memory", "268435456"}, extra...)
-	logger := hclog.New(&hclog.LoggerOptions{Name: "test", Output: e.logs, Level: hclog.Debug, JSONFormat: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := host.LaunchStdio(ctx, host.Config{Path: testbin.Steward(t), Args: args, Logger: logger, Env: env,
+	e := &sidecarEnv{t: t, root: t.TempDir()}
+	sc := testsidecar.Start(t, testsidecar.Options{Args: extra, Env: env,
 		OnNotify: func(method string, params json.RawMessage) {
 			var p rpc.ProgressParams
 			if method == rpc.NotifyProgress && json.Unmarshal(params, &p) == nil {
@@ -79,23 +59,12 @@ func newSidecarWithEnv(t testing.TB, env []string, extra ...string) *sidecarEnv 
 				e.mu.Unlock()
 			}
 		}})
-	if err != nil {
-		t.Fatalf("launch sidecar: %v", err)
-	}
-	if iso := c.Info().Isolation; iso == nil || !iso.Verified {
-		c.Close()
-		testenv.Unavailable(t, fmt.Sprintf("isolation did not verify: %+v", iso))
-	}
-	e.c = c
-	st, err := storage.OpenStore(ctx, storage.StoreConfig{Kind: storage.KindLocal, Root: e.root})
+	e.c, e.parent, e.logs = sc.Client, sc.Parent, sc.Logs
+	st, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindLocal, Root: e.root})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.store = st
-	t.Cleanup(func() {
-		c.Close()
-		e.assertNoLeftovers()
-	})
 	return e
 }
 
@@ -190,69 +159,8 @@ func (e *sidecarEnv) assertDomainGone(inv string) {
 	if left > 2 {
 		e.t.Errorf("%d worker domains exist after the answer; at most one idle spare per executor (2)", left)
 	}
-	if pids := processesIn(e.parent + "/" + "*/" + dom); len(pids) > 0 {
+	if pids := testsidecar.ProcessesIn(e.parent + "/" + "*/" + dom); len(pids) > 0 {
 		e.t.Errorf("processes of %s's domain left after the answer: %v", inv, pids)
-	}
-}
-
-// assertNoDomains checks that no worker cgroup and no process in one exists: the answer is sent
-// only after the domain is dead, reaped and removed.
-func (e *sidecarEnv) assertNoDomains() {
-	e.t.Helper()
-	for _, h := range hierarchies {
-		owners, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h, e.parent))
-		for _, o := range owners {
-			if !o.IsDir() {
-				continue
-			}
-			domains, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h, e.parent, o.Name()))
-			for _, d := range domains {
-				if d.IsDir() {
-					e.t.Errorf("worker cgroup left after the answer: %s/%s/%s/%s", h, e.parent, o.Name(), d.Name())
-				}
-			}
-		}
-	}
-	if pids := processesIn(e.parent); len(pids) > 0 {
-		e.t.Errorf("processes left in %s after the answer: %v", e.parent, pids)
-	}
-}
-
-// processesIn lists processes whose cgroup path matches "/parent/" or, for a pattern
-// "parent/*/domain", has parent and domain as components.
-func processesIn(pattern string) []string {
-	parent, domain, _ := strings.Cut(pattern, "/*/")
-	var out []string
-	entries, _ := os.ReadDir("/proc")
-	for _, ent := range entries {
-		b, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cgroup"))
-		if err != nil || !strings.Contains(string(b), "/"+parent+"/") {
-			continue
-		}
-		if domain == "" || strings.Contains(string(b), "/"+domain+"\n") || strings.Contains(string(b), "/"+domain+"/") {
-			out = append(out, ent.Name())
-		}
-	}
-	return out
-}
-
-// assertNoLeftovers runs after the sidecar exited: its whole cgroup parent must be removable.
-func (e *sidecarEnv) assertNoLeftovers() {
-	e.t.Helper()
-	e.assertNoDomains()
-	for _, h := range hierarchies {
-		dir := filepath.Join("/sys/fs/cgroup", h, e.parent)
-		owners, _ := os.ReadDir(dir)
-		for _, o := range owners {
-			if o.IsDir() {
-				if err := os.Remove(filepath.Join(dir, o.Name())); err != nil {
-					e.t.Errorf("owner cgroup %s/%s not removable: %v", dir, o.Name(), err)
-				}
-			}
-		}
-		if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
-			e.t.Errorf("cgroup parent %s not removable: %v", dir, err)
-		}
 	}
 }
 
@@ -290,15 +198,4 @@ func metric(t testing.TB, e *sidecarEnv, name string) float64 {
 func newSidecarB(b *testing.B) *sidecarEnv { return newSidecarWithEnv(b, nil) }
 
 // removeParent removes a benchmark's cgroup parent from every hierarchy.
-func removeParent(parent string) {
-	for _, h := range hierarchies {
-		dir := filepath.Join("/sys/fs/cgroup", h, parent)
-		owners, _ := os.ReadDir(dir)
-		for _, o := range owners {
-			if o.IsDir() {
-				os.Remove(filepath.Join(dir, o.Name()))
-			}
-		}
-		os.Remove(dir)
-	}
-}
+func removeParent(parent string) { _ = testsidecar.RemoveParent(parent) }

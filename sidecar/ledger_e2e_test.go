@@ -12,45 +12,24 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/host"
-	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/internal/testminio"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
-	"github.com/hashicorp/go-hclog"
 )
 
 // ledgerEnv is a real sidecar (stdio, real cgroups) with a private state dir, whose datasets and
 // host objects live in a private prefix of a MinIO bucket.
 type ledgerEnv struct {
-	t        *testing.T
-	c        *host.Client
-	minio    *testminio.Server
-	spec     rpc.StoreSpec // the sidecar's view: s3://bucket/prefix @ endpoint
-	store    storage.Store // the test's own view of the same prefix
-	stateDir string        // --state-dir, kept across restarts
-	parent   string        // cgroup parent, kept across restarts so leftovers are removed
-	args     []string      // extra serve flags
-	logs     *ledgerLogs   // every sidecar's JSON log lines
-	closed   sync.Once
-}
-
-type ledgerLogs struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *ledgerLogs) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *ledgerLogs) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	t     *testing.T
+	c     *host.Client
+	sc    *testsidecar.Sidecar
+	minio *testminio.Server
+	spec  rpc.StoreSpec     // the sidecar's view: s3://bucket/prefix @ endpoint
+	store storage.Store     // the test's own view of the same prefix
+	logs  *testsidecar.Logs // every sidecar's JSON log lines
 }
 
 func newLedgerEnv(t *testing.T, args ...string) *ledgerEnv {
@@ -58,8 +37,7 @@ func newLedgerEnv(t *testing.T, args ...string) *ledgerEnv {
 	testenv.NeedRoot(t)
 	srv := testminio.Shared(t)
 	prefix := randID("lg")
-	e := &ledgerEnv{t: t, minio: srv, stateDir: t.TempDir(), parent: randID("steward-lg-"), args: args, logs: &ledgerLogs{},
-		spec: rpc.StoreSpec{URL: "s3://ledger-e2e/" + prefix, Endpoint: srv.Endpoint}}
+	e := &ledgerEnv{t: t, minio: srv, spec: rpc.StoreSpec{URL: "s3://ledger-e2e/" + prefix, Endpoint: srv.Endpoint}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := storage.OpenStore(ctx, storage.StoreConfig{Kind: storage.KindS3, Endpoint: srv.Endpoint, Bucket: "ledger-e2e",
@@ -68,36 +46,22 @@ func newLedgerEnv(t *testing.T, args ...string) *ledgerEnv {
 		t.Fatal(err)
 	}
 	e.store = st
-	e.start()
-	t.Cleanup(func() {
-		e.c.Close()
-		if t.Failed() {
-			t.Logf("sidecar logs:\n%s", e.logs.String())
-		}
+	// The sidecar's own S3 credentials (cleanup, recovery) come from its environment, as in
+	// production; the state dir and cgroup parent are kept across restarts, so leftovers are
+	// removed and the journal is adopted.
+	e.sc = testsidecar.Start(t, testsidecar.Options{
+		Args: append([]string{"--state-dir", t.TempDir(), "--worker-memory", "536870912"}, args...),
+		Env:  append(os.Environ(), "STEWARD_S3_ACCESS_KEY="+srv.AccessKey, "STEWARD_S3_SECRET_KEY="+srv.SecretKey),
 	})
+	e.c, e.logs = e.sc.Client, e.sc.Logs
 	return e
 }
 
-// start launches a sidecar on the env's state dir and cgroup parent. Its own S3 credentials
-// (cleanup, recovery) come from its environment, as in production.
+// start launches a new sidecar on the env's state dir and cgroup parent.
 func (e *ledgerEnv) start() {
 	e.t.Helper()
-	args := append([]string{"--test-faults", "--cgroup-parent", e.parent, "--state-dir", e.stateDir,
-		"--term-grace", "500ms", "--reap-bound", "3s", "--clock-skew", "100ms", "--min-runnable", "300ms",
-		"--worker-memory", "536870912"}, e.args...)
-	env := append(os.Environ(), "STEWARD_S3_ACCESS_KEY="+e.minio.AccessKey, "STEWARD_S3_SECRET_KEY="+e.minio.SecretKey)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := host.LaunchStdio(ctx, host.Config{Path: testbin.Steward(e.t), Args: args, Env: env,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "test", Output: e.logs, Level: hclog.Debug, JSONFormat: true})})
-	if err != nil {
-		e.t.Fatalf("launch sidecar: %v", err)
-	}
-	if iso := c.Info().Isolation; iso == nil || !iso.Verified {
-		c.Close()
-		testenv.Unavailable(e.t, fmt.Sprintf("isolation did not verify: %+v", iso))
-	}
-	e.c = c
+	e.sc.Restart()
+	e.c = e.sc.Client
 }
 
 func (e *ledgerEnv) call(method string, params, result any) error {

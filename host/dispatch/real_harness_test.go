@@ -2,18 +2,14 @@ package dispatch
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
@@ -33,74 +29,18 @@ func (c *counted) Mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateRes
 
 func randID(prefix string) string { return testbin.RandID(prefix) }
 
-// Short kill-ladder timings: the kill budget is 100ms + 500ms + 3s, plus a 300ms runnable
-// window, so an execute deadline of 2s is refused at receive and 6s is funded.
-func sidecarArgs(parent string) []string {
-	return []string{"--test-faults", "--cgroup-parent", parent, "--term-grace", "500ms",
-		"--reap-bound", "3s", "--clock-skew", "100ms", "--min-runnable", "300ms", "--worker-memory", "268435456"}
-}
-
-// launchSidecar starts a real `steward serve` over stdio with test faults on and a private cgroup
-// parent; at cleanup it is closed and its cgroups are removed.
+// launchSidecar starts a real `steward serve` (internal/testsidecar: test faults, short kill
+// ladder, a private cgroup parent checked for leftovers at cleanup).
 func launchSidecar(t *testing.T) *counted {
 	t.Helper()
-	testenv.NeedRoot(t)
-	parent := randID("steward-dispatch-test-")
-	c, err := startSidecar(testbin.Steward(t), parent, hclog.New(&hclog.LoggerOptions{Name: "sidecar", Level: hclog.Warn}))
-	if err != nil {
-		t.Fatalf("launch sidecar: %v", err)
-	}
-	if iso := c.Info().Isolation; iso == nil || !iso.Verified {
-		c.Close()
-		testenv.Unavailable(t, fmt.Sprintf("isolation did not verify: %+v", iso))
-	}
-	t.Cleanup(func() {
-		c.Close()
-		removeCgroups(t, parent)
-	})
-	return &counted{Client: c}
+	return &counted{Client: testsidecar.Start(t, testsidecar.Options{}).Client}
 }
 
+// startSidecar launches a sidecar outside a test (the restart helper process) with the same flags.
 func startSidecar(bin, parent string, log hclog.Logger) (*host.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return host.LaunchStdio(ctx, host.Config{Path: bin, Args: sidecarArgs(parent), Logger: log, KillGrace: 2 * time.Second})
-}
-
-// removeCgroups removes a sidecar's cgroup parent in every hierarchy, deepest first, waiting for
-// workers killed with their sidecar to disappear. A process left behind fails the test.
-func removeCgroups(t *testing.T, parent string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for _, h := range []string{"memory", "pids", "freezer", "unified", ""} {
-		root := filepath.Join("/sys/fs/cgroup", h, parent)
-		for {
-			err := removeTree(root)
-			if err == nil || os.IsNotExist(err) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("cgroup %s not removable: %v", root, err)
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-}
-
-func removeTree(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			if err := removeTree(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
-				return err
-			}
-		}
-	}
-	return syscall.Rmdir(dir)
+	return host.LaunchStdio(ctx, host.Config{Path: bin, Args: testsidecar.FastArgs(parent), Logger: log, KillGrace: 2 * time.Second})
 }
 
 // realData is a local directory store with datasets made through the storage API.

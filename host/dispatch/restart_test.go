@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -79,7 +80,7 @@ func TestRealDispatcherProcessRestart(t *testing.T) {
 	e.close()
 
 	parent := randID("steward-dispatch-test-")
-	t.Cleanup(func() { removeCgroups(t, parent) })
+	t.Cleanup(func() { testsidecar.CheckLeftovers(t, parent) })
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", helperStore+"="+e.path, helperBin+"="+testbin.Steward(t), helperParent+"="+parent)
 	cmd.Stderr = os.Stderr
