@@ -113,15 +113,6 @@ func (g *v2Group) verify(pid int) error {
 	return nil
 }
 
-// attach moves pid in by writing cgroup.procs (used only when a child could not be born here).
-func (g *v2Group) attach(pid int) error {
-	p := filepath.Join(g.dir, "cgroup.procs")
-	if err := os.WriteFile(p, []byte(fmt.Sprint(pid)), 0); err != nil {
-		return opErr("attach", "", p, ErrPlacement, err)
-	}
-	return g.verify(pid)
-}
-
 // kill SIGKILLs every process in the group atomically with respect to fork (kernel ≥ 5.14).
 func (g *v2Group) kill() error {
 	p := filepath.Join(g.dir, "cgroup.kill")

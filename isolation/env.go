@@ -27,25 +27,6 @@ const ExitRefused = 125
 // ExtraFD returns the worker's fd number of Spec.ExtraFiles[i].
 func ExtraFD(i int) int { return FirstExtraFD + i }
 
-// WorkerEnvKeys lists the variables Start adds, so a worker-side allow-list check can accept them.
-func WorkerEnvKeys() []string { return []string{EnvParent, EnvBarrierFD, EnvNoFile, EnvProbe} }
-
-// AllowEnv returns the entries of environ ("KEY=value", e.g. os.Environ()) whose key is in allow,
-// in environ's order. Use it to build Spec.Env from an explicit allow-list.
-func AllowEnv(environ []string, allow ...string) []string {
-	ok := make(map[string]bool, len(allow))
-	for _, k := range allow {
-		ok[k] = true
-	}
-	var out []string
-	for _, kv := range environ {
-		if k, _, found := strings.Cut(kv, "="); found && ok[k] {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 // checkEnv rejects malformed entries and names that belong to isolation or go-plugin: a worker
 // must never see the plugin handshake variables of the process that launched the sidecar.
 func checkEnv(env []string) error {

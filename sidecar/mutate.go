@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar/worker"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 )
 
@@ -48,7 +47,7 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: %s", rpc.ErrIsolationUnavailable, s.isoReport.Reason)
 	}
-	if p.Fault != "" && (!s.cfg.TestFaults || !slices.Contains(worker.Faults, p.Fault)) {
+	if p.Fault != "" && (!s.cfg.TestFaults || !slices.Contains(workerproto.Faults, p.Fault)) {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not enabled on this sidecar", rpc.ErrInvalidParams, p.Fault)
 	}

@@ -14,39 +14,21 @@ import (
 	"github.com/cba1309c/steward/storage"
 )
 
-// Fault names. The sidecar passes a fault only when it was started with test faults enabled.
-const (
-	FaultHang              = "hang"                // block forever after reading the request
-	FaultIgnoreSIGTERM     = "ignore_sigterm"      // ignore SIGTERM, then hang
-	FaultSkipResult        = "skip_result"         // exit 0 without a result
-	FaultGarbage           = "garbage"             // write a malformed frame, then hang
-	FaultFlood             = "flood"               // write frames and stderr without bound
-	FaultCrashBeforeCommit = "crash_before_commit" // die after uploading, before the manifest commit
-	FaultCrashAfterCommit  = "crash_after_commit"  // die right after the commit, before the result
-	FaultOOM               = "oom"                 // allocate without bound
-	FaultForkBomb          = "fork_bomb"           // fork without bound
-	FaultExitWithChildren  = "exit_with_children"  // exit without a result, leaving children that hold the pipe
-)
-
-// Faults lists every fault name.
-var Faults = []string{FaultHang, FaultIgnoreSIGTERM, FaultSkipResult, FaultGarbage, FaultFlood,
-	FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb, FaultExitWithChildren}
-
 // earlyFault acts out faults that happen instead of the engine call. stop says Run must return.
 func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 	switch fault {
-	case FaultHang:
+	case workerproto.FaultHang:
 		select {}
-	case FaultIgnoreSIGTERM:
+	case workerproto.FaultIgnoreSIGTERM:
 		signal.Ignore(syscall.SIGTERM)
 		select {}
-	case FaultSkipResult:
+	case workerproto.FaultSkipResult:
 		return 0, true
-	case FaultGarbage:
+	case workerproto.FaultGarbage:
 		_, _ = w.out.Write([]byte{0, 0, 0, 12})
 		_, _ = io.WriteString(w.out, "not json at!")
 		select {}
-	case FaultFlood:
+	case workerproto.FaultFlood:
 		go func() {
 			line := strings.Repeat("flood ", 200) + "\n"
 			for {
@@ -58,7 +40,7 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 				select {}
 			}
 		}
-	case FaultOOM:
+	case workerproto.FaultOOM:
 		var hog [][]byte
 		for {
 			b := make([]byte, 32<<20)
@@ -67,7 +49,7 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 			}
 			hog = append(hog, b)
 		}
-	case FaultExitWithChildren:
+	case workerproto.FaultExitWithChildren:
 		// Like native code that forks without close-on-exec: the children keep the worker's
 		// end of the protocol pipe open after the worker is gone.
 		if f, ok := w.out.(*os.File); ok {
@@ -78,7 +60,7 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 			}
 		}
 		return 7, true
-	case FaultForkBomb:
+	case workerproto.FaultForkBomb:
 		for {
 			cmd := exec.Command("/bin/sleep", "3600")
 			if cmd.Start() != nil {
@@ -92,8 +74,8 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 // faultStore wraps store to die around the manifest commit, for the crash faults.
 func (w *worker) faultStore(store storage.Store, fault string) storage.Store {
 	switch fault {
-	case FaultCrashBeforeCommit, FaultCrashAfterCommit:
-		return &crashStore{Store: store, after: fault == FaultCrashAfterCommit}
+	case workerproto.FaultCrashBeforeCommit, workerproto.FaultCrashAfterCommit:
+		return &crashStore{Store: store, after: fault == workerproto.FaultCrashAfterCommit}
 	}
 	return store
 }

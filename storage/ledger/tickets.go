@@ -180,15 +180,6 @@ func (x *index) compact() {
 	x.names = fresh
 }
 
-// each calls fn for every live slot.
-func (x *index) each(fn func(id uint32, s *slot)) {
-	for id := uint32(0); id < x.nslots; id++ {
-		if s := x.slot(id); s.state != stFree {
-			fn(id, s)
-		}
-	}
-}
-
 func log2(n int) int {
 	b := 0
 	for n > 1 {

@@ -1,0 +1,21 @@
+package workerproto
+
+// Fault names, part of the worker protocol: the sidecar passes a fault in the request only when it
+// was started with test faults enabled (it checks the name against Faults), and the worker acts
+// it out.
+const (
+	FaultHang              = "hang"                // block forever after reading the request
+	FaultIgnoreSIGTERM     = "ignore_sigterm"      // ignore SIGTERM, then hang
+	FaultSkipResult        = "skip_result"         // exit 0 without a result
+	FaultGarbage           = "garbage"             // write a malformed frame, then hang
+	FaultFlood             = "flood"               // write frames and stderr without bound
+	FaultCrashBeforeCommit = "crash_before_commit" // die after uploading, before the manifest commit
+	FaultCrashAfterCommit  = "crash_after_commit"  // die right after the commit, before the result
+	FaultOOM               = "oom"                 // allocate without bound
+	FaultForkBomb          = "fork_bomb"           // fork without bound
+	FaultExitWithChildren  = "exit_with_children"  // exit without a result, leaving children that hold the pipe
+)
+
+// Faults lists every fault name.
+var Faults = []string{FaultHang, FaultIgnoreSIGTERM, FaultSkipResult, FaultGarbage, FaultFlood,
+	FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb, FaultExitWithChildren}
