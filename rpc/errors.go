@@ -77,6 +77,14 @@ var (
 	ErrNotFound             = newSentinel(CodeNotFound, "not found")
 )
 
+// Errors of the wire contract's own decoders, wrapped with the detail. DecodeParams wraps a
+// failed Validate in ErrInvalidParams, so they reach the wire as CodeInvalidParams.
+var (
+	// ErrInvalidStore means a store spec (url, endpoint, secure, region) or a ledger store name
+	// does not follow the grammar of docs/PROTOCOL.md §3.1.1.
+	ErrInvalidStore = errors.New("invalid store")
+)
+
 // Errors of the transport itself, seen only by the calling side.
 var (
 	// ErrConnectionLost means the connection closed before the answer arrived. For a request that

@@ -3,7 +3,6 @@ package rpc
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 )
 
@@ -73,42 +72,6 @@ const (
 	CompletionIfNotExistsNoop = "IF_NOT_EXISTS_NOOP"
 	CompletionIfExistsNoop    = "IF_EXISTS_NOOP"
 )
-
-// StoreSpec names the object store holding a dataset.
-type StoreSpec struct {
-	// URL is "file:///abs/dir" for a local-directory store or "s3://bucket[/prefix]".
-	URL string `json:"url"`
-	// Endpoint is host:port of the S3 service (s3 only).
-	Endpoint string `json:"endpoint,omitempty"`
-	// Secure selects https (s3 only).
-	Secure bool `json:"secure,omitempty"`
-	// Region of the bucket (s3 only, optional).
-	Region string `json:"region,omitempty"`
-}
-
-// Validate checks the URL shape.
-func (s StoreSpec) Validate() error {
-	u, err := url.Parse(s.URL)
-	if err != nil {
-		return fmt.Errorf("store url: %w", err)
-	}
-	switch u.Scheme {
-	case "file":
-		if u.Host != "" || !strings.HasPrefix(u.Path, "/") {
-			return fmt.Errorf("store url %q: want file:///absolute/dir", s.URL)
-		}
-	case "s3":
-		if u.Host == "" {
-			return fmt.Errorf("store url %q: want s3://bucket[/prefix]", s.URL)
-		}
-		if s.Endpoint == "" {
-			return errors.New("store endpoint is required for s3")
-		}
-	default:
-		return fmt.Errorf("store url %q: scheme must be file or s3", s.URL)
-	}
-	return nil
-}
 
 // Credentials are per-call storage credentials. They travel only in the frame to the worker: never
 // into a log line, an error, a metric or a file. String redacts them.
@@ -186,20 +149,7 @@ type MutateParams struct {
 
 // ValidID reports whether s is a usable invocation, job or owner id: 1-128 bytes of
 // [A-Za-z0-9._:-]. (Hand-written: a package-level regexp costs every worker start 0.5 ms of init.)
-func ValidID(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == ':', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
+func ValidID(s string) bool { return len(s) >= 1 && len(s) <= 128 && onlyOf(s, "._:-") }
 
 // Validate implements Validator.
 func (p MutateParams) Validate() error {
