@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar/worker"
+	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/hashicorp/go-hclog"
@@ -145,7 +145,7 @@ func (s *Server) openStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.C
 	if creds == nil && s.cfg.S3AccessKey != "" {
 		creds = &rpc.Credentials{AccessKey: s.cfg.S3AccessKey, SecretKey: s.cfg.S3SecretKey}
 	}
-	cfg, err := worker.StoreConfig(spec, creds)
+	cfg, err := storecfg.FromSpec(spec, creds)
 	if err != nil {
 		return nil, err
 	}

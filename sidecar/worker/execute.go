@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
@@ -16,7 +17,7 @@ func rejected(code int, msg string, latest int64) *workerproto.Result {
 
 // execute runs the prechecks on the pinned snapshot and then exactly one engine call.
 func (w *worker) execute(ctx context.Context, req *rpc.MutateParams) *workerproto.Result {
-	cfg, err := storeConfig(req)
+	cfg, err := storecfg.FromSpec(req.Dataset.Store, req.Credentials)
 	if err != nil {
 		return rejected(rpc.ReasonInvalidRequest, err.Error(), 0)
 	}

@@ -19,9 +19,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/isolation"
-	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
-	"github.com/cba1309c/steward/storage"
 )
 
 // Main is `steward worker`: it returns the process exit code.
@@ -132,33 +130,6 @@ func (w *worker) reserve(_ context.Context, key string) error {
 		return fmt.Errorf("reserve %s: refused: %s", key, f.Error)
 	}
 	return nil
-}
-
-// storeConfig turns the request's store and credentials into a storage config.
-func storeConfig(req *rpc.MutateParams) (storage.StoreConfig, error) {
-	return StoreConfig(req.Dataset.Store, req.Credentials)
-}
-
-// StoreConfig maps a wire store spec (and optional credentials) to a storage config. The sidecar
-// uses it too, for index.resolve and cleanup.
-func StoreConfig(spec rpc.StoreSpec, creds *rpc.Credentials) (storage.StoreConfig, error) {
-	kind, rest, ok := strings.Cut(spec.URL, "://")
-	if !ok {
-		return storage.StoreConfig{}, fmt.Errorf("store url %q has no scheme", spec.URL)
-	}
-	switch kind {
-	case "file":
-		return storage.StoreConfig{Kind: storage.KindLocal, Root: rest}, nil
-	case "s3":
-		bucket, prefix, _ := strings.Cut(rest, "/")
-		cfg := storage.StoreConfig{Kind: storage.KindS3, Endpoint: spec.Endpoint, Bucket: bucket,
-			Prefix: strings.Trim(prefix, "/"), Secure: spec.Secure, Region: spec.Region}
-		if creds != nil {
-			cfg.AccessKey, cfg.SecretKey = creds.AccessKey, creds.SecretKey
-		}
-		return cfg, nil
-	}
-	return storage.StoreConfig{}, fmt.Errorf("store url %q: unknown scheme", spec.URL)
 }
 
 var errStale = errors.New("pinned version is gone and a newer one exists")
