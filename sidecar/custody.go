@@ -2,17 +2,22 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage/ledger"
 )
 
-// storeName is the ledger's name for a store: URL plus endpoint, never credentials.
-func storeName(spec rpc.StoreSpec) string {
-	if spec.Endpoint == "" {
-		return spec.URL
+// storeName is the ledger's name for a store, and the canonical spec it stands for: rpc's one
+// canonical name, so every spelling of a store keys the same tickets (and a sweep sees them all).
+// It never holds a credential. Specs reach here validated; a failure wraps ledger.ErrInvalid.
+func storeName(spec rpc.StoreSpec) (string, rpc.StoreSpec, error) {
+	p, err := spec.Parse()
+	if err != nil {
+		return "", rpc.StoreSpec{}, fmt.Errorf("%w: %w", ledger.ErrInvalid, err)
 	}
-	return spec.URL + "@" + spec.Endpoint
+	return p.Name(), p.Spec(), nil
 }
 
 // reserve takes custody of keys for the job's invocation before the worker uploads them. Without

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -152,8 +151,11 @@ func invOwner(inv string) ledger.Owner { return ledger.Owner{Kind: ledger.Invoca
 // reserve implements custodian: the invocation's record (and its store's spec) is durable
 // before its first ticket, so a restarted sidecar can always settle what it finds.
 func (c *custody) reserve(ctx context.Context, j *job, keys []string) error {
-	inv, spec := j.p.InvocationID, j.p.Dataset.Store
-	name := storeName(spec)
+	inv := j.p.InvocationID
+	name, spec, err := storeName(j.p.Dataset.Store)
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	_, recorded := c.recs[inv]
 	c.live[inv] = struct{}{}
@@ -165,6 +167,15 @@ func (c *custody) reserve(ctx context.Context, j *job, keys []string) error {
 		}
 	}
 	return c.l.Reserve(ctx, invOwner(inv), name, keys)
+}
+
+// learn names a host's store and makes its canonical spec durable before the ledger uses the name.
+func (c *custody) learn(spec rpc.StoreSpec) (string, error) {
+	name, canon, err := storeName(spec)
+	if err != nil {
+		return "", err
+	}
+	return name, c.remember(name, canon, "", nil)
 }
 
 // remember makes a store spec (and optionally an invocation record) durable before use.
@@ -350,20 +361,13 @@ func (c *custody) openStore(name string) (storage.Store, error) {
 	return c.s.openStore(ctx, spec, nil)
 }
 
-// parseStoreName inverts storeName: "file:///dir" or "s3://bucket/prefix@host:port".
+// parseStoreName inverts storeName (and reads the names older sidecars wrote).
 func parseStoreName(name string) (rpc.StoreSpec, error) {
-	spec := rpc.StoreSpec{URL: name}
-	if strings.HasPrefix(name, "s3://") {
-		i := strings.LastIndexByte(name, '@')
-		if i < 0 {
-			return rpc.StoreSpec{}, fmt.Errorf("%w: store name %q has no endpoint", ledger.ErrInvalid, name)
-		}
-		spec = rpc.StoreSpec{URL: name[:i], Endpoint: name[i+1:]}
-	}
-	if err := spec.Validate(); err != nil {
+	p, err := rpc.ParseStoreName(name)
+	if err != nil {
 		return rpc.StoreSpec{}, fmt.Errorf("%w: store name %q: %w", ledger.ErrInvalid, name, err)
 	}
-	return spec, nil
+	return p.Spec(), nil
 }
 
 // defaultStateDir is Config.StateDir's default.

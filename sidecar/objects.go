@@ -56,8 +56,8 @@ func (s *Server) objectsReserve(ctx context.Context, p rpc.ObjectsReserveParams)
 	if err != nil {
 		return rpc.ObjectsReserveResult{}, err
 	}
-	name := storeName(p.Store)
-	if err := c.remember(name, p.Store, "", nil); err != nil {
+	name, err := c.learn(p.Store)
+	if err != nil {
 		return rpc.ObjectsReserveResult{}, err
 	}
 	if err := c.l.Reserve(ctx, hostOwner(p.Owner), name, p.Keys); err != nil {
@@ -83,7 +83,9 @@ func (s *Server) objectsRelease(ctx context.Context, p rpc.ObjectsReleaseParams,
 	}
 	store := ""
 	if p.Store != nil {
-		store = storeName(*p.Store)
+		if store, _, err = storeName(*p.Store); err != nil {
+			return rpc.ObjectsOwnerStatus{}, err
+		}
 	}
 	keys := p.Keys
 	if p.All {
@@ -105,7 +107,10 @@ func (s *Server) objectsTransfer(ctx context.Context, p rpc.ObjectsTransferParam
 	if err != nil {
 		return rpc.ObjectsTransferResult{}, err
 	}
-	name := storeName(p.Store)
+	name, _, err := storeName(p.Store)
+	if err != nil {
+		return rpc.ObjectsTransferResult{}, err
+	}
 	items := make([]ledger.TransferItem, len(p.Items))
 	for i, it := range p.Items {
 		items[i] = ledger.TransferItem{Seq: it.Seq, Store: name, Key: it.Key}
@@ -190,8 +195,8 @@ func (s *Server) objectsSweep(ctx context.Context, p rpc.ObjectsSweepParams) (rp
 	if err != nil {
 		return rpc.ObjectsSweepResult{}, err
 	}
-	name := storeName(p.Dataset.Store)
-	if err := c.remember(name, p.Dataset.Store, "", nil); err != nil {
+	name, err := c.learn(p.Dataset.Store)
+	if err != nil {
 		return rpc.ObjectsSweepResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

@@ -500,6 +500,9 @@ func (l *Ledger) storeID(name string) uint16 {
 	return id
 }
 
+// MaxStoreName bounds a store name in bytes.
+const MaxStoreName = 255
+
 // MaxStores bounds the distinct store names a ledger tracks.
 const MaxStores = 1 << 16
 
@@ -550,7 +553,7 @@ func checkArgs(ctx context.Context, owner Owner, store string, keys []string, al
 	if store == "" && allStores && keys == nil {
 		return nil
 	}
-	if store == "" || len(store) > 255 || strings.IndexByte(store, 0) >= 0 {
+	if store == "" || len(store) > MaxStoreName || strings.IndexByte(store, 0) >= 0 {
 		return fmt.Errorf("%w: store name %q", ErrInvalid, store)
 	}
 	for _, k := range keys {
