@@ -15,6 +15,7 @@ import (
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/internal/minioproc"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/storage"
 	"github.com/hashicorp/go-hclog"
 )
@@ -32,8 +33,10 @@ type run struct {
 	ownMinIO bool
 	store    storage.Store // the campaign's own view of the bucket, for truth
 	spec     rpc.StoreSpec
-	prefix   string // every dataset of this run lives under it: a given MinIO may hold others
-	datasets []string
+	// storeName is the ledger's name for spec: what tickets in the campaign's bucket carry.
+	storeName string
+	prefix    string // every dataset of this run lives under it: a given MinIO may hold others
+	datasets  []string
 
 	cgroupParent, stateDir string
 	jobs                   *dispatch.BoltStore
@@ -159,21 +162,27 @@ func (r *run) startMinIO(ctx context.Context) error {
 		}
 		r.ownMinIO = true
 	}
-	st, err := storage.OpenStore(ctx, storage.StoreConfig{
-		Kind: storage.KindS3, Endpoint: r.minio.Endpoint, Bucket: bucket,
-		AccessKey: r.minio.AccessKey, SecretKey: r.minio.SecretKey, MaxRetries: 1, RequestTimeout: 10 * time.Second,
-	})
+	// The campaign reaches the bucket through the same spec and mapping as its sidecars' workers.
+	store, err := rpc.StoreSpec{URL: "s3://" + bucket, Endpoint: r.minio.Endpoint}.Parse()
 	if err != nil {
+		return fmt.Errorf("%w: store spec: %w", ErrSetup, err)
+	}
+	cfg := storecfg.Config(store, r.minioCredentials())
+	cfg.MaxRetries, cfg.RequestTimeout = 1, 10*time.Second
+	if r.store, err = storage.OpenStore(ctx, cfg); err != nil {
 		return fmt.Errorf("%w: open bucket: %w", ErrSetup, err)
 	}
-	r.store = st
-	r.spec = rpc.StoreSpec{URL: "s3://" + bucket, Endpoint: r.minio.Endpoint}
+	r.spec, r.storeName = store.Spec(), store.Name()
 	return nil
 }
 
 // credentials are the per-call credentials the dispatcher sends with every job and resolve.
 func (r *run) credentials(context.Context, rpc.DatasetRef) (*rpc.Credentials, error) {
-	return &rpc.Credentials{AccessKey: r.minio.AccessKey, SecretKey: r.minio.SecretKey}, nil
+	return r.minioCredentials(), nil
+}
+
+func (r *run) minioCredentials() *rpc.Credentials {
+	return &rpc.Credentials{AccessKey: r.minio.AccessKey, SecretKey: r.minio.SecretKey}
 }
 
 func (r *run) ref(ds int) rpc.DatasetRef { return rpc.DatasetRef{Store: r.spec, Path: r.datasets[ds]} }

@@ -323,7 +323,7 @@ func (r *run) owned(ctx context.Context, jobs []dispatch.Job) (map[string]bool, 
 				return out, fmt.Errorf("%s: %w", n.name, err)
 			}
 			for _, t := range st.Tickets {
-				if strings.HasPrefix(t.Store, r.spec.URL) {
+				if t.Store == r.storeName {
 					out[t.Key] = true
 				}
 			}

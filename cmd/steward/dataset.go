@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 
+	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 )
@@ -24,7 +24,7 @@ const (
 )
 
 const datasetUsage = `usage:
-  steward dataset create   --store DIR|s3://bucket/prefix --path P (--rows N [--seed S] | --csv FILE) [--fragment-rows N]
+  steward dataset create   --store DIR|file:///dir|s3://bucket/prefix --path P (--rows N [--seed S] | --csv FILE) [--fragment-rows N]
   steward dataset describe --store STORE --path P [--version V]
   steward dataset versions --store STORE --path P
 
@@ -78,7 +78,7 @@ type datasetFlags struct {
 func newDatasetFlags(name string) *datasetFlags {
 	f := &datasetFlags{fs: flag.NewFlagSet("dataset "+name, flag.ContinueOnError)}
 	f.fs.SetOutput(io.Discard)
-	f.fs.StringVar(&f.store, "store", "", "local directory or s3://bucket/prefix")
+	f.fs.StringVar(&f.store, "store", "", "local directory, file:///dir or s3://bucket/prefix")
 	f.fs.StringVar(&f.path, "path", "", "dataset path inside the store")
 	return f
 }
@@ -96,32 +96,12 @@ func (f *datasetFlags) parse(args []string) error {
 	return nil
 }
 
-// storeConfig turns --store into a StoreConfig: s3://bucket[/prefix] or a local directory.
-func storeConfig(spec string) (storage.StoreConfig, error) {
-	rest, ok := strings.CutPrefix(spec, "s3://")
-	if !ok {
-		return storage.StoreConfig{Kind: storage.KindLocal, Root: spec}, nil
-	}
-	bucket, prefix, _ := strings.Cut(rest, "/")
-	if bucket == "" {
-		return storage.StoreConfig{}, fmt.Errorf("%w: --store %q names no bucket", errUsage, spec)
-	}
-	cfg := storage.StoreConfig{
-		Kind: storage.KindS3, Bucket: bucket, Prefix: prefix,
-		Endpoint: os.Getenv(envS3Endpoint), AccessKey: os.Getenv(envS3AccessKey), SecretKey: os.Getenv(envS3SecretKey),
-	}
-	switch strings.ToLower(os.Getenv(envS3Secure)) {
-	case "1", "true", "yes":
-		cfg.Secure = true
-	}
-	if cfg.Endpoint == "" {
-		return storage.StoreConfig{}, fmt.Errorf("%w: %s is not set", errUsage, envS3Endpoint)
-	}
-	return cfg, nil
-}
-
 func (f *datasetFlags) open(ctx context.Context) (storage.Store, error) {
-	cfg, err := storeConfig(f.store)
+	spec, err := storeSpec(f.store)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := storecfg.FromSpec(spec, envCredentials())
 	if err != nil {
 		return nil, err
 	}

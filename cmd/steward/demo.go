@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +18,7 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/hashicorp/go-hclog"
@@ -112,25 +112,19 @@ func (d *demo) run(ctx context.Context, dir, s3 string) error {
 }
 
 func (d *demo) makeDataset(ctx context.Context, dir, s3 string) error {
-	var cfg storage.StoreConfig
-	if s3 == "" {
-		root := filepath.Join(dir, "store")
-		cfg = storage.StoreConfig{Kind: storage.KindLocal, Root: root}
-		d.ref = rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + root}, Path: "demo/events"}
-	} else {
-		u, err := url.Parse(s3)
-		if err != nil || u.Scheme != "s3" || u.Host == "" {
-			return fmt.Errorf("--s3 %q: want s3://bucket[/prefix]", s3)
-		}
-		endpoint := os.Getenv("STEWARD_S3_ENDPOINT")
-		if endpoint == "" {
-			return errors.New("--s3 needs STEWARD_S3_ENDPOINT (host:port)")
-		}
-		d.creds = &rpc.Credentials{AccessKey: os.Getenv("STEWARD_S3_ACCESS_KEY"), SecretKey: os.Getenv("STEWARD_S3_SECRET_KEY")}
-		cfg = storage.StoreConfig{Kind: storage.KindS3, Endpoint: endpoint, Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"),
-			AccessKey: d.creds.AccessKey, SecretKey: d.creds.SecretKey}
-		d.ref = rpc.DatasetRef{Store: rpc.StoreSpec{URL: s3, Endpoint: endpoint}, Path: "demo/events-" + time.Now().Format("150405")}
+	arg, path := filepath.Join(dir, "store"), "demo/events"
+	if s3 != "" {
+		arg, path, d.creds = s3, "demo/events-"+time.Now().Format("150405"), envCredentials()
 	}
+	spec, err := storeSpec(arg)
+	if err != nil {
+		return fmt.Errorf("demo store: %w", err)
+	}
+	cfg, err := storecfg.FromSpec(spec, d.creds)
+	if err != nil {
+		return err
+	}
+	d.ref = rpc.DatasetRef{Store: spec, Path: path}
 	store, err := storage.OpenStore(ctx, cfg)
 	if err != nil {
 		return err

@@ -81,7 +81,7 @@ func run(bin, store, ds string, version int64, column, kind, journal string) err
 
 	// 3. Submit one job and wait for a terminal state.
 	j, err := d.Submit(ctx, dispatch.Request{
-		Dataset:         rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + root}, Path: ds},
+		Dataset:         rpc.DatasetRef{Store: rpc.StoreSpec{URL: rpc.FileStoreURL(root)}, Path: ds},
 		AdmittedVersion: version,
 		Op:              rpc.OpCreate,
 		Index:           rpc.IndexSpec{Name: "idx_" + column, Columns: []string{column}, Type: kind},

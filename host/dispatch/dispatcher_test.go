@@ -26,6 +26,11 @@ func TestSubmitRejections(t *testing.T) {
 	}{
 		{"same name, other case", fakeRequest("IDX"), ErrNameBusy},
 		{"same name, same dataset path spelled differently", func() Request { r := fakeRequest("idx"); r.Dataset.Path = "ds/"; return r }(), ErrNameBusy},
+		{"same name, same store spelled differently", func() Request {
+			r := fakeRequest("idx")
+			r.Dataset.Store.URL = "FILE:" + r.Dataset.Store.URL[len("file:"):] + "/"
+			return r
+		}(), ErrNameBusy},
 		{"invalid op", bad, ErrInvalidJob},
 		{"existing id", func() Request { r := fakeRequest("x"); r.ID = first.ID; return r }(), ErrJobExists},
 	} {

@@ -179,8 +179,14 @@ func (j *Job) DatasetKey() string { return datasetKey(j.Dataset) }
 // NameKey identifies the job's slot: its dataset and case-folded index name.
 func (j *Job) NameKey() string { return j.DatasetKey() + "\x00" + FoldName(j.Index.Name) }
 
+// datasetKey names the store canonically, so every spelling of one dataset meets the same fence.
+// A spec the parser refuses (only a job journaled before it could hold one) keeps its raw fields.
 func datasetKey(d rpc.DatasetRef) string {
-	return d.Store.URL + "\x00" + d.Store.Endpoint + "\x00" + path.Clean(strings.Trim(d.Path, "/"))
+	store := d.Store.URL + "\x00" + d.Store.Endpoint
+	if p, err := d.Store.Parse(); err == nil {
+		store = p.Name()
+	}
+	return store + "\x00" + path.Clean(strings.Trim(d.Path, "/"))
 }
 
 // FoldName normalizes an index name the way the engine compares names (Unicode simple case
