@@ -15,8 +15,8 @@ import (
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/internal/minioproc"
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storecfg"
 	"github.com/hashicorp/go-hclog"
 )
 

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/cba1309c/steward/storecfg"
 	"github.com/hashicorp/go-hclog"
 )
 

@@ -9,9 +9,9 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/cba1309c/steward/storecfg"
 )
 
 // Environment variables supplying S3 settings for --store s3://bucket/prefix. Credentials

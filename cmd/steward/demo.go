@@ -18,9 +18,9 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/cba1309c/steward/storecfg"
 	"github.com/hashicorp/go-hclog"
 )
 

@@ -74,7 +74,7 @@ func TestDependencyDirection(t *testing.T) {
 		{"worker never links the host side", "sidecar/worker", func(d string) bool {
 			return within(d, "host") || within(d, "plugin")
 		}, false, "imports"},
-		{"storecfg links only rpc and storage", "sidecar/storecfg", func(d string) bool {
+		{"storecfg links only rpc and storage", "storecfg", func(d string) bool {
 			return strings.HasPrefix(d, module+"/") && !within(d, "rpc") && !within(d, "storage")
 		}, true, "imports"},
 	}

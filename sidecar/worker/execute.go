@@ -5,10 +5,10 @@ import (
 	"errors"
 
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/cba1309c/steward/storecfg"
 )
 
 func rejected(code int, msg string, latest int64) *workerproto.Result {

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar/storecfg"
 	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storecfg"
 )
 
 // TestFromSpec: the mapping opens what the URL names, decoded once, and nothing else: no

@@ -1,8 +1,9 @@
 // Package storecfg owns the one mapping from a wire store spec (rpc.StoreSpec, read by
 // rpc.StoreSpec.Parse) to a storage.StoreConfig. The worker, the sidecar, the CLI, the demo and
 // the campaign all open stores through it, so a URL means the same store to every one of them.
-// It imports rpc and storage only (internal/archtest holds it to that), so any of them can link
-// it without pulling in the supervisor.
+// It imports rpc and storage only (internal/archtest holds it to that), and lives outside sidecar
+// so that host-side code such as the campaign, which must not depend on the supervisor, can link
+// it too.
 package storecfg
 
 import (
