@@ -2,20 +2,18 @@ package sidecar
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
-	"github.com/cba1309c/steward/storage/ledger"
 )
 
 // storeName is the ledger's name for a store, and the canonical spec it stands for: rpc's one
 // canonical name, so every spelling of a store keys the same tickets (and a sweep sees them all).
-// It never holds a credential. Specs reach here validated; a failure wraps ledger.ErrInvalid.
+// It never holds a credential. Specs reach here validated; a failure wraps rpc.ErrInvalidStore.
 func storeName(spec rpc.StoreSpec) (string, rpc.StoreSpec, error) {
 	p, err := spec.Parse()
 	if err != nil {
-		return "", rpc.StoreSpec{}, fmt.Errorf("%w: %w", ledger.ErrInvalid, err)
+		return "", rpc.StoreSpec{}, err
 	}
 	return p.Name(), p.Spec(), nil
 }

@@ -26,6 +26,7 @@ func TestWireErrEdge(t *testing.T) {
 		{ledger.ErrNameOwned, rpc.CodeNameOwned},
 		{ledger.ErrNotOwned, rpc.CodeUnknownOwner},
 		{ledger.ErrInvalid, rpc.CodeInvalidParams},
+		{fmt.Errorf("store: %w", rpc.ErrInvalidStore), rpc.CodeInvalidParams},
 		{ledger.ErrClosed, rpc.CodeShuttingDown},
 		{fmt.Errorf("list: %w", storage.ErrUnavailable), rpc.CodeStorageUnavailable},
 		{fmt.Errorf("%w: no such index", rpc.ErrNotFound), rpc.CodeNotFound},
