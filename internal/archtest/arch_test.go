@@ -74,6 +74,9 @@ func TestDependencyDirection(t *testing.T) {
 		{"worker never links the host side", "sidecar/worker", func(d string) bool {
 			return within(d, "host") || within(d, "plugin")
 		}, false, "imports"},
+		{"the supervisor never links the worker", "sidecar", func(d string) bool {
+			return within(d, "sidecar/worker")
+		}, true, "imports"},
 		{"storecfg links only rpc and storage", "storecfg", func(d string) bool {
 			return strings.HasPrefix(d, module+"/") && !within(d, "rpc") && !within(d, "storage")
 		}, true, "imports"},
