@@ -32,8 +32,9 @@ var (
 	// was reserved; the caller must not upload.
 	ErrJournal = errors.New("ledger: journal write failed")
 
-	// ErrCorrupt: a journal record does not decode.
-	ErrCorrupt = errors.New("ledger: corrupt journal record")
+	// ErrCorrupt: the journal file, or a record in it, is corrupt. Open returns it inside a
+	// *CorruptError that names the file; nothing was loaded and nothing in the file changed.
+	ErrCorrupt = errors.New("ledger: corrupt journal")
 
 	// ErrClosed: the ledger was closed.
 	ErrClosed = errors.New("ledger: closed")
@@ -57,3 +58,19 @@ func (e *KeyError) Unwrap() error { return e.Err }
 func keyErr(op, store, key string, err error) error {
 	return &KeyError{Op: op, Store: store, Key: key, Err: err}
 }
+
+// CorruptError names a journal file Open refuses: empty (a journal truncated to 0 bytes is never
+// taken for a new one), truncated, damaged so that bbolt cannot read it, or holding a record that
+// does not decode. The way out is an explicit operator action that moves the file aside (the
+// sidecar's "steward ledger quarantine"), accepting that the custody it recorded is lost.
+type CorruptError struct {
+	Path string // the journal file
+	Err  error  // what is wrong with it
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("ledger: journal %s is corrupt: %v", e.Path, e.Err)
+}
+
+// Unwrap exposes ErrCorrupt and the cause to errors.Is.
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }

@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/cba1309c/steward/internal/boltfile"
 	"github.com/hashicorp/go-hclog"
 	bolt "go.etcd.io/bbolt"
 )
@@ -40,30 +42,42 @@ type journal struct {
 	done      chan struct{}
 }
 
+// openJournal opens the journal at path, creating it when absent. A file that is present but
+// empty, truncated or damaged is a *CorruptError, never a new journal.
 func openJournal(path string, log hclog.Logger) (*journal, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
+	db, err := boltfile.Open(path, 0o600, &bolt.Options{
 		Timeout:        time.Second,
 		NoFreelistSync: true, // the freelist is rebuilt on open; commits write fewer pages
 		FreelistType:   bolt.FreelistMapType,
-	})
+	}, initJournal)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open %s: %w", ErrJournal, path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketTickets, bucketTransfers} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("%w: init %s: %w", ErrJournal, path, err)
+		return nil, corruptFile(path, fmt.Errorf("%w: open %s: %w", ErrJournal, path, err))
 	}
 	j := &journal{db: db, log: log, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go j.run()
 	return j, nil
+}
+
+func initJournal(tx *bolt.Tx) error {
+	for _, b := range [][]byte{bucketTickets, bucketTransfers} {
+		if _, err := tx.CreateBucket(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// corruptFile turns an error that says the file at path is corrupt into a *CorruptError naming
+// it, and returns any other error as it is.
+func corruptFile(path string, err error) error {
+	var bad *boltfile.CorruptError
+	switch {
+	case errors.As(err, &bad):
+		return &CorruptError{Path: path, Err: bad.Err}
+	case errors.Is(err, ErrCorrupt):
+		return &CorruptError{Path: path, Err: err}
+	}
+	return err
 }
 
 // submit queues ops. With wait, the returned channel receives the commit's result; without

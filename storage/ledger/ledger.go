@@ -23,8 +23,10 @@ const (
 // Config configures a Ledger. The zero value is a memory-only ledger of default capacity whose
 // abandoned names wait until a store resolver is given (useful only in tests).
 type Config struct {
-	// Path is the bbolt journal file, created if missing. "" keeps the ledger in memory only
-	// (tests and benchmarks of the index): nothing survives Close. Default: "".
+	// Path is the bbolt journal file, created if missing. A file that is present but empty,
+	// truncated or damaged is refused with a *CorruptError naming it (never started empty).
+	// "" keeps the ledger in memory only (tests and benchmarks of the index): nothing survives
+	// Close. Default: "".
 	Path string
 	// Capacity bounds the tickets held, in transit and awaiting deletion. Default: 65,536.
 	Capacity int
@@ -109,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		l.j = j
 		if err := l.load(); err != nil {
 			j.close()
-			return nil, err
+			return nil, corruptFile(cfg.Path, err)
 		}
 	}
 	if err := ctx.Err(); err != nil {
