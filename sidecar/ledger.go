@@ -60,6 +60,10 @@ func (s *Server) openLedger() error {
 		return fmt.Errorf("sidecar: ledger: %w", err)
 	}
 	c, err := openCustody(s, path, lock)
+	if errors.Is(err, ledger.ErrCorrupt) {
+		lock.Close()
+		return fmt.Errorf("sidecar: ledger: %w; %s", err, s.corruptLedgerHint())
+	}
 	if err != nil {
 		lock.Close()
 		return fmt.Errorf("sidecar: ledger: %w", err)

@@ -2,10 +2,13 @@ package sidecar
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/cba1309c/steward/internal/boltfile"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage/ledger"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -30,22 +33,24 @@ type invRecord struct {
 
 type invJournal struct{ db *bolt.DB }
 
+// openInvJournal opens the records at path, creating them when absent. A file that is present but
+// empty, truncated or damaged is a *ledger.CorruptError naming it: the records are half of the
+// ledger slot's state, and the sidecar must not start without them.
 func openInvJournal(path string) (*invJournal, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("open invocation records %s: %w", path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	db, err := boltfile.Open(path, 0o600, &bolt.Options{Timeout: time.Second}, func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketInvocations, bucketStores} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			if _, err := tx.CreateBucket(b); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+	var bad *boltfile.CorruptError
+	if errors.As(err, &bad) {
+		return nil, &ledger.CorruptError{Path: path, Err: bad.Err}
+	}
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("init invocation records %s: %w", path, err)
+		return nil, fmt.Errorf("open invocation records %s: %w", path, err)
 	}
 	return &invJournal{db: db}, nil
 }

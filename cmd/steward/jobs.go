@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,37 +22,11 @@ an audited force-release of a stuck UNKNOWN job. A running dispatcher holds the 
 it, or release through its Go API (Dispatcher.Release).
 `
 
-// runJobs implements "steward jobs ...": 0 on success, 1 on failure, 2 on a usage error.
+// runJobs implements "steward jobs ...".
 func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, jobsUsage)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	var err error
-	switch args[0] {
-	case "list":
-		err = jobsList(ctx, args[1:], stdout)
-	case "show":
-		err = jobsShow(ctx, args[1:], stdout)
-	case "release":
-		err = jobsRelease(ctx, args[1:], stdout)
-	default:
-		err = fmt.Errorf("%w: unknown jobs command %q", errUsage, args[0])
-	}
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(stderr, "steward jobs: %v\n", err)
-		fmt.Fprint(stderr, jobsUsage)
-		return 2
-	default:
-		fmt.Fprintf(stderr, "steward jobs %s: %v\n", args[0], err)
-		return 1
-	}
+	return runGroup(ctx, "jobs", jobsUsage, map[string]subcommand{
+		"list": jobsList, "show": jobsShow, "release": jobsRelease,
+	}, args, stdout, stderr)
 }
 
 // jobsFlags parses flags and positional arguments in any order.

@@ -3,6 +3,7 @@
 //	steward serve      run the sidecar (go-plugin when launched by a go-plugin host, else stdio JSON-RPC)
 //	steward dataset    create and inspect datasets
 //	steward jobs       inspect and release jobs in a dispatcher's store
+//	steward ledger     quarantine a corrupt ledger slot, the audited way out
 //	steward demo       the quickstart: index builds through the sidecar, with an OOM kill on purpose
 //	steward campaign   randomized fault campaign with an outcome-truth checker
 //	steward version    print the build version
@@ -46,6 +47,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDataset(ctx, args[1:], stdout, stderr)
 	case "jobs":
 		return runJobs(ctx, args[1:], stdout, stderr)
+	case "ledger":
+		return runLedger(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "campaign":
@@ -70,6 +73,7 @@ commands:
   serve      run the sidecar: go-plugin when started by a go-plugin host, JSON-RPC on stdin/stdout otherwise
   dataset    create | describe | versions: make and inspect datasets
   jobs       list | show | release: inspect a dispatcher's durable job store
+  ledger     quarantine: move a corrupt ledger slot aside, audited
   campaign   randomized fault campaign against MinIO with an outcome-truth checker
   version    print the build version
 

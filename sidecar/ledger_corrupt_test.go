@@ -1,0 +1,151 @@
+package sidecar_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cba1309c/steward/host"
+	"github.com/cba1309c/steward/internal/boltfile/boltfiletest"
+	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar"
+	"github.com/cba1309c/steward/storage/ledger"
+	"github.com/hashicorp/go-hclog"
+	bolt "go.etcd.io/bbolt"
+)
+
+// fillSlot gives slot 0 of dir a journal with tickets and invocation records spanning many
+// pages, as a sidecar that ran for a while leaves them.
+func fillSlot(t *testing.T, dir string) (journal, records string) {
+	t.Helper()
+	journal = filepath.Join(dir, "ledger-0.db")
+	l, err := ledger.Open(context.Background(), ledger.Config{Path: journal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		keys := make([]string, 200)
+		for k := range keys {
+			keys[k] = fmt.Sprintf("data/part-%02d-%04d.parquet", i, k)
+		}
+		owner := ledger.Owner{Kind: ledger.HostTxn, ID: fmt.Sprintf("txn-%d", i)}
+		if err := l.Reserve(context.Background(), owner, "file:///data", keys); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	records = journal + ".invocations"
+	db, err := bolt.Open(records, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		invs, err := tx.CreateBucket([]byte("invocations"))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucket([]byte("stores")); err != nil {
+			return err
+		}
+		for i := range 400 {
+			rec := fmt.Appendf(nil, `{"store":{"url":"file:///data"},"path":"events-%04d","pinned":%d,"at_unix_ms":1}`, i, i)
+			if err := invs.Put(fmt.Appendf(nil, "inv-%04d", i), rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return journal, records
+}
+
+// A sidecar whose ledger slot (journal or invocation records) is damaged refuses to start with
+// an error that names the file and the way out, instead of panicking or starting empty (it used
+// to do both). "steward ledger quarantine" moves the slot aside with an audit record, and then a
+// real sidecar starts on a fresh slot.
+func TestCorruptLedgerSlotRefused(t *testing.T) {
+	testenv.NeedRoot(t) // the real sidecar started at the end
+	bin := testbin.Steward(t)
+	for _, d := range boltfiletest.Damages() {
+		for _, which := range []string{"journal", "records"} {
+			t.Run(d.Name+"/"+which, func(t *testing.T) {
+				dir := t.TempDir()
+				journal, records := fillSlot(t, dir)
+				bad := map[string]string{"journal": journal, "records": records}[which]
+				d.Apply(t, bad)
+
+				// In-process, for the typed error; New fails before anything else starts.
+				s, err := sidecar.New(sidecar.Config{DisableIsolation: true, StateDir: dir, Logger: hclog.NewNullLogger()})
+				if err == nil {
+					s.Close()
+					t.Fatal("a sidecar started on a damaged ledger slot")
+				}
+				var ce *ledger.CorruptError
+				if !errors.As(err, &ce) || ce.Path != bad || !errors.Is(err, ledger.ErrCorrupt) {
+					t.Fatalf("want a *ledger.CorruptError naming %s, got %v", bad, err)
+				}
+				if !strings.Contains(err.Error(), "steward ledger quarantine --state-dir "+dir) {
+					t.Fatalf("the error does not say the way out: %v", err)
+				}
+				if _, err := os.Stat(filepath.Join(dir, "ledger-1.db")); err == nil {
+					t.Fatal("the sidecar moved on to another slot instead of refusing")
+				}
+
+				quarantine := func(args ...string) (string, error) {
+					out, err := exec.Command(bin, append([]string{"ledger", "quarantine", "--state-dir", dir}, args...)...).CombinedOutput()
+					return string(out), err
+				}
+				if out, err := quarantine("--by", "ops@example"); err == nil || !strings.Contains(out, "--reason") {
+					t.Fatalf("quarantine without a reason: %v\n%s", err, out)
+				}
+				out, err := quarantine("--by", "ops@example", "--reason", "disk replaced (OPS-9)")
+				if err != nil {
+					t.Fatalf("quarantine: %v\n%s", err, out)
+				}
+				for _, f := range []string{journal, records} {
+					if !strings.Contains(out, "quarantined "+f+" as "+f+".corrupt-") {
+						t.Fatalf("quarantine did not report moving %s:\n%s", f, out)
+					}
+					notes, _ := filepath.Glob(f + ".corrupt-*.audit.json")
+					if len(notes) != 1 {
+						t.Fatalf("audit records of %s: %v", f, notes)
+					}
+					if b, _ := os.ReadFile(notes[0]); !strings.Contains(string(b), "disk replaced (OPS-9)") || !strings.Contains(string(b), "ops@example") {
+						t.Fatalf("audit record %s:\n%s", notes[0], b)
+					}
+				}
+				t.Logf("quarantine:\n%s", out)
+
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				c, err := host.LaunchStdio(ctx, host.Config{Path: bin, Args: []string{"--state-dir", dir},
+					Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn})})
+				if err != nil {
+					t.Fatalf("sidecar after quarantine: %v", err)
+				}
+				var st rpc.ObjectsStatusResult
+				err = c.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st)
+				c.Close()
+				if err != nil || st.Ledger.Used != 0 {
+					t.Fatalf("fresh slot: %+v, %v", st, err)
+				}
+				if out, err := quarantine("--by", "ops", "--reason", "again"); err == nil || !strings.Contains(out, "no corrupt ledger slot") {
+					t.Fatalf("a sound slot was quarantined: %v\n%s", err, out)
+				}
+			})
+		}
+	}
+}
