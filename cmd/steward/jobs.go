@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,19 +14,27 @@ import (
 )
 
 const jobsUsage = `usage:
-  steward jobs list    --store FILE [--state STATE] [--active] [--limit N]
-  steward jobs show    --store FILE JOB
-  steward jobs release --store FILE --by WHO --reason WHY JOB
+  steward jobs list       --store FILE [--state STATE] [--active] [--limit N]
+  steward jobs show       --store FILE JOB
+  steward jobs release    --store FILE --by WHO --reason WHY JOB
+  steward jobs quarantine --store FILE --by WHO --reason WHY
 
-FILE is a host dispatcher's job store (bbolt). list and show open it read-only; release writes
-an audited force-release of a stuck UNKNOWN job. A running dispatcher holds the file locked: stop
-it, or release through its Go API (Dispatcher.Release).
+FILE is a host dispatcher's job store (bbolt). list and show read a consistent copy of it, taken
+without a lock, so they work while a dispatcher runs. release writes an audited force-release of
+a stuck UNKNOWN job; it needs the file's lock, which a running dispatcher holds: stop it, or
+release through its Go API (Dispatcher.Release).
+
+A dispatcher refuses to open a store that is empty, truncated or damaged, naming the file.
+quarantine is the audited way out: it moves the corrupt file aside to FILE.corrupt-<UTC time>,
+with a FILE.corrupt-<UTC time>.audit.json record of who, why and what was wrong, and the next
+dispatcher starts an empty store. The jobs it held are forgotten: settle UNKNOWN ones by hand.
+A sound store is never moved.
 `
 
 // runJobs implements "steward jobs ...".
 func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runGroup(ctx, "jobs", jobsUsage, map[string]subcommand{
-		"list": jobsList, "show": jobsShow, "release": jobsRelease,
+		"list": jobsList, "show": jobsShow, "release": jobsRelease, "quarantine": jobsQuarantine,
 	}, args, stdout, stderr)
 }
 
@@ -34,6 +43,8 @@ type jobsFlags struct {
 	fs    *flag.FlagSet
 	store string
 	args  []string
+	// by and reason are set by audited.
+	by, reason *string
 }
 
 func newJobsFlags(name string) *jobsFlags {
@@ -59,12 +70,29 @@ func (f *jobsFlags) parse(args []string, positional int) error {
 		return fmt.Errorf("%w: --store is required", errUsage)
 	case len(f.args) != positional:
 		return fmt.Errorf("%w: want %d job id(s), got %d", errUsage, positional, len(f.args))
+	case f.by != nil && (*f.by == "" || *f.reason == ""):
+		return fmt.Errorf("%w: --by and --reason are required", errUsage)
 	}
 	return nil
 }
 
-func (f *jobsFlags) open(readOnly bool) (*dispatch.BoltStore, error) {
-	return dispatch.OpenBolt(f.store, dispatch.BoltOptions{ReadOnly: readOnly, LockTimeout: time.Second})
+// audited adds the required --by and --reason flags of a command that changes the store.
+func (f *jobsFlags) audited(who string) *jobsFlags {
+	f.by = f.fs.String("by", "", who+" (recorded)")
+	f.reason = f.fs.String("reason", "", "why (recorded)")
+	return f
+}
+
+// open reads a snapshot of the store, or opens it for writing, which needs its lock.
+func (f *jobsFlags) open(write bool) (*dispatch.BoltStore, error) {
+	s, err := dispatch.OpenBolt(f.store, dispatch.BoltOptions{Snapshot: !write, LockTimeout: time.Second})
+	switch {
+	case errors.Is(err, dispatch.ErrStoreLocked):
+		return nil, fmt.Errorf("%w: stop the dispatcher first, or release through its Go API (Dispatcher.Release)", err)
+	case errors.Is(err, dispatch.ErrCorrupt):
+		return nil, fmt.Errorf("%w; if it cannot be restored, move it aside: steward jobs quarantine --store %s --by WHO --reason WHY", err, f.store)
+	}
+	return s, err
 }
 
 func jobsList(_ context.Context, args []string, stdout io.Writer) error {
@@ -81,7 +109,7 @@ func jobsList(_ context.Context, args []string, stdout io.Writer) error {
 	default:
 		return fmt.Errorf("%w: unknown state %q", errUsage, *state)
 	}
-	s, err := f.open(true)
+	s, err := f.open(false)
 	if err != nil {
 		return err
 	}
@@ -108,7 +136,7 @@ func jobsShow(_ context.Context, args []string, stdout io.Writer) error {
 	if err := f.parse(args, 1); err != nil {
 		return err
 	}
-	s, err := f.open(true)
+	s, err := f.open(false)
 	if err != nil {
 		return err
 	}
@@ -121,25 +149,34 @@ func jobsShow(_ context.Context, args []string, stdout io.Writer) error {
 }
 
 func jobsRelease(_ context.Context, args []string, stdout io.Writer) error {
-	f := newJobsFlags("release")
-	by := f.fs.String("by", "", "who releases the job (recorded in its history)")
-	reason := f.fs.String("reason", "", "why (recorded in its history)")
+	f := newJobsFlags("release").audited("who releases the job")
 	if err := f.parse(args, 1); err != nil {
 		return err
 	}
-	if *by == "" || *reason == "" {
-		return fmt.Errorf("%w: --by and --reason are required", errUsage)
-	}
-	s, err := f.open(false)
+	s, err := f.open(true)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	j, err := dispatch.ForceRelease(s, f.args[0], *by, *reason, time.Now())
+	j, err := dispatch.ForceRelease(s, f.args[0], *f.by, *f.reason, time.Now())
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "released job %s (%s) by %s\n", j.ID, j.State, *by)
+	fmt.Fprintf(stdout, "released job %s (%s) by %s\n", j.ID, j.State, *f.by)
+	return nil
+}
+
+func jobsQuarantine(_ context.Context, args []string, stdout io.Writer) error {
+	f := newJobsFlags("quarantine").audited("who quarantines the store")
+	if err := f.parse(args, 0); err != nil {
+		return err
+	}
+	q, err := dispatch.QuarantineStore(f.store, *f.by, *f.reason, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "quarantined %s as %s (%s); audit record %s\n", q.From, q.To, q.Problem, q.Note)
+	fmt.Fprintln(stdout, "the jobs it held are forgotten: the next dispatcher starts an empty store; settle UNKNOWN jobs by hand")
 	return nil
 }
 

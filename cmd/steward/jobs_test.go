@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cba1309c/steward/host/dispatch"
+	"github.com/cba1309c/steward/internal/boltfile/boltfiletest"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"
 )
@@ -140,16 +145,108 @@ func TestJobsListAligned(t *testing.T) {
 	}
 }
 
-// TestJobsStoreLocked shows the CLI refusing, with a clear error, a store a dispatcher holds.
-func TestJobsStoreLocked(t *testing.T) {
-	path, _, _ := jobsStore(t)
+// TestJobsWhileDispatcherRuns: list and show work while a real dispatcher holds the store open
+// and keeps committing to it (they used to fail with ErrStoreLocked); release, a write, still
+// needs the lock and says so.
+func TestJobsWhileDispatcherRuns(t *testing.T) {
+	path, unknown, _ := jobsStore(t)
 	s, err := dispatch.OpenBolt(path, dispatch.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	d, err := dispatch.New(dispatch.Config{Store: s, Logger: hclog.NewNullLogger(), Interval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go d.Run(ctx)
+	var submitted atomic.Int64
+	done := make(chan struct{})
+	go func() { // commits while the CLI reads
+		defer close(done)
+		for n := 0; ctx.Err() == nil && n < 60; n++ {
+			if _, err := d.Submit(ctx, dispatch.Request{
+				Dataset:         rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file:///data"}, Path: fmt.Sprintf("warehouse/t%02d", n)},
+				AdmittedVersion: 1, Op: rpc.OpCreate, Index: rpc.IndexSpec{Name: "id_idx", Columns: []string{"id"}, Type: rpc.IndexBTree},
+			}); err != nil {
+				t.Error(err)
+				return
+			}
+			submitted.Add(1)
+		}
+	}()
+	last, lists, during := 0, 0, 0
+	for running := true; running || lists < 3; lists++ {
+		select {
+		case <-done:
+			running = false
+		default:
+			during++
+		}
+		code, out, errOut := runJ(t, "list", "--store", path)
+		if code != 0 {
+			t.Fatalf("list while the dispatcher runs: exit %d: %s", code, errOut)
+		}
+		var n int
+		if _, err := fmt.Sscanf(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:], "%d job(s)", &n); err != nil || n < last || n < 2 {
+			t.Fatalf("list %d: %d jobs after %d (%v):\n%s", lists, n, last, err, out)
+		}
+		last = n
+	}
+	code, out, errOut := runJ(t, "show", "--store", path, unknown)
+	if code != 0 || !strings.Contains(out, "UNKNOWN") {
+		t.Fatalf("show while the dispatcher runs: exit %d: %s%s", code, out, errOut)
+	}
+	code, _, errOut = runJ(t, "release", "--store", path, "--by", "alice", "--reason", "x", unknown)
+	if code != 1 || !strings.Contains(errOut, "locked by another process (a running dispatcher)") || !strings.Contains(errOut, "stop the dispatcher first") {
+		t.Fatalf("release while the dispatcher runs: exit %d: %s", code, errOut)
+	}
+	<-done
+	n := submitted.Load()
+	code, out, _ = runJ(t, "list", "--store", path)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d job(s)", n+2)) {
+		t.Fatalf("after %d submits: exit %d:\n%s", n, code, out)
+	}
+	if during == 0 {
+		t.Fatal("no list ran while jobs were being submitted: the test proves nothing")
+	}
+	t.Logf("%d lists, %d of them while %d jobs were submitted", lists, during, n)
+}
+
+// TestJobsCorruptStore: a damaged store is refused by name with the way out, and quarantine
+// takes it, audited.
+func TestJobsCorruptStore(t *testing.T) {
+	path, _, _ := jobsStore(t)
+	boltfiletest.Damages()[3].Apply(t, path) // garbled
 	code, _, errOut := runJ(t, "list", "--store", path)
-	if code != 1 || !strings.Contains(errOut, "locked") {
-		t.Fatalf("exit %d: %s", code, errOut)
+	if code != 1 || !strings.Contains(errOut, "store "+path+" is corrupt") || !strings.Contains(errOut, "steward jobs quarantine --store "+path) {
+		t.Fatalf("list of a damaged store: exit %d: %s", code, errOut)
+	}
+	code, _, errOut = runJ(t, "quarantine", "--store", path, "--by", "alice")
+	if code != 2 || !strings.Contains(errOut, "--reason") {
+		t.Fatalf("quarantine without a reason: exit %d: %s", code, errOut)
+	}
+	code, out, errOut := runJ(t, "quarantine", "--store", path, "--by", "alice", "--reason", "bad sector (OPS-3)")
+	if code != 0 || !strings.Contains(out, "quarantined "+path+" as "+path+".corrupt-") || !strings.Contains(out, ".audit.json") {
+		t.Fatalf("quarantine: exit %d: %s%s", code, out, errOut)
+	}
+	notes, _ := filepath.Glob(path + ".corrupt-*.audit.json")
+	if len(notes) != 1 {
+		t.Fatalf("audit records: %v", notes)
+	}
+	if b, _ := os.ReadFile(notes[0]); !strings.Contains(string(b), "bad sector (OPS-3)") {
+		t.Fatalf("audit record:\n%s", b)
+	}
+	s, err := dispatch.OpenBolt(path, dispatch.BoltOptions{})
+	if err != nil {
+		t.Fatalf("a new store after quarantine: %v", err)
+	}
+	s.Close()
+	code, _, errOut = runJ(t, "quarantine", "--store", path, "--by", "alice", "--reason", "again")
+	if code != 1 || !strings.Contains(errOut, "not corrupt") {
+		t.Fatalf("quarantine of a sound store: exit %d: %s", code, errOut)
 	}
 }

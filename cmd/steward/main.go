@@ -2,7 +2,7 @@
 //
 //	steward serve      run the sidecar (go-plugin when launched by a go-plugin host, else stdio JSON-RPC)
 //	steward dataset    create and inspect datasets
-//	steward jobs       inspect and release jobs in a dispatcher's store
+//	steward jobs       inspect, release and quarantine a dispatcher's job store
 //	steward ledger     quarantine a corrupt ledger slot, the audited way out
 //	steward demo       the quickstart: index builds through the sidecar, with an OOM kill on purpose
 //	steward campaign   randomized fault campaign with an outcome-truth checker
@@ -72,7 +72,7 @@ commands:
   demo       build indexes on a generated dataset through the sidecar, with a crash on purpose
   serve      run the sidecar: go-plugin when started by a go-plugin host, JSON-RPC on stdin/stdout otherwise
   dataset    create | describe | versions: make and inspect datasets
-  jobs       list | show | release: inspect a dispatcher's durable job store
+  jobs       list | show | release | quarantine: inspect a dispatcher's durable job store
   ledger     quarantine: move a corrupt ledger slot aside, audited
   campaign   randomized fault campaign against MinIO with an outcome-truth checker
   version    print the build version

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cba1309c/steward/internal/boltfile"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -17,8 +18,13 @@ var (
 
 // BoltOptions configure OpenBolt.
 type BoltOptions struct {
-	// ReadOnly opens the file with a shared lock and refuses writes (the CLI's list and show).
+	// ReadOnly opens the file with a shared lock and refuses writes. A running dispatcher holds
+	// the file exclusively, so this fails with ErrStoreLocked while one runs: use Snapshot.
 	ReadOnly bool
+	// Snapshot reads a consistent copy of the file, taken without any lock, so that it works
+	// while a dispatcher holds the store (the CLI's list and show). The store is read-only and
+	// shows the jobs as they were when it was opened.
+	Snapshot bool
 	// LockTimeout bounds the wait for the file lock; a running dispatcher holds it exclusively.
 	// Default 1s.
 	LockTimeout time.Duration
@@ -29,28 +35,39 @@ type BoltOptions struct {
 // BoltStore is the embedded Store: one bbolt file, jobs as JSON under their id, and an index of
 // the active ones so that a round reads only what it may act on.
 type BoltStore struct {
-	db *bolt.DB
+	db   *bolt.DB
+	path string
 }
 
 var _ Store = (*BoltStore)(nil)
 
 // OpenBolt opens (creating if needed, unless read-only) the job store at path. Opening an
-// existing store writes nothing.
+// existing store writes nothing. A file that is present but empty, truncated or damaged is a
+// *CorruptError naming it (never a new store, never a panic); QuarantineStore moves it aside.
 func OpenBolt(path string, opts BoltOptions) (*BoltStore, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = time.Second
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout: opts.LockTimeout, ReadOnly: opts.ReadOnly, NoSync: opts.NoSync,
-	})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("%w: %s", ErrStoreLocked, path)
+	var db *bolt.DB
+	var err error
+	if opts.Snapshot {
+		db, err = boltfile.Snapshot(path)
+	} else {
+		db, err = boltfile.Open(path, 0o600, &bolt.Options{
+			Timeout: opts.LockTimeout, ReadOnly: opts.ReadOnly, NoSync: opts.NoSync,
+		}, initBolt)
 	}
-	if err != nil {
+	var bad *boltfile.CorruptError
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s", ErrStoreLocked, path)
+	case errors.As(err, &bad):
+		return nil, &CorruptError{Path: path, Err: bad.Err}
+	case err != nil:
 		return nil, fmt.Errorf("dispatch: open store %s: %w", path, err)
 	}
-	s := &BoltStore{db: db}
-	if opts.ReadOnly {
+	s := &BoltStore{db: db, path: path}
+	if opts.ReadOnly || opts.Snapshot {
 		return s, nil
 	}
 	var ready bool
@@ -58,21 +75,52 @@ func OpenBolt(path string, opts BoltOptions) (*BoltStore, error) {
 		ready = tx.Bucket(bucketJobs) != nil && tx.Bucket(bucketActive) != nil
 		return nil
 	})
-	if !ready {
-		err = db.Update(func(tx *bolt.Tx) error {
-			for _, b := range [][]byte{bucketJobs, bucketActive} {
-				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
+	if !ready { // a store whose first commit predates atomic creation
+		if err := db.Update(initBolt); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("dispatch: init store %s: %w", path, err)
 		}
 	}
 	return s, nil
+}
+
+func initBolt(tx *bolt.Tx) error {
+	for _, b := range [][]byte{bucketJobs, bucketActive} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Quarantined is the store file QuarantineStore moved aside.
+type Quarantined struct {
+	From    string // the store file
+	To      string // where it is now: From + ".corrupt-<UTC time>"
+	Note    string // the audit record written next to To
+	Problem string // what was wrong with it
+}
+
+// QuarantineStore is the audited way out of a corrupt store file: it moves the file at path
+// aside to <path>.corrupt-<UTC time>, with an audit record <that>.audit.json of by, reason, at
+// and the problem found, so that the next OpenBolt creates an empty store. Every job it held is
+// forgotten: UNKNOWN ones must be settled by hand from the quarantined file or the datasets. It
+// refuses a sound file (ErrNotCorrupt) and a file a process has open (ErrStoreLocked).
+func QuarantineStore(path, by, reason string, at time.Time) (Quarantined, error) {
+	if by == "" || reason == "" {
+		return Quarantined{}, ErrAuditRequired
+	}
+	moved, err := boltfile.Quarantine(boltfile.Audit{By: by, Reason: reason, At: at}, path)
+	switch {
+	case errors.Is(err, boltfile.ErrInUse):
+		return Quarantined{}, fmt.Errorf("%w: %s", ErrStoreLocked, path)
+	case errors.Is(err, boltfile.ErrNotCorrupt):
+		return Quarantined{}, fmt.Errorf("%w: %s", ErrNotCorrupt, path)
+	case err != nil:
+		return Quarantined{}, fmt.Errorf("dispatch: quarantine %s: %w", path, err)
+	}
+	m := moved[0]
+	return Quarantined{From: m.From, To: m.To, Note: m.Note, Problem: m.Problem}, nil
 }
 
 // View implements Store.
@@ -88,8 +136,8 @@ func (s *BoltStore) Update(fn func(Tx) error) error {
 // Close implements Store.
 func (s *BoltStore) Close() error { return s.db.Close() }
 
-// Path is the store's file.
-func (s *BoltStore) Path() string { return s.db.Path() }
+// Path is the store's file (for a snapshot, the file it copied).
+func (s *BoltStore) Path() string { return s.path }
 
 func closedErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {

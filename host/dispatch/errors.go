@@ -1,6 +1,9 @@
 package dispatch
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinels of the dispatcher. Admission rejections wrap one of the first five; nothing was
 // stored when Submit returns an error.
@@ -25,11 +28,29 @@ var (
 	ErrNotReleasable = errors.New("dispatch: only an UNKNOWN job that still holds its slot or awaits resolution can be force-released")
 	// ErrClosed means the dispatcher (or its store) is closed.
 	ErrClosed = errors.New("dispatch: closed")
-	// ErrStoreLocked means another process (a running dispatcher) holds the store file.
-	ErrStoreLocked = errors.New("dispatch: store file is locked by another process")
-	// ErrCorrupt means a stored record could not be decoded.
-	ErrCorrupt = errors.New("dispatch: corrupt job record")
+	// ErrStoreLocked means another process (a running dispatcher) holds the store file: writes
+	// (OpenBolt, QuarantineStore) need it; reads can open a Snapshot.
+	ErrStoreLocked = errors.New("dispatch: store file is locked by another process (a running dispatcher)")
+	// ErrCorrupt means the store file, or a record in it, is corrupt. OpenBolt returns it inside a
+	// *CorruptError naming the file; a record that does not decode fails only reads of that job.
+	ErrCorrupt = errors.New("dispatch: corrupt job store")
+	// ErrNotCorrupt means QuarantineStore was asked to move a sound store file; nothing moved.
+	ErrNotCorrupt = errors.New("dispatch: store file is not corrupt")
 )
+
+// CorruptError names a store file OpenBolt refuses: empty (a store truncated to 0 bytes is never
+// taken for a new one), truncated or damaged so that bbolt cannot read it. The file is unchanged.
+type CorruptError struct {
+	Path string // the store file
+	Err  error  // what is wrong with it
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("dispatch: store %s is corrupt: %v", e.Path, e.Err)
+}
+
+// Unwrap exposes ErrCorrupt and the cause to errors.Is.
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 
 // ErrInvalidConfig means a Config or a sidecar registration is unusable.
 var ErrInvalidConfig = errors.New("dispatch: invalid config")
