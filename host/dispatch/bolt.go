@@ -178,6 +178,13 @@ func (t boltTx) Put(j *Job) error {
 	return t.tx.Bucket(bucketActive).Delete([]byte(j.ID))
 }
 
+func (t boltTx) Delete(id string) error {
+	if err := t.tx.Bucket(bucketJobs).Delete([]byte(id)); err != nil {
+		return err
+	}
+	return t.tx.Bucket(bucketActive).Delete([]byte(id))
+}
+
 func (t boltTx) Active(fn func(Job) error) error {
 	b := t.tx.Bucket(bucketActive)
 	if b == nil {

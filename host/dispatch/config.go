@@ -50,6 +50,17 @@ type Config struct {
 	MaxUnresolvedPerDataset int
 	// MaxUnresolved is the quota of unresolved jobs in the whole store. Default 1024.
 	MaxUnresolved int
+	// PruneAge is how long a finished job is kept after its last update. A finished job is one no
+	// round acts on any more: COMMITTED or NOT_COMMITTED with its slot free and its refresh done
+	// (or not required), or UNKNOWN and force-released. UNKNOWN jobs not released and live jobs are
+	// never pruned. Default 7 days (168h).
+	PruneAge time.Duration
+	// PruneKeep is the most finished jobs kept: beyond it the least recently updated ones are
+	// deleted whatever their age. Default 10,000 (a job takes about 5.5 KiB of store).
+	PruneKeep int
+	// PruneInterval is the least time between two prune passes; a pass reads every stored job,
+	// since finished ones are not indexed. The first round prunes. Default 1h.
+	PruneInterval time.Duration
 	// Disabled starts the dispatcher with admission switched off (see SetEnabled). Default false.
 	Disabled bool
 	// Refresh is the post-commit hook. Nil: no refresh is ever required.
@@ -84,6 +95,9 @@ func (c Config) withDefaults() Config {
 	defInt(&c.MaxInFlightPerSidecar, 2)
 	defInt(&c.MaxUnresolvedPerDataset, 64)
 	defInt(&c.MaxUnresolved, 1024)
+	def(&c.PruneAge, 7*24*time.Hour)
+	def(&c.PruneInterval, time.Hour)
+	defInt(&c.PruneKeep, 10000)
 	if c.Logger == nil {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "dispatch", Level: hclog.Info})
 	}

@@ -23,6 +23,7 @@ type Dispatcher struct {
 	enabled atomic.Bool
 
 	roundMu sync.Mutex // one round at a time
+	pruneAt time.Time  // the next prune pass is due (under roundMu)
 
 	mu        sync.Mutex
 	sidecars  map[string]*sidecarEntry // name → current sidecar

@@ -173,6 +173,13 @@ func (j *Job) Unresolved() bool {
 // Active reports whether a dispatcher round still has something to do with the job.
 func (j *Job) Active() bool { return j.Unresolved() || j.Refresh.pending() }
 
+// Finished reports whether no round will ever act on the job again: its outcome is settled (or
+// it was force-released UNKNOWN), its slot is free and its refresh is done. Only finished jobs
+// are pruned.
+func (j *Job) Finished() bool {
+	return !j.Active() && (j.State.Settled() || (j.State == StateUnknown && j.Released))
+}
+
 // DatasetKey identifies the job's dataset for the fence and the per-dataset quota.
 func (j *Job) DatasetKey() string { return datasetKey(j.Dataset) }
 

@@ -16,10 +16,12 @@ type RoundStats struct {
 	Resolved   int // UNKNOWN jobs settled by index.resolve
 	Refreshed  int // refresh hook runs (DONE or FAILED)
 	Dispatched int // sends started
+	Pruned     int // finished jobs deleted (see Config.PruneAge)
 }
 
 // Round runs one dispatcher round, in a fixed order: deadline sweep, possible-live sweep, resolve
-// driver, refresh driver, PENDING dispatch. Sends are started and not waited for; their answers
+// driver, refresh driver, PENDING dispatch, and at most every Config.PruneInterval the pruning of
+// finished jobs. Sends are started and not waited for; their answers
 // are journaled when they arrive. A round with nothing to do writes nothing to the store.
 func (d *Dispatcher) Round(ctx context.Context) (RoundStats, error) {
 	d.roundMu.Lock()
@@ -32,7 +34,7 @@ func (d *Dispatcher) Round(ctx context.Context) (RoundStats, error) {
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)() // Close cuts a round's resolve and refresh calls short
 	steps := []func(context.Context, *RoundStats) error{
-		d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.driveRefresh, d.dispatchPending,
+		d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.driveRefresh, d.dispatchPending, d.prune,
 	}
 	for _, step := range steps {
 		if err := step(ctx, &st); err != nil {

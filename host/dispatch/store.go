@@ -18,6 +18,8 @@ type Tx interface {
 	Get(id string) (Job, error)
 	// Put stores j (insert or replace). Only valid in Update.
 	Put(j *Job) error
+	// Delete removes the job with id, if any. Only valid in Update.
+	Delete(id string) error
 	// Active calls fn for every job whose Active() was true when it was last Put, in id order.
 	Active(fn func(Job) error) error
 	// All calls fn for every job in id order.
