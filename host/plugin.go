@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"time"
@@ -16,32 +17,46 @@ import (
 // logs re-emitted through cfg.Logger) and opens a JSON-RPC stream on the MuxBroker. go-plugin alone
 // leaves the plugin running when the host is SIGKILLed; PDEATHSIG and the sidecar's own watch of
 // its parent close that gap.
+//
+// The sidecar's go-plugin server listens on a unix socket it creates with os.CreateTemp(dir,
+// "plugin"), dir being $PLUGIN_UNIX_SOCKET_DIR or else the temp dir, and removes only when it
+// exits cleanly: a sidecar that is SIGKILLed leaves it behind. Each sidecar therefore gets a
+// private socket directory, which the host removes as soon as that sidecar has exited, however
+// it ended.
 func Launch(ctx context.Context, cfg Config) (*Client, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Path == "" {
 		return nil, fmt.Errorf("%w: Path is required", ErrConfig)
 	}
+	sockDir, err := os.MkdirTemp("", "steward-plugin-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: socket dir: %w", ErrLaunch, err)
+	}
 	cmd := exec.Command(cfg.Path, append([]string{"serve", "--max-frame", strconv.Itoa(cfg.MaxFrame)}, cfg.Args...)...)
-	cmd.Env = withoutPluginCookie(cfg.Env) // go-plugin adds its own cookie and PLUGIN_* variables
+	// go-plugin adds its own cookie and PLUGIN_* variables; with SkipHostEnv it adds nothing else,
+	// so the sidecar's environment is exactly cfg.Env (or the host's) plus those.
+	cmd.Env = append(withoutPluginCookie(cfg.Env), goplugin.EnvUnixSocketDir+"="+sockDir)
 	withPdeathsig(cmd)
 	pc := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  plugin.Handshake,
 		Plugins:          plugin.PluginMap(),
 		Cmd:              cmd,
+		SkipHostEnv:      true,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolNetRPC},
 		AutoMTLS:         true,
 		Logger:           cfg.Logger.Named("sidecar"),
 		StartTimeout:     cfg.StartTimeout,
 	})
-	p := &pluginProcess{client: pc, cmd: cmd, done: make(chan struct{})}
+	p := &pluginProcess{client: pc, cmd: cmd, sockDir: sockDir, done: make(chan struct{})}
 	var proto goplugin.ClientProtocol
-	err := startLocked(func() error {
+	err = startLocked(func() error {
 		var err error
 		proto, err = pc.Client()
 		return err
 	}, p.hold)
 	if err != nil {
 		pc.Kill()
+		os.RemoveAll(sockDir)
 		return nil, fmt.Errorf("%w: go-plugin start: %w", ErrLaunch, err)
 	}
 	conn, err := plugin.DialStream(proto)
@@ -53,19 +68,22 @@ func Launch(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 type pluginProcess struct {
-	client *goplugin.Client
-	cmd    *exec.Cmd
-	done   chan struct{}
+	client  *goplugin.Client
+	cmd     *exec.Cmd
+	sockDir string // the sidecar's private PLUGIN_UNIX_SOCKET_DIR
+	done    chan struct{}
 }
 
-// hold keeps the starting thread (and so PDEATHSIG) alive until the plugin has exited. go-plugin
-// reaps the process itself and exposes only a flag, hence the poll.
+// hold keeps the starting thread (and so PDEATHSIG) alive until the plugin has exited, then
+// removes its socket directory. go-plugin reaps the process itself and exposes only a flag, hence
+// the poll.
 func (p *pluginProcess) hold() {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for !p.client.Exited() {
 		<-t.C
 	}
+	os.RemoveAll(p.sockDir)
 	close(p.done)
 }
 
