@@ -14,5 +14,10 @@
 //
 // Classification reads typed fields only (phase, code, error sentinels), never message text.
 //
-// dispatch imports rpc and host only; it never links the sidecar, isolation or storage packages.
+// The bbolt store is never taken on trust: a damaged file is a *CorruptError naming it
+// (QuarantineStore is the audited way out), readers can open a lock-free Snapshot while a
+// dispatcher holds the file, and finished jobs are pruned by age and count.
+//
+// dispatch imports rpc, host and internal/boltfile only; it never links the sidecar, isolation or
+// storage packages.
 package dispatch

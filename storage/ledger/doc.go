@@ -12,6 +12,9 @@
 // historical orphans under a dataset prefix: objects that no manifest version references and
 // no ticket owns, older than a safety age, and deletes them through the same cleanup path.
 //
-// The package imports storage and storage/dataset only. It knows nothing of JSON-RPC, the
+// A journal file that is present but empty, truncated or damaged is refused with a
+// *CorruptError naming it, never loaded as an empty ledger and never allowed to panic.
+//
+// The package imports storage, storage/dataset and internal/boltfile (a leaf) only. It knows nothing of JSON-RPC, the
 // worker pipe or Prometheus: the sidecar maps its errors to wire codes and its Stats to metrics.
 package ledger
