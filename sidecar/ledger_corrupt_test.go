@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/internal/boltfile/boltfiletest"
 	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storage/ledger"
@@ -129,16 +129,12 @@ func TestCorruptLedgerSlotRefused(t *testing.T) {
 				}
 				t.Logf("quarantine:\n%s", out)
 
+				sc := testsidecar.Start(t, testsidecar.Options{Args: []string{"--state-dir", dir}})
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				c, err := host.LaunchStdio(ctx, host.Config{Path: bin, Args: []string{"--state-dir", dir},
-					Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn})})
-				if err != nil {
-					t.Fatalf("sidecar after quarantine: %v", err)
-				}
 				var st rpc.ObjectsStatusResult
-				err = c.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st)
-				c.Close()
+				err = sc.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st)
+				sc.Close()
 				if err != nil || st.Ledger.Used != 0 {
 					t.Fatalf("fresh slot: %+v, %v", st, err)
 				}
