@@ -131,7 +131,7 @@ func TestSIGKILLDurability(t *testing.T) {
 	t.Logf("reported %d reservations, %d tickets after restart across %d owners", len(reported), len(held), len(owners))
 
 	settled := 0
-	rep, err := l.Recover(ctx, func(ctx context.Context, o ledger.Owner) (ledger.Verdict, error) {
+	rep, err := l.Recover(ctx, func(ctx context.Context, o ledger.Owner, _ []byte) (ledger.Verdict, error) {
 		settled++
 		return ledger.NotCommitted, nil
 	})

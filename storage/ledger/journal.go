@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -20,6 +21,7 @@ import (
 var (
 	bucketTickets   = []byte("tickets")
 	bucketTransfers = []byte("transfers")
+	bucketNotes     = []byte("notes") // owner → note; journals older than notes lack the bucket
 )
 
 // jop is one change: put val under key in the bucket, or delete key when val is nil.
@@ -59,7 +61,7 @@ func openJournal(path string, log hclog.Logger) (*journal, error) {
 }
 
 func initJournal(tx *bolt.Tx) error {
-	for _, b := range [][]byte{bucketTickets, bucketTransfers} {
+	for _, b := range [][]byte{bucketTickets, bucketTransfers, bucketNotes} {
 		if _, err := tx.CreateBucket(b); err != nil {
 			return err
 		}
@@ -138,8 +140,10 @@ func (j *journal) commit() {
 	}
 	err := j.db.Update(func(tx *bolt.Tx) error {
 		for _, op := range ops {
-			b := tx.Bucket(op.bucket)
-			var err error
+			b, err := tx.CreateBucketIfNotExists(op.bucket)
+			if err != nil {
+				return err
+			}
 			if op.val == nil {
 				err = b.Delete(op.key)
 			} else {
@@ -170,8 +174,25 @@ func (j *journal) close() error {
 }
 
 // load calls fn for every ticket and pair record, in key order.
-func (j *journal) load(ticket func(store, key string, r record) error, pair func(from, to Owner, acked uint64) error) error {
+func (j *journal) load(ticket func(store, key string, r record) error, pair func(from, to Owner, acked uint64) error,
+	note func(o Owner, note []byte) error) error {
 	return j.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketNotes); b != nil {
+			err := b.ForEach(func(k, v []byte) error {
+				d := decoder{b: k}
+				o := d.owner(d.byte())
+				if d.err == nil && len(d.b) != 0 {
+					d.fail("trailing bytes in note key")
+				}
+				if d.err != nil {
+					return fmt.Errorf("note key: %w", d.err)
+				}
+				return note(o, bytes.Clone(v))
+			})
+			if err != nil {
+				return err
+			}
+		}
 		err := tx.Bucket(bucketTickets).ForEach(func(k, v []byte) error {
 			store, key, err := splitTicketKey(k)
 			if err != nil {

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -150,11 +151,32 @@ func (l *Ledger) Close() error {
 // when another owner (or the cleanup worker) holds one of the names. Keys the owner already
 // holds are accepted again (idempotent). When Reserve returns nil the tickets are durable.
 func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []string) error {
-	p, err := l.ReserveAsync(ctx, owner, store, keys)
+	return l.ReserveNoted(ctx, owner, nil, store, keys)
+}
+
+// ReserveNoted is Reserve with a note for the owner: opaque bytes (at most MaxNoteLen) that the
+// ledger keeps with the owner for as long as it holds a ticket. The note is journaled in the
+// same commit as the owner's first ticket and deleted with its last, and Recover hands it to the
+// SettleFunc, so what settles an owner after a restart (for an invocation: where it would have
+// committed) can never be missing while its tickets exist, nor outlive them. An owner that
+// already has a note keeps it; nil adds none.
+func (l *Ledger) ReserveNoted(ctx context.Context, owner Owner, note []byte, store string, keys []string) error {
+	p, err := l.reserveAsync(ctx, owner, note, store, keys)
 	if err != nil {
 		return err
 	}
 	return p.Wait()
+}
+
+// Note returns a copy of the owner's note, if it holds tickets and has one.
+func (l *Ledger) Note(owner Owner) ([]byte, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	oid, ok := l.own.lookup(owner)
+	if !ok || l.own.rec(oid).note == nil {
+		return nil, false
+	}
+	return bytes.Clone(l.own.rec(oid).note), true
 }
 
 // ReserveAsync admits the reservation at once (capacity, ownership) and makes it durable in the
@@ -163,8 +185,15 @@ func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []
 // first (GuardReader holds back the end of the body until then), so the journal's fsync hides
 // behind the transfer instead of adding to it.
 func (l *Ledger) ReserveAsync(ctx context.Context, owner Owner, store string, keys []string) (*Pending, error) {
+	return l.reserveAsync(ctx, owner, nil, store, keys)
+}
+
+func (l *Ledger) reserveAsync(ctx context.Context, owner Owner, note []byte, store string, keys []string) (*Pending, error) {
 	if err := checkArgs(ctx, owner, store, keys, false); err != nil {
 		return nil, err
+	}
+	if len(note) > MaxNoteLen {
+		return nil, fmt.Errorf("%w: note of %d bytes for %v (max %d)", ErrInvalid, len(note), owner, MaxNoteLen)
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -196,6 +225,12 @@ func (l *Ledger) ReserveAsync(ctx context.Context, owner Owner, store string, ke
 	}
 	oid = l.own.intern(owner)
 	var ops []jop
+	if rec := l.own.rec(oid); note != nil && rec.note == nil {
+		rec.note = bytes.Clone(note)
+		if l.j != nil {
+			ops = append(ops, jop{bucket: bucketNotes, key: appendOwner(nil, owner), val: rec.note})
+		}
+	}
 	var added []uint32
 	for _, k := range keys {
 		id, ok := l.idx.lookup(sid, k)
@@ -479,6 +514,11 @@ func (l *Ledger) maybeDrop(oid uint32) {
 		}
 	}
 	delete(l.loaded, r.owner)
+	if r.note != nil && l.j != nil {
+		// Deleted with the last ticket, in the same (unwaited) commit as its release: a note
+		// that survives a crash without tickets is dropped at the next load.
+		l.j.submit([]jop{{bucket: bucketNotes, key: appendOwner(nil, r.owner)}}, false)
+	}
 	l.own.drop(oid)
 	// A partner left without tickets (a receiver that never got anything) goes too.
 	for _, p := range pairs {
@@ -507,6 +547,9 @@ const MaxStoreName = 255
 
 // MaxStores bounds the distinct store names a ledger tracks.
 const MaxStores = 1 << 16
+
+// MaxNoteLen bounds an owner's note (ReserveNoted).
+const MaxNoteLen = 4096
 
 func (l *Ledger) ticketKey(id uint32) []byte {
 	s := l.idx.slot(id)

@@ -55,6 +55,7 @@ type ownerRec struct {
 	head      uint32 // first slot+1
 	held      uint32
 	abandoned uint32
+	note      []byte // ReserveNoted's note, journaled under bucketNotes; nil: none
 }
 
 // owners gives each live owner a small id so that a slot names it in four bytes.

@@ -18,8 +18,9 @@ const (
 	NotCommitted
 )
 
-// SettleFunc decides an invocation's outcome, e.g. through dataset.ResolveSlot.
-type SettleFunc func(ctx context.Context, owner Owner) (Verdict, error)
+// SettleFunc decides an invocation's outcome, e.g. through dataset.ResolveSlot. note is the
+// owner's note (ReserveNoted), nil if it has none.
+type SettleFunc func(ctx context.Context, owner Owner, note []byte) (Verdict, error)
 
 // RecoverReport counts the owners one Recover call handled.
 type RecoverReport struct {
@@ -43,6 +44,7 @@ func (l *Ledger) load() error {
 	}
 	var offers []pending
 	var pairs []pairRec
+	notes := map[Owner][]byte{}
 	abandoned := map[uint16][]uint32{}
 	err := l.j.load(func(store, key string, r record) error {
 		if err := checkArgs(context.Background(), r.owner, store, []string{key}, false); err != nil {
@@ -70,6 +72,9 @@ func (l *Ledger) load() error {
 	}, func(from, to Owner, acked uint64) error {
 		pairs = append(pairs, pairRec{from: from, to: to, acked: acked})
 		return nil
+	}, func(o Owner, note []byte) error {
+		notes[o] = note
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("load journal: %w", err)
@@ -86,6 +91,14 @@ func (l *Ledger) load() error {
 			l.xfer.pair(fid, tid).acked = pr.acked
 		} else {
 			l.j.submit([]jop{{bucket: bucketTransfers, key: pairKey(pr.from, pr.to)}}, false)
+		}
+	}
+	for o, note := range notes {
+		if oid, ok := l.own.lookup(o); ok {
+			l.own.rec(oid).note = note
+		} else {
+			// Its last ticket was released just before a crash: the note goes too.
+			l.j.submit([]jop{{bucket: bucketNotes, key: appendOwner(nil, o)}}, false)
 		}
 	}
 	for sid, ids := range abandoned {
@@ -131,7 +144,8 @@ func (l *Ledger) Recover(ctx context.Context, settle SettleFunc) (RecoverReport,
 }
 
 func (l *Ledger) settleOne(ctx context.Context, o Owner, settle SettleFunc, rep *RecoverReport) error {
-	v, err := settle(ctx, o)
+	note, _ := l.Note(o)
+	v, err := settle(ctx, o, note)
 	if err != nil {
 		l.log.Warn("invocation outcome still unknown", "invocation", o.ID, "error", err)
 		v = Unknown
