@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/custody"
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 )
@@ -65,7 +66,7 @@ func TestCloseStopsPendingSelfFence(t *testing.T) {
 	}
 	j := &job{p: rpc.MutateParams{InvocationID: "inv-fence", PinnedVersion: 1,
 		Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://bucket", Endpoint: endpoint}, Path: "ds"}}}
-	if err := s.custody.reserve(context.Background(), j, []string{"ds/data/a.parquet"}); err != nil {
+	if err := s.custody.Reserve(context.Background(), invocationOf(j), []string{"ds/data/a.parquet"}); err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
 	s.settleCustody(j, rpc.MutateResult{Phase: rpc.PhaseIndeterminate, Code: rpc.ReasonWorkerLost})
@@ -85,7 +86,7 @@ func TestCloseStopsPendingSelfFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := s2.ledger.l.Status(context.Background(), invOwner("inv-fence"))
+	st, err := s2.custody.Ledger().Status(context.Background(), custody.Owner("inv-fence"))
 	if err != nil || st.Held != 1 {
 		t.Fatalf("after restart: %+v %v; want the one ticket held", st, err)
 	}

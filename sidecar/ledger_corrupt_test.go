@@ -19,12 +19,11 @@ import (
 	"github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storage/ledger"
 	"github.com/hashicorp/go-hclog"
-	bolt "go.etcd.io/bbolt"
 )
 
-// fillSlot gives slot 0 of dir a journal with tickets and invocation records spanning many
-// pages, as a sidecar that ran for a while leaves them.
-func fillSlot(t *testing.T, dir string) (journal, records string) {
+// fillSlot gives slot 0 of dir a journal with tickets spanning many pages, as a sidecar that ran
+// for a while leaves it.
+func fillSlot(t *testing.T, dir string) (journal string) {
 	t.Helper()
 	journal = filepath.Join(dir, "ledger-0.db")
 	l, err := ledger.Open(context.Background(), ledger.Config{Path: journal})
@@ -44,35 +43,10 @@ func fillSlot(t *testing.T, dir string) (journal, records string) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	records = journal + ".invocations"
-	db, err := bolt.Open(records, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
-		invs, err := tx.CreateBucket([]byte("invocations"))
-		if err != nil {
-			return err
-		}
-		if _, err := tx.CreateBucket([]byte("stores")); err != nil {
-			return err
-		}
-		for i := range 400 {
-			rec := fmt.Appendf(nil, `{"store":{"url":"file:///data"},"path":"events-%04d","pinned":%d,"at_unix_ms":1}`, i, i)
-			if err := invs.Put(fmt.Appendf(nil, "inv-%04d", i), rec); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return journal, records
+	return journal
 }
 
-// A sidecar whose ledger slot (journal or invocation records) is damaged refuses to start with
+// A sidecar whose ledger journal is damaged refuses to start with
 // an error that names the file and the way out, instead of panicking or starting empty (it used
 // to do both). "steward ledger quarantine" moves the slot aside with an audit record, and then a
 // real sidecar starts on a fresh slot.
@@ -80,68 +54,83 @@ func TestCorruptLedgerSlotRefused(t *testing.T) {
 	testenv.NeedRoot(t) // the real sidecar started at the end
 	bin := testbin.Steward(t)
 	for _, d := range boltfiletest.Damages() {
-		for _, which := range []string{"journal", "records"} {
-			t.Run(d.Name+"/"+which, func(t *testing.T) {
-				dir := t.TempDir()
-				journal, records := fillSlot(t, dir)
-				bad := map[string]string{"journal": journal, "records": records}[which]
-				d.Apply(t, bad)
+		t.Run(d.Name, func(t *testing.T) {
+			dir := t.TempDir()
+			journal := fillSlot(t, dir)
+			bad := journal
+			d.Apply(t, bad)
 
-				// In-process, for the typed error; New fails before anything else starts.
-				s, err := sidecar.New(sidecar.Config{DisableIsolation: true, StateDir: dir, Logger: hclog.NewNullLogger()})
-				if err == nil {
-					s.Close()
-					t.Fatal("a sidecar started on a damaged ledger slot")
-				}
-				var ce *ledger.CorruptError
-				if !errors.As(err, &ce) || ce.Path != bad || !errors.Is(err, ledger.ErrCorrupt) {
-					t.Fatalf("want a *ledger.CorruptError naming %s, got %v", bad, err)
-				}
-				if !strings.Contains(err.Error(), "steward ledger quarantine --state-dir "+dir) {
-					t.Fatalf("the error does not say the way out: %v", err)
-				}
-				if _, err := os.Stat(filepath.Join(dir, "ledger-1.db")); err == nil {
-					t.Fatal("the sidecar moved on to another slot instead of refusing")
-				}
+			// In-process, for the typed error; New fails before anything else starts.
+			s, err := sidecar.New(sidecar.Config{DisableIsolation: true, StateDir: dir, Logger: hclog.NewNullLogger()})
+			if err == nil {
+				s.Close()
+				t.Fatal("a sidecar started on a damaged ledger slot")
+			}
+			var ce *ledger.CorruptError
+			if !errors.As(err, &ce) || ce.Path != bad || !errors.Is(err, ledger.ErrCorrupt) {
+				t.Fatalf("want a *ledger.CorruptError naming %s, got %v", bad, err)
+			}
+			if !strings.Contains(err.Error(), "steward ledger quarantine --state-dir "+dir) {
+				t.Fatalf("the error does not say the way out: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "ledger-1.db")); err == nil {
+				t.Fatal("the sidecar moved on to another slot instead of refusing")
+			}
 
-				quarantine := func(args ...string) (string, error) {
-					out, err := exec.Command(bin, append([]string{"ledger", "quarantine", "--state-dir", dir}, args...)...).CombinedOutput()
-					return string(out), err
+			quarantine := func(args ...string) (string, error) {
+				out, err := exec.Command(bin, append([]string{"ledger", "quarantine", "--state-dir", dir}, args...)...).CombinedOutput()
+				return string(out), err
+			}
+			if out, err := quarantine("--by", "ops@example"); err == nil || !strings.Contains(out, "--reason") {
+				t.Fatalf("quarantine without a reason: %v\n%s", err, out)
+			}
+			out, err := quarantine("--by", "ops@example", "--reason", "disk replaced (OPS-9)")
+			if err != nil {
+				t.Fatalf("quarantine: %v\n%s", err, out)
+			}
+			for _, f := range []string{journal} {
+				if !strings.Contains(out, "quarantined "+f+" as "+f+".corrupt-") {
+					t.Fatalf("quarantine did not report moving %s:\n%s", f, out)
 				}
-				if out, err := quarantine("--by", "ops@example"); err == nil || !strings.Contains(out, "--reason") {
-					t.Fatalf("quarantine without a reason: %v\n%s", err, out)
+				notes, _ := filepath.Glob(f + ".corrupt-*.audit.json")
+				if len(notes) != 1 {
+					t.Fatalf("audit records of %s: %v", f, notes)
 				}
-				out, err := quarantine("--by", "ops@example", "--reason", "disk replaced (OPS-9)")
-				if err != nil {
-					t.Fatalf("quarantine: %v\n%s", err, out)
+				if b, _ := os.ReadFile(notes[0]); !strings.Contains(string(b), "disk replaced (OPS-9)") || !strings.Contains(string(b), "ops@example") {
+					t.Fatalf("audit record %s:\n%s", notes[0], b)
 				}
-				for _, f := range []string{journal, records} {
-					if !strings.Contains(out, "quarantined "+f+" as "+f+".corrupt-") {
-						t.Fatalf("quarantine did not report moving %s:\n%s", f, out)
-					}
-					notes, _ := filepath.Glob(f + ".corrupt-*.audit.json")
-					if len(notes) != 1 {
-						t.Fatalf("audit records of %s: %v", f, notes)
-					}
-					if b, _ := os.ReadFile(notes[0]); !strings.Contains(string(b), "disk replaced (OPS-9)") || !strings.Contains(string(b), "ops@example") {
-						t.Fatalf("audit record %s:\n%s", notes[0], b)
-					}
-				}
-				t.Logf("quarantine:\n%s", out)
+			}
+			t.Logf("quarantine:\n%s", out)
 
-				sc := testsidecar.Start(t, testsidecar.Options{Args: []string{"--state-dir", dir}})
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				var st rpc.ObjectsStatusResult
-				err = sc.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st)
-				sc.Close()
-				if err != nil || st.Ledger.Used != 0 {
-					t.Fatalf("fresh slot: %+v, %v", st, err)
-				}
-				if out, err := quarantine("--by", "ops", "--reason", "again"); err == nil || !strings.Contains(out, "no corrupt ledger slot") {
-					t.Fatalf("a sound slot was quarantined: %v\n%s", err, out)
-				}
-			})
-		}
+			sc := testsidecar.Start(t, testsidecar.Options{Args: []string{"--state-dir", dir}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var st rpc.ObjectsStatusResult
+			err = sc.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st)
+			sc.Close()
+			if err != nil || st.Ledger.Used != 0 {
+				t.Fatalf("fresh slot: %+v, %v", st, err)
+			}
+			if out, err := quarantine("--by", "ops", "--reason", "again"); err == nil || !strings.Contains(out, "no corrupt ledger slot") {
+				t.Fatalf("a sound slot was quarantined: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// A damaged invocation-records file left by an older sidecar is no longer read (records are notes
+// inside the journal now): it never stops a start.
+func TestLegacyRecordsFileIgnored(t *testing.T) {
+	dir := t.TempDir()
+	journal := fillSlot(t, dir)
+	if err := os.WriteFile(journal+".invocations", []byte("not a bbolt file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sidecar.New(sidecar.Config{DisableIsolation: true, DisableParentWatch: true, StateDir: dir, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatalf("a damaged legacy records file stopped the start: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

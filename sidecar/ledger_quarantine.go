@@ -21,10 +21,10 @@ type Quarantined struct {
 }
 
 // QuarantineLedger is the explicit, audited way out of a corrupt ledger slot. The sidecar refuses
-// to start on a journal or invocation-records file that is empty, truncated or damaged, because
+// to start on a journal that is empty, truncated or damaged, because
 // starting empty would silently drop the custody it recorded. For the slot at ledgerPath, or else
 // every slot of stateDir ("" = the default state directory) that no live sidecar holds, whose
-// journal or records are corrupt, it moves both files aside together, each to
+// journal is corrupt, it moves the journal aside to
 // <file>.corrupt-<UTC time> with an audit record <that>.audit.json naming by, reason, at and the
 // problem; the next sidecar starts that slot empty. The objects the lost tickets named are
 // orphans from then on, for objects.sweep to find. Sound slots and slots in use are left alone;
@@ -66,11 +66,11 @@ func QuarantineLedger(stateDir, ledgerPath, by, reason string, at time.Time) ([]
 	return out, nil
 }
 
-// quarantineSlot moves the journal at path and its invocation records aside if either is corrupt,
-// holding the slot's lock so that no sidecar starts on it meanwhile.
+// quarantineSlot moves the journal at path aside if it is corrupt, holding the slot's lock so
+// that no sidecar starts on it meanwhile. (Invocation records are notes inside the journal; a
+// legacy "<path>.invocations" file is no longer read, so it never blocks a start.)
 func quarantineSlot(path string, a boltfile.Audit) ([]Quarantined, error) {
-	inv := path + ".invocations"
-	if !exists(path) && !exists(inv) {
+	if !exists(path) {
 		return nil, boltfile.ErrNotCorrupt
 	}
 	lock, err := lockFile(path + ".lock")
@@ -78,7 +78,7 @@ func quarantineSlot(path string, a boltfile.Audit) ([]Quarantined, error) {
 		return nil, err
 	}
 	defer lock.Close()
-	moved, err := boltfile.Quarantine(a, path, inv)
+	moved, err := boltfile.Quarantine(a, path)
 	out := make([]Quarantined, len(moved))
 	for i, m := range moved {
 		out[i] = Quarantined{From: m.From, To: m.To, Note: m.Note, Problem: m.Problem}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/custody"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/ledger"
 )
@@ -24,7 +25,7 @@ func (s *Server) registerObjects() {
 
 func hostOwner(o rpc.ObjectOwner) ledger.Owner {
 	if o.Kind == rpc.OwnerInvocation {
-		return invOwner(o.ID)
+		return custody.Owner(o.ID)
 	}
 	return ledger.Owner{Kind: ledger.HostTxn, ID: o.ID}
 }
@@ -36,15 +37,15 @@ func wireOwner(o ledger.Owner) rpc.ObjectOwner {
 	return rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: o.ID}
 }
 
-func (s *Server) objectsLedger() (*custody, error) {
-	if s.ledger == nil {
+func (s *Server) objectsLedger() (*ledger.Ledger, error) {
+	if s.custody == nil {
 		return nil, fmt.Errorf("%w: no ledger", rpc.ErrInternal)
 	}
-	return s.ledger, nil
+	return s.custody.Ledger(), nil
 }
 
 func (s *Server) ownerStatus(ctx context.Context, o rpc.ObjectOwner) (rpc.ObjectsOwnerStatus, error) {
-	st, err := s.ledger.l.Status(ctx, hostOwner(o))
+	st, err := s.custody.Ledger().Status(ctx, hostOwner(o))
 	if err != nil {
 		return rpc.ObjectsOwnerStatus{}, err
 	}
@@ -52,18 +53,18 @@ func (s *Server) ownerStatus(ctx context.Context, o rpc.ObjectOwner) (rpc.Object
 }
 
 func (s *Server) objectsReserve(ctx context.Context, p rpc.ObjectsReserveParams) (rpc.ObjectsReserveResult, error) {
-	c, err := s.objectsLedger()
+	l, err := s.objectsLedger()
 	if err != nil {
 		return rpc.ObjectsReserveResult{}, err
 	}
-	name, err := c.learn(p.Store)
+	name, err := custody.StoreName(p.Store)
 	if err != nil {
 		return rpc.ObjectsReserveResult{}, err
 	}
-	if err := c.l.Reserve(ctx, hostOwner(p.Owner), name, p.Keys); err != nil {
+	if err := l.Reserve(ctx, hostOwner(p.Owner), name, p.Keys); err != nil {
 		return rpc.ObjectsReserveResult{}, err
 	}
-	st := c.l.Stats()
+	st := l.Stats()
 	return rpc.ObjectsReserveResult{Reserved: len(p.Keys), Used: st.Used, Capacity: st.Capacity}, nil
 }
 
@@ -77,13 +78,13 @@ func (s *Server) objectsAbandon(ctx context.Context, p rpc.ObjectsReleaseParams)
 
 // objectsRelease accepts or abandons; it answers with the owner's counts after the call.
 func (s *Server) objectsRelease(ctx context.Context, p rpc.ObjectsReleaseParams, accept bool) (rpc.ObjectsOwnerStatus, error) {
-	c, err := s.objectsLedger()
+	l, err := s.objectsLedger()
 	if err != nil {
 		return rpc.ObjectsOwnerStatus{}, err
 	}
 	store := ""
 	if p.Store != nil {
-		if store, _, err = storeName(*p.Store); err != nil {
+		if store, err = custody.StoreName(*p.Store); err != nil {
 			return rpc.ObjectsOwnerStatus{}, err
 		}
 	}
@@ -92,9 +93,9 @@ func (s *Server) objectsRelease(ctx context.Context, p rpc.ObjectsReleaseParams,
 		keys = nil
 	}
 	if accept {
-		err = c.l.Accept(ctx, hostOwner(p.Owner), store, keys)
+		err = l.Accept(ctx, hostOwner(p.Owner), store, keys)
 	} else {
-		err = c.l.Abandon(ctx, hostOwner(p.Owner), store, keys)
+		err = l.Abandon(ctx, hostOwner(p.Owner), store, keys)
 	}
 	if err != nil {
 		return rpc.ObjectsOwnerStatus{}, err
@@ -103,11 +104,11 @@ func (s *Server) objectsRelease(ctx context.Context, p rpc.ObjectsReleaseParams,
 }
 
 func (s *Server) objectsTransfer(ctx context.Context, p rpc.ObjectsTransferParams) (rpc.ObjectsTransferResult, error) {
-	c, err := s.objectsLedger()
+	l, err := s.objectsLedger()
 	if err != nil {
 		return rpc.ObjectsTransferResult{}, err
 	}
-	name, _, err := storeName(p.Store)
+	name, err := custody.StoreName(p.Store)
 	if err != nil {
 		return rpc.ObjectsTransferResult{}, err
 	}
@@ -115,18 +116,18 @@ func (s *Server) objectsTransfer(ctx context.Context, p rpc.ObjectsTransferParam
 	for i, it := range p.Items {
 		items[i] = ledger.TransferItem{Seq: it.Seq, Store: name, Key: it.Key}
 	}
-	if err := c.l.Transfer(ctx, hostOwner(p.From), hostOwner(p.To), items); err != nil {
+	if err := l.Transfer(ctx, hostOwner(p.From), hostOwner(p.To), items); err != nil {
 		return rpc.ObjectsTransferResult{}, err
 	}
 	return rpc.ObjectsTransferResult{Offered: len(items)}, nil
 }
 
 func (s *Server) objectsAcknowledge(ctx context.Context, p rpc.ObjectsAcknowledgeParams) (rpc.ObjectsAcknowledgeResult, error) {
-	c, err := s.objectsLedger()
+	l, err := s.objectsLedger()
 	if err != nil {
 		return rpc.ObjectsAcknowledgeResult{}, err
 	}
-	acked, err := c.l.Acknowledge(ctx, hostOwner(p.From), hostOwner(p.To), p.UpTo)
+	acked, err := l.Acknowledge(ctx, hostOwner(p.From), hostOwner(p.To), p.UpTo)
 	if err != nil {
 		return rpc.ObjectsAcknowledgeResult{}, err
 	}
@@ -139,14 +140,12 @@ func (s *Server) objectsAcknowledge(ctx context.Context, p rpc.ObjectsAcknowledg
 }
 
 func (s *Server) objectsStatus(ctx context.Context, p rpc.ObjectsStatusParams) (rpc.ObjectsStatusResult, error) {
-	c, err := s.objectsLedger()
+	l, err := s.objectsLedger()
 	if err != nil {
 		return rpc.ObjectsStatusResult{}, err
 	}
-	st := c.l.Stats()
-	c.mu.Lock()
-	unsettled := c.unsettled
-	c.mu.Unlock()
+	st := l.Stats()
+	unsettled := s.custody.Unsettled()
 	res := rpc.ObjectsStatusResult{Ledger: rpc.LedgerFigures{
 		Used: st.Used, HighWater: st.HighWater, Capacity: st.Capacity, AdmissionFailures: st.AdmissionFailures,
 		PendingDelete: st.PendingDelete, PendingRetry: st.PendingRetry, OldestRetryAgeMs: st.OldestRetryAge.Milliseconds(),
@@ -163,7 +162,7 @@ func (s *Server) objectsStatus(ctx context.Context, p rpc.ObjectsStatusParams) (
 	if !p.Tickets {
 		return res, nil
 	}
-	tickets, err := c.l.Tickets(ctx, hostOwner(*p.Owner))
+	tickets, err := l.Tickets(ctx, hostOwner(*p.Owner))
 	if err != nil {
 		return res, err
 	}
@@ -191,17 +190,17 @@ const maxSweepKeys = 1000
 // for the deletions up to the call's own bound; what is left keeps being deleted and is reported
 // as pending.
 func (s *Server) objectsSweep(ctx context.Context, p rpc.ObjectsSweepParams) (rpc.ObjectsSweepResult, error) {
-	c, err := s.objectsLedger()
+	l, err := s.objectsLedger()
 	if err != nil {
 		return rpc.ObjectsSweepResult{}, err
 	}
-	name, err := c.learn(p.Dataset.Store)
+	name, err := custody.StoreName(p.Dataset.Store)
 	if err != nil {
 		return rpc.ObjectsSweepResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	rep, err := c.l.Sweep(ctx, name, p.Dataset.Path, ledger.SweepOptions{
+	rep, err := l.Sweep(ctx, name, p.Dataset.Path, ledger.SweepOptions{
 		SafetyAge: time.Duration(p.SafetyAgeMs) * time.Millisecond, DryRun: p.DryRun})
 	if err != nil {
 		if errors.Is(err, storage.ErrUnavailable) {

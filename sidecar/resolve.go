@@ -52,7 +52,7 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 	}
 	s.log.Info("resolved", "invocation", p.InvocationID, "outcome", res.Outcome, "version", res.Version)
 	if s.custody != nil {
-		s.custody.settle(ctx, p.InvocationID, res.Outcome)
+		s.custody.Settle(ctx, p.InvocationID, res.Outcome)
 	}
 	return res, nil
 }

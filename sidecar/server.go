@@ -14,6 +14,7 @@ import (
 
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/custody"
 	"github.com/hashicorp/go-hclog"
 	"github.com/sourcegraph/jsonrpc2"
 )
@@ -35,10 +36,11 @@ type Server struct {
 	stop     chan struct{}
 	reason   string
 
-	iso       *isolation.Supervisor // nil: isolation did not verify, mutations are refused
-	isoReport isolation.Report
-	dedup     *dedup
-	custody   custodian // nil: no ledger, reservations granted
+	iso        *isolation.Supervisor // nil: isolation did not verify, mutations are refused
+	isoReport  isolation.Report
+	dedup      *dedup
+	custody    *custody.Custody // nil only while New fails
+	ledgerLock *os.File         // the journal slot's lock, held while custody is open
 
 	qmu       sync.Mutex // guards sending on and closing queue
 	queue     chan *job
@@ -50,7 +52,6 @@ type Server struct {
 	spareMu      sync.Mutex
 	spares       map[*warm]struct{} // idle prestarted workers
 	sparesClosed bool
-	ledger       *custody // the same ledger, for objects.*
 }
 
 // MinMaxFrame is the smallest frame bound a sidecar accepts.

@@ -1,13 +1,16 @@
-package sidecar
+package custody
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Collector returns a Prometheus collector of the ledger's figures.
+func (c *Custody) Collector() prometheus.Collector { return newCollector(c) }
+
 // ledgerCollector exposes the ledger's figures, read from Stats at gather time: no counter is
 // kept twice, and a scrape sees one consistent snapshot.
 type ledgerCollector struct {
-	c     *custody
+	c     *Custody
 	descs map[string]*prometheus.Desc
 }
 
@@ -26,7 +29,7 @@ var ledgerMetricHelp = map[string]string{
 	"steward_ledger_unverified_failed_invocations": "Failed invocations whose commit slot could not be read yet; their tickets are kept.",
 }
 
-func newLedgerCollector(c *custody) *ledgerCollector {
+func newCollector(c *Custody) *ledgerCollector {
 	lc := &ledgerCollector{c: c, descs: map[string]*prometheus.Desc{}}
 	for name, help := range ledgerMetricHelp {
 		lc.descs[name] = prometheus.NewDesc(name, help, nil, nil)

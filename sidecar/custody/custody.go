@@ -1,0 +1,264 @@
+package custody
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/cba1309c/steward/storage/ledger"
+	"github.com/hashicorp/go-hclog"
+)
+
+// ResolveTimeout bounds one fencing or slot-reading attempt.
+const ResolveTimeout = 15 * time.Second
+
+// Config configures a Custody. Path and OpenStore are required.
+type Config struct {
+	// Path is the ledger's journal file (a bbolt file; storage/ledger).
+	Path string
+	// Capacity bounds the tickets held at once. Default: ledger.DefaultCapacity.
+	Capacity int
+	// OpenStore opens a store with per-call credentials, or the sidecar's own when creds is nil.
+	OpenStore func(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) (storage.Store, error)
+	// Redact removes the given per-call credentials and the sidecar's own keys from a message.
+	// Default: none removed (only for tests without credentials).
+	Redact func(creds *rpc.Credentials, msg string) string
+	// Logger receives recovery and settlement decisions (never credentials). Default: null.
+	Logger hclog.Logger
+	// RecoverInterval paces the retries of what could not be settled yet. Default: 30s.
+	RecoverInterval time.Duration
+}
+
+// Invocation is one index mutation as custody sees it.
+type Invocation struct {
+	ID      string
+	Dataset rpc.DatasetRef
+	Pinned  int64
+	Creds   *rpc.Credentials // per-call credentials, nil for the sidecar's own; never stored
+}
+
+// Custody is the sidecar's custodian. Safe for concurrent use.
+type Custody struct {
+	cfg Config
+	l   *ledger.Ledger
+	log hclog.Logger
+	// ctx ends at Close: every storage call custody makes on its own behalf (recovery passes,
+	// self-fences) derives from it, so Close never waits on storage.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}  // closed when run returns
+	fences sync.WaitGroup // self-fences started by Finish
+
+	mu        sync.Mutex
+	verify    map[string]struct{} // failed invocations whose slot could not be read yet
+	fence     map[string]struct{} // indeterminate invocations whose self-fence must be retried
+	unsettled int                 // invocations left Unknown by the last recovery pass
+	closed    bool                // Close began: no new self-fence starts
+}
+
+// Open opens the ledger's journal and starts the recovery loop, which at once settles the
+// invocations a previous sidecar left (call it only once no worker of that sidecar can still
+// upload: isolation removes a dead sidecar's domains first). A damaged journal is a
+// *ledger.CorruptError naming the file.
+func Open(cfg Config) (*Custody, error) {
+	if cfg.Path == "" || cfg.OpenStore == nil {
+		return nil, fmt.Errorf("%w: custody needs a journal path and a store opener", ledger.ErrInvalid)
+	}
+	if cfg.Redact == nil {
+		cfg.Redact = func(_ *rpc.Credentials, msg string) string { return msg }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.RecoverInterval <= 0 {
+		cfg.RecoverInterval = 30 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Custody{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		verify: map[string]struct{}{}, fence: map[string]struct{}{}}
+	var err error
+	c.l, err = ledger.Open(ctx, ledger.Config{Path: cfg.Path, Capacity: cfg.Capacity, Stores: c.openNamed, Logger: cfg.Logger})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	st := c.l.Stats()
+	c.log.Info("ledger opened", "path", cfg.Path, "tickets", st.Used, "owners", st.Owners, "pending_delete", st.PendingDelete,
+		"capacity", st.Capacity)
+	go c.run()
+	return c, nil
+}
+
+// Close stops the recovery loop and every self-fence (their storage calls are cancelled; what
+// they had not settled stays in the journal for the next start), then closes the ledger.
+func (c *Custody) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	<-c.done
+	c.fences.Wait()
+	return c.l.Close()
+}
+
+// Ledger is the ownership ledger itself, for the host's objects.* calls.
+func (c *Custody) Ledger() *ledger.Ledger { return c.l }
+
+// Unsettled is the number of invocations the last recovery pass could not decide.
+func (c *Custody) Unsettled() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unsettled
+}
+
+// Owner is the ledger owner of an invocation.
+func Owner(inv string) ledger.Owner { return ledger.Owner{Kind: ledger.Invocation, ID: inv} }
+
+// StoreName is the ledger's name for a store: rpc's one canonical name, so every spelling of a
+// store keys the same tickets (and a sweep sees them all). It never holds a credential. A
+// failure wraps rpc.ErrInvalidStore.
+func StoreName(spec rpc.StoreSpec) (string, error) {
+	p, err := spec.Parse()
+	if err != nil {
+		return "", err
+	}
+	return p.Name(), nil
+}
+
+// Reserve takes custody of keys of the invocation's store before its worker uploads them. The
+// invocation's record (store, dataset, pinned version) is the owner's note, durable in the same
+// commit as its first ticket, so a restarted sidecar can always settle what it finds.
+func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys []string) error {
+	p, err := inv.Dataset.Store.Parse()
+	if err != nil {
+		return err
+	}
+	note, err := record{Store: p.Spec(), Path: inv.Dataset.Path, Pinned: inv.Pinned, At: time.Now().UnixMilli()}.encode()
+	if err != nil {
+		return err
+	}
+	return c.l.ReserveNoted(ctx, Owner(inv.ID), note, p.Name(), keys)
+}
+
+// Finish settles a finished invocation's tickets from its answer, before the answer is sent:
+// a commit accepts them; a certain failure abandons them (after reading the slot, since a failed
+// engine call may still have committed); INDETERMINATE fences the slot in the background.
+func (c *Custody) Finish(inv Invocation, res rpc.MutateResult) {
+	ctx, cancel := context.WithTimeout(c.ctx, ResolveTimeout)
+	defer cancel()
+	if st, err := c.l.Status(ctx, Owner(inv.ID)); err != nil || st.Held == 0 {
+		return
+	}
+	var verdict ledger.Verdict
+	switch {
+	case res.Phase == rpc.PhaseIndeterminate:
+		// The answer waits for the domain to be dead and reaped, so the worker can never commit
+		// from here on: fence its slot now, as index.resolve would, and settle the tickets on
+		// this sidecar whichever sidecar the host later resolves through. Until the fence lands
+		// (storage unreachable) the tickets stay, and recovery passes retry it.
+		c.log.Info("indeterminate invocation: fencing its slot to settle its tickets", "invocation", inv.ID)
+		c.startFence(inv.ID)
+		return
+	case res.Phase == rpc.PhaseNativeReturn && res.Code == rpc.NativeOK && res.CommittedVersion > 0:
+		verdict = ledger.Committed
+	case res.Phase == rpc.PhaseNativeReturn:
+		// A failed engine call may still have committed (a retried put-if-absent whose first
+		// attempt landed reports a conflict): read the slot before deleting anything.
+		var err error
+		if verdict, err = c.readSlot(ctx, inv.ID, inv.Creds); err != nil {
+			c.log.Warn("slot unreadable: tickets kept and checked again later", "invocation", inv.ID,
+				"error", c.cfg.Redact(inv.Creds, err.Error()))
+			c.mu.Lock()
+			c.verify[inv.ID] = struct{}{}
+			c.mu.Unlock()
+			return
+		}
+		if verdict == ledger.Committed {
+			c.log.Warn("engine reported failure but the slot holds its commit: objects kept", "invocation", inv.ID, "code", res.Code)
+		}
+	default:
+		verdict = ledger.NotCommitted
+	}
+	c.apply(ctx, inv.ID, verdict)
+}
+
+// Settle applies an index.resolve outcome (rpc.OutcomeCommitted or rpc.OutcomeNotCommitted;
+// anything else keeps the tickets).
+func (c *Custody) Settle(ctx context.Context, inv, outcome string) {
+	switch outcome {
+	case rpc.OutcomeCommitted:
+		c.apply(ctx, inv, ledger.Committed)
+	case rpc.OutcomeNotCommitted:
+		c.apply(ctx, inv, ledger.NotCommitted)
+	}
+}
+
+// apply accepts or abandons every name of the invocation.
+func (c *Custody) apply(ctx context.Context, inv string, v ledger.Verdict) {
+	var err error
+	switch v {
+	case ledger.Committed:
+		err = c.l.Accept(ctx, Owner(inv), "", nil)
+	case ledger.NotCommitted:
+		err = c.l.Abandon(ctx, Owner(inv), "", nil)
+	default:
+		return
+	}
+	if err != nil {
+		c.log.Error("settling tickets failed; recovery will settle them after a restart", "invocation", inv, "error", err)
+		return
+	}
+	c.mu.Lock()
+	delete(c.verify, inv)
+	c.mu.Unlock()
+}
+
+// record returns the invocation's note.
+func (c *Custody) record(inv string) (record, error) {
+	note, ok := c.l.Note(Owner(inv))
+	if !ok {
+		return record{}, fmt.Errorf("no record of invocation %s: its tickets need a host to settle them (index.resolve)", inv)
+	}
+	return decodeRecord(note)
+}
+
+// readSlot reads slot pinned+1 without writing: Committed when it holds the invocation's
+// commit, NotCommitted when it is empty or holds anything else.
+func (c *Custody) readSlot(ctx context.Context, inv string, creds *rpc.Credentials) (ledger.Verdict, error) {
+	rec, err := c.record(inv)
+	if err != nil {
+		return ledger.Unknown, err
+	}
+	st, err := c.cfg.OpenStore(ctx, rec.Store, creds)
+	if err != nil {
+		return ledger.Unknown, err
+	}
+	d, err := dataset.Open(ctx, st, rec.Path, rec.Pinned+1)
+	switch {
+	case errors.Is(err, dataset.ErrVersionNotFound):
+		return ledger.NotCommitted, nil
+	case err != nil:
+		return ledger.Unknown, err
+	}
+	if m := d.Manifest(); !m.IsFence() && m.Transaction.InvocationID == inv {
+		return ledger.Committed, nil
+	}
+	return ledger.NotCommitted, nil
+}
+
+// openNamed is the ledger's store resolver: the canonical name parsed back, always with the
+// sidecar's own credentials.
+func (c *Custody) openNamed(name string) (storage.Store, error) {
+	p, err := rpc.ParseStoreName(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: store name %q: %w", ledger.ErrInvalid, name, err)
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, ResolveTimeout)
+	defer cancel()
+	return c.cfg.OpenStore(ctx, p.Spec(), nil)
+}
