@@ -63,15 +63,14 @@ type Config struct {
 	// (index.resolve, cleanup). Never logged.
 	S3AccessKey, S3SecretKey string
 
-	// StateDir holds the sidecar's durable state: the object ledger's journal (ledger-<n>.db), its
-	// invocation records and their lock files. Default: /var/lib/steward for root, else
+	// StateDir holds the sidecar's durable state: the object ledger's journals (ledger-<n>.db,
+	// invocation records included as ledger notes) and their lock files. Default: /var/lib/steward for root, else
 	// $XDG_STATE_HOME/steward, else ~/.local/state/steward, else $TMPDIR/steward-<uid>.
 	// Sidecars sharing a StateDir each lock the lowest free journal slot (up to 64), so a
 	// restarted sidecar adopts the journal a killed one left behind and recovers its tickets.
 	StateDir string
-	// LedgerPath pins the ledger's journal to one file (its invocation records and lock go next
-	// to it, with ".invocations" and ".lock" appended); a second sidecar on the same path fails
-	// to start. Default "": a free slot in StateDir.
+	// LedgerPath pins the ledger's journal to one file (its lock goes next to it, with ".lock"
+	// appended); a second sidecar on the same path fails to start. Default "": a free slot in StateDir.
 	LedgerPath string
 	// LedgerCapacity bounds the object tickets held at once (reserved, in transfer or awaiting
 	// deletion); a reservation past it is refused before any upload. Default 65,536.

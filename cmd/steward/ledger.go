@@ -14,11 +14,11 @@ import (
 const ledgerUsage = `usage:
   steward ledger quarantine [--state-dir DIR | --ledger-path FILE] --by WHO --reason WHY
 
-A sidecar refuses to start on a ledger slot whose journal (ledger-N.db) or invocation records
-(ledger-N.db.invocations) are empty, truncated or damaged, and names the file: starting empty
-would silently drop the custody the journal recorded. Restore the file from a backup if you can.
-Otherwise quarantine is the audited way out: it moves each corrupt slot that no live sidecar holds
-aside, both files together, to <file>.corrupt-<UTC time>, each with a <that>.audit.json record of
+A sidecar refuses to start on a ledger slot whose journal (ledger-N.db, which also holds the
+invocation records) is empty, truncated or damaged, and names the file: starting empty would
+silently drop the custody the journal recorded. Restore the file from a backup if you can.
+Otherwise quarantine is the audited way out: it moves each corrupt journal that no live sidecar
+holds aside to <file>.corrupt-<UTC time>, with a <that>.audit.json record of
 who, why and what was wrong, and the next sidecar starts that slot empty. The objects the lost
 tickets named are orphans from then on: objects.sweep deletes them once they are old enough.
 Sound slots are never moved. --state-dir defaults as for "steward serve".
