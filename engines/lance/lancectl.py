@@ -1,0 +1,158 @@
+"""Lance datasets for steward's tests and demo, read with Lance's own library (outside steward).
+
+  lancectl.py create URI --rows N [--seed S] [--fragments F]
+      columns: id int64, price float64, category string (50 values), labels list<string>,
+      text string (three words of eight), vec fixed_size_list<float32,128>
+  lancectl.py describe URI            JSON: version, rows, schema, indices
+  lancectl.py versions URI            JSON: every version with its steward transaction tag
+  lancectl.py check URI NAME COLUMN TYPE
+      JSON: the index is listed, the query plan uses it, and its answer equals a full scan
+  lancectl.py index URI COLUMN TYPE NAME [k=v ...]
+      build and commit an index the plain pylance way (a concurrent writer, and the bare baseline)
+S3 URIs take STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY, STEWARD_S3_SECRET_KEY from the environment.
+"""
+
+import json
+import os
+import sys
+import time
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+DIM = 128
+
+
+def options(uri):
+    if not uri.startswith("s3://"):
+        return None
+    return {"aws_endpoint": "http://" + os.environ["STEWARD_S3_ENDPOINT"], "allow_http": "true",
+            "aws_region": "us-east-1", "aws_virtual_hosted_style_request": "false",
+            "aws_access_key_id": os.environ.get("STEWARD_S3_ACCESS_KEY", ""),
+            "aws_secret_access_key": os.environ.get("STEWARD_S3_SECRET_KEY", "")}
+
+
+def table(rows, seed, start=0):
+    rng = np.random.default_rng(seed + start)
+    words = np.array(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
+    pick = rng.integers(0, len(words), size=(rows, 3))
+    return pa.table({
+        "id": pa.array(np.arange(start, start + rows, dtype=np.int64)),
+        "price": pa.array(rng.random(rows) * 100),
+        "category": pa.array([f"c{v}" for v in rng.integers(0, 50, rows)]),
+        "labels": pa.array([[f"l{a % 10}", f"l{b % 10}"] for a, b in rng.integers(0, 100, (rows, 2))],
+                           pa.list_(pa.string())),
+        "text": pa.array([" ".join(w) for w in words[pick]]),
+        "vec": pa.FixedSizeListArray.from_arrays(
+            pa.array(rng.standard_normal(rows * DIM, dtype=np.float32)), DIM),
+    })
+
+
+def create(uri, rows, seed=42, fragments=1):
+    per, mode, start, ds = max(1, rows // fragments), "create", 0, None
+    while start < rows:
+        n = min(per, rows - start)
+        ds = lance.write_dataset(table(n, seed, start), uri, mode=mode, storage_options=options(uri),
+                                 max_rows_per_file=n)
+        mode, start = "append", start + n
+    return ds
+
+
+def describe(uri):
+    ds = lance.dataset(uri, storage_options=options(uri))
+    return {"version": ds.version, "rows": ds.count_rows(),
+            "schema": {f.name: str(f.type) for f in ds.schema},
+            "indices": [{"name": i["name"], "type": i["type"], "uuid": i["uuid"], "fields": i["fields"]}
+                        for i in ds.list_indices()]}
+
+
+def versions(uri):
+    ds = lance.dataset(uri, storage_options=options(uri))
+    out = []
+    for v in ds.versions():
+        tx = ds.read_transaction(v["version"])
+        props = (tx.transaction_properties if tx else None) or {}
+        out.append({"version": v["version"], "operation": type(tx.operation).__name__ if tx else "",
+                    "invocation": props.get("steward.invocation", ""),
+                    "kind": props.get("steward.kind", "")})
+    return out
+
+
+def _ids(t):
+    return sorted(t.column("id").to_pylist())
+
+
+def check(uri, name, column, itype):
+    """Lance's own reader: listed, the plan uses the index, and the indexed answer == a full scan."""
+    ds = lance.dataset(uri, storage_options=options(uri))
+    listed = [i for i in ds.list_indices() if i["name"] == name]
+    out = {"listed": bool(listed), "type": listed[0]["type"] if listed else "", "last": versions(uri)[-1]}
+    if itype in ("BTREE", "BITMAP", "LABEL_LIST"):
+        flt = {"BTREE": f"{column} >= 100 AND {column} < 140",
+               "BITMAP": f"{column} = 'c7'",
+               "LABEL_LIST": f"array_has_any({column}, ['l3'])"}[itype]
+        out["plan"] = ds.scanner(filter=flt, columns=["id"]).explain_plan(True)
+        got = _ids(ds.to_table(filter=flt, columns=["id"]))
+        want = _ids(ds.to_table(filter=flt, columns=["id"], use_scalar_index=False))
+        out["uses_index"] = "ScalarIndexQuery" in out["plan"] or "MaterializeIndex" in out["plan"]
+        out["rows"], out["equal"] = len(got), got == want and len(got) > 0
+    elif itype == "INVERTED":
+        out["plan"] = ds.scanner(full_text_query="delta", columns=["id"]).explain_plan(True)
+        got = _ids(ds.to_table(full_text_query="delta", columns=["id"]))
+        scan = ds.to_table(columns=["id", column])
+        want = sorted(i for i, t in zip(scan.column("id").to_pylist(), scan.column(column).to_pylist())
+                      if "delta" in t.split())
+        out["uses_index"] = "MatchQuery" in out["plan"]
+        out["rows"], out["equal"] = len(got), got == want and len(got) > 0
+    else:
+        q = np.array(ds.take([7], columns=[column]).column(column).to_pylist()[0], dtype=np.float32)
+        near = {"column": column, "q": q, "k": 10, "nprobes": 64, "refine_factor": 50}
+        out["plan"] = ds.scanner(nearest=near, columns=["id"]).explain_plan(True)
+        t0 = time.perf_counter()
+        got = ds.to_table(nearest=near, columns=["id"]).column("id").to_pylist()
+        out["index_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+        t0 = time.perf_counter()
+        want = ds.to_table(nearest=dict(near, use_index=False), columns=["id"]).column("id").to_pylist()
+        out["scan_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+        out["uses_index"] = "ANN" in out["plan"]
+        out["recall"] = len(set(got) & set(want)) / 10
+        out["rows"], out["equal"] = len(got), sorted(got) == sorted(want)
+    return out
+
+
+def index(uri, column, itype, name, params):
+    ds = lance.dataset(uri, storage_options=options(uri))
+    conv = {k: int(v) if v.isdigit() else v for k, v in params.items()}
+    t0 = time.perf_counter()
+    if itype in ("IVF_PQ", "IVF_HNSW_SQ"):
+        ds.create_index(column, itype, name=name, **conv)
+    else:
+        ds.create_scalar_index(column, itype, name=name)
+    ms = (time.perf_counter() - t0) * 1000
+    return {"version": lance.dataset(uri, storage_options=options(uri)).version, "ms": round(ms, 1)}
+
+
+def main(argv):
+    cmd, uri = argv[1], argv[2]
+    if cmd == "create":
+        rows = int(argv[argv.index("--rows") + 1])
+        seed = int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 42
+        frags = int(argv[argv.index("--fragments") + 1]) if "--fragments" in argv else 1
+        out = {"version": create(uri, rows, seed, frags).version}
+    elif cmd == "describe":
+        out = describe(uri)
+    elif cmd == "versions":
+        out = versions(uri)
+    elif cmd == "check":
+        out = check(uri, argv[3], argv[4], argv[5])
+    elif cmd == "index":
+        out = index(uri, argv[3], argv[4], argv[5], dict(a.split("=", 1) for a in argv[6:]))
+    else:
+        raise SystemExit(__doc__)
+    json.dump(out, sys.stdout)
+    print()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,113 @@
+"""steward engine protocol v1 for Python engines (docs/ENGINE.md): frames on fd 3 / fd 4.
+
+This module owns the wire: framing, the frame bounds, hello, progress (rate-limited), custody
+reservations (one outstanding at a time) and the single final answer. It knows nothing about
+Lance. Standard library only, so that it can be copied into any engine.
+"""
+
+import json
+import os
+import struct
+import time
+
+PROTOCOL = 1
+MAX_IN = 1 << 20  # sidecar -> engine
+MAX_OUT = 64 << 10  # engine -> sidecar
+IN_FD, OUT_FD = 3, 4
+
+# Native codes (lance-c's table), passed through verbatim by the sidecar.
+OK, INVALID_ARGUMENT, IO, NOT_FOUND, ALREADY_EXISTS, INDEX, INTERNAL, NOT_SUPPORTED, COMMIT_CONFLICT = range(9)
+# Pre-invocation codes an engine may answer (PRE_INVOCATION_REJECTED, the engine call never ran).
+STALE_ADMISSION, SCHEMA_MISMATCH, AMBIGUOUS_NAME, DATASET_UNAVAILABLE, INVALID_REQUEST = -3, -4, -5, -6, -8
+
+
+class ProtocolError(Exception):
+    """The sidecar broke the protocol (or closed the pipe): the engine must exit."""
+
+
+class Refused(Exception):
+    """A reservation was refused by the sidecar's ledger: the upload must not happen."""
+
+
+class Channel:
+    """One engine's two pipes. Not thread-safe: one thread speaks."""
+
+    def __init__(self, rfd=IN_FD, wfd=OUT_FD):
+        self._r = os.fdopen(rfd, "rb", buffering=0)
+        self._w = os.fdopen(wfd, "wb", buffering=0)
+        self._seq = 0
+        self._last_progress = 0.0
+        self._answered = False
+
+    # -- framing -------------------------------------------------------------------------------
+    def send(self, frame):
+        body = json.dumps(frame, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(body) > MAX_OUT:
+            raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_OUT}")
+        self._w.write(struct.pack(">I", len(body)) + body)
+
+    def _read_exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = self._r.read(n - len(buf))
+            if not chunk:
+                raise ProtocolError("the sidecar closed the request pipe")
+            buf += chunk
+        return buf
+
+    def recv(self):
+        (n,) = struct.unpack(">I", self._read_exact(4))
+        if n == 0 or n > MAX_IN:
+            raise ProtocolError(f"bad frame length {n}")
+        frame = json.loads(self._read_exact(n))
+        if not isinstance(frame, dict) or not isinstance(frame.get("t"), str):
+            raise ProtocolError("frame is not an object with a string \"t\"")
+        return frame
+
+    # -- the exchange --------------------------------------------------------------------------
+    def hello(self, engine):
+        """First frame: pid and the engine's declaration (name, protocol, index_types, settle)."""
+        self.send({"t": "hello", "pid": os.getpid(), "engine": dict(engine, protocol=PROTOCOL)})
+
+    def request(self):
+        """The one request frame: ("mutate", params) or ("settle", params)."""
+        f = self.recv()
+        if f["t"] != "request" or not isinstance(f.get("request"), dict):
+            raise ProtocolError(f"want a request frame, got {f['t']!r}")
+        return f.get("kind") or "mutate", f["request"]
+
+    def progress(self, stage, done, total, last=False):
+        now = time.monotonic()
+        if not last and now - self._last_progress < 0.1:
+            return
+        self._last_progress = now
+        self.send({"t": "progress", "stage": stage, "done": int(done), "total": int(total)})
+
+    def reserve(self, keys=(), prefixes=()):
+        """Custody before writing: blocks for the sidecar's answer; raises Refused."""
+        keys, prefixes = list(keys), list(prefixes)
+        if not keys and not prefixes:
+            return
+        self._seq += 1
+        self.send({"t": "reserve", "seq": self._seq, "keys": keys, "prefixes": prefixes})
+        f = self.recv()
+        if f["t"] != "reserved" or f.get("seq") != self._seq:
+            raise ProtocolError(f"want reserved {self._seq}, got {f}")
+        if f.get("error"):
+            raise Refused(f["error"])
+
+    def result(self, phase, code, message="", **fields):
+        if self._answered:
+            raise ProtocolError("second result")
+        self._answered = True
+        res = {"phase": phase, "code": code, "message": message[:1024]}
+        res.update({k: v for k, v in fields.items() if v not in (None, "")})
+        self.send({"t": "result", "result": res})
+
+    def settled(self, outcome, version, fenced, reason="", holder=None):
+        if self._answered:
+            raise ProtocolError("second answer")
+        self._answered = True
+        self.send({"t": "settled", "settled": {"outcome": outcome, "version": version,
+                                               "fenced": fenced, "reason": reason[:1024],
+                                               "holder": holder or {}}})
