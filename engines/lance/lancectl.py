@@ -1,6 +1,6 @@
 """Lance datasets for steward's tests and demo, read with Lance's own library (outside steward).
 
-  lancectl.py create URI --rows N [--seed S] [--fragments F]
+  lancectl.py create URI --rows N [--seed S] [--fragments F] [--dim D (0: no vec column)]
       columns: id int64, price float64, category string (50 values), labels list<string>,
       text string (three words of eight), vec fixed_size_list<float32,128>
   lancectl.py describe URI            JSON: version, rows, schema, indices
@@ -33,27 +33,29 @@ def options(uri):
             "aws_secret_access_key": os.environ.get("STEWARD_S3_SECRET_KEY", "")}
 
 
-def table(rows, seed, start=0):
+def table(rows, seed, start=0, dim=DIM):
     rng = np.random.default_rng(seed + start)
     words = np.array(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
     pick = rng.integers(0, len(words), size=(rows, 3))
-    return pa.table({
+    cols = {
         "id": pa.array(np.arange(start, start + rows, dtype=np.int64)),
         "price": pa.array(rng.random(rows) * 100),
         "category": pa.array([f"c{v}" for v in rng.integers(0, 50, rows)]),
         "labels": pa.array([[f"l{a % 10}", f"l{b % 10}"] for a, b in rng.integers(0, 100, (rows, 2))],
                            pa.list_(pa.string())),
         "text": pa.array([" ".join(w) for w in words[pick]]),
-        "vec": pa.FixedSizeListArray.from_arrays(
-            pa.array(rng.standard_normal(rows * DIM, dtype=np.float32)), DIM),
-    })
+    }
+    if dim:
+        cols["vec"] = pa.FixedSizeListArray.from_arrays(
+            pa.array(rng.standard_normal(rows * dim, dtype=np.float32)), dim)
+    return pa.table(cols)
 
 
-def create(uri, rows, seed=42, fragments=1):
+def create(uri, rows, seed=42, fragments=1, dim=DIM):
     per, mode, start, ds = max(1, rows // fragments), "create", 0, None
     while start < rows:
         n = min(per, rows - start)
-        ds = lance.write_dataset(table(n, seed, start), uri, mode=mode, storage_options=options(uri),
+        ds = lance.write_dataset(table(n, seed, start, dim), uri, mode=mode, storage_options=options(uri),
                                  max_rows_per_file=n)
         mode, start = "append", start + n
     return ds
@@ -139,7 +141,8 @@ def main(argv):
         rows = int(argv[argv.index("--rows") + 1])
         seed = int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 42
         frags = int(argv[argv.index("--fragments") + 1]) if "--fragments" in argv else 1
-        out = {"version": create(uri, rows, seed, frags).version}
+        dim = int(argv[argv.index("--dim") + 1]) if "--dim" in argv else DIM
+        out = {"version": create(uri, rows, seed, frags, dim).version}
     elif cmd == "describe":
         out = describe(uri)
     elif cmd == "versions":
