@@ -104,4 +104,3 @@ func (s *Server) Start() error { return s.p.Start() }
 
 // Stop kills the server (SIGKILL: tests use it to simulate an outage) and waits for its port to close.
 func (s *Server) Stop() { s.p.Stop() }
-
