@@ -1,6 +1,6 @@
 # steward — make targets. Every target works on a fresh machine with Go and python3 installed; `test`
-# builds MinIO into .tools/ on first use (~4 minutes, cached afterwards) and installs the Lance
-# engine's pinned wheels into .tools/lance (~1 minute, cached by the lock's hash).
+# builds MinIO and etcd into .tools/ on first use (~4 and ~3 minutes, cached afterwards) and installs
+# the Lance engine's pinned wheels into .tools/lance (~1 minute, cached by the lock's hash).
 
 GO      ?= go
 BIN     := bin/steward
@@ -10,7 +10,7 @@ LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 5s
 BENCH_ROWS ?= 10000000
 
-.PHONY: all build run test unit fuzz bench minio lance clean
+.PHONY: all build run test unit fuzz bench minio etcd lance clean
 
 all: build
 
@@ -28,13 +28,17 @@ run: build
 minio:
 	scripts/minio.sh install
 
+# A pinned etcd server (and etcdctl) for the tests' 3-member clusters (internal/testetcd).
+etcd:
+	scripts/etcd.sh install
+
 # The Lance engine (engines/lance): a venv with the exact wheels of engines/lance/requirements.lock.
 lance:
 	scripts/lance.sh install
 
-# The one test command (README, .ci/run): MinIO installed if missing, then every test, the race
+# The one test command (README, .ci/run): MinIO and etcd installed if missing, then every test, the race
 # detector on the concurrency-heavy packages, and each fuzz target for $(FUZZTIME).
-test: minio lance
+test: minio etcd lance
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) build ./...
@@ -53,7 +57,7 @@ fuzz:
 # Every benchmark of the project, then one table of the headline ratios (each against a baseline
 # measured in the same run). Raw output is kept in bench.out. BENCH_ROWS sizes the index benchmarks
 # (default 10M rows, generated once into $$TMPDIR/steward-bench).
-bench: minio build
+bench: minio etcd build
 	@rm -f bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./host/ 2>/dev/null | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./isolation/ | tee -a bench.out

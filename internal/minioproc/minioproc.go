@@ -15,10 +15,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cba1309c/steward/internal/lockedproc"
 )
 
 // ErrExited: the server exited before it became ready.
@@ -127,7 +128,7 @@ func (s *Server) Start() error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = serverAttr()
 	exited, done := make(chan error, 1), make(chan struct{})
-	if err := startLocked(cmd, exited, done); err != nil {
+	if err := lockedproc.Start(cmd, exited, done); err != nil {
 		return fmt.Errorf("start minio: %w", err)
 	}
 	if err := waitReady(s.Endpoint, exited); err != nil {
@@ -141,26 +142,6 @@ func (s *Server) Start() error {
 	}
 	s.cmd, s.done = cmd, done
 	return nil
-}
-
-// startLocked starts cmd from a goroutine locked to its OS thread and keeps that thread until
-// the server has exited and been reaped. PDEATHSIG fires when the creating *thread* exits
-// (golang/go#27505), and the runtime ends a thread whose locked goroutine returns (as host's
-// sidecar waiters do when a sidecar dies): started from an ordinary goroutine, MinIO could be
-// killed by an unrelated sidecar's death.
-func startLocked(cmd *exec.Cmd, exited chan<- error, done chan<- struct{}) error {
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the server
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- cmd.Wait()
-		close(done)
-	}()
-	return <-started
 }
 
 // waitReady waits until health/ready answers 200 and the object layer no longer answers 503.

@@ -57,6 +57,24 @@ func Cleanup() {
 	}
 }
 
+// Tool returns the path of a test server binary the project's scripts cache in the tools dir
+// ($STEWARD_TOOLS, default <repo>/.tools), or an error naming the install command.
+func Tool(name, install string) (string, error) {
+	tools := os.Getenv("STEWARD_TOOLS")
+	if tools == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		tools = filepath.Join(root, ".tools")
+	}
+	bin := filepath.Join(tools, name)
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("%s binary not found at %s: run %s: %w", name, bin, install, err)
+	}
+	return bin, nil
+}
+
 // RepoRoot returns the directory of the module's go.mod, found upward from the working directory.
 func RepoRoot() (string, error) {
 	d, err := os.Getwd()

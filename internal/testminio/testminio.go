@@ -7,9 +7,7 @@
 package testminio
 
 import (
-	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -34,21 +32,7 @@ var (
 )
 
 // Binary returns the path of the cached MinIO binary, or an error telling how to install it.
-func Binary() (string, error) {
-	tools := os.Getenv("STEWARD_TOOLS")
-	if tools == "" {
-		root, err := testbin.RepoRoot()
-		if err != nil {
-			return "", err
-		}
-		tools = filepath.Join(root, ".tools")
-	}
-	bin := filepath.Join(tools, "minio")
-	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("minio binary not found at %s: run scripts/minio.sh install: %w", bin, err)
-	}
-	return bin, nil
-}
+func Binary() (string, error) { return testbin.Tool("minio", "scripts/minio.sh install") }
 
 // Shared returns the test binary's shared server, skipping (or failing under
 // STEWARD_REQUIRE_REAL=1) when MinIO cannot be started.
