@@ -1,9 +1,11 @@
 package dispatch
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cba1309c/steward/internal/boltfile"
@@ -37,6 +39,10 @@ type BoltOptions struct {
 type BoltStore struct {
 	db   *bolt.DB
 	path string
+	// watchers are the in-process Watch subscribers: one process owns a writable bolt file (its
+	// lock), so every change is committed through this handle.
+	mu       sync.Mutex
+	watchers map[string]map[chan struct{}]struct{}
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -125,16 +131,74 @@ func QuarantineStore(path, by, reason string, at time.Time) (Quarantined, error)
 
 // View implements Store.
 func (s *BoltStore) View(fn func(Tx) error) error {
-	return closedErr(s.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) }))
+	return closedErr(s.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx, nil}) }))
 }
 
-// Update implements Store.
+// Update implements Store. fn runs once.
 func (s *BoltStore) Update(fn func(Tx) error) error {
-	return closedErr(s.db.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx}) }))
+	touched := map[string]bool{}
+	err := closedErr(s.db.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx, touched}) }))
+	if err == nil {
+		s.notify(touched)
+	}
+	return err
 }
 
-// Close implements Store.
-func (s *BoltStore) Close() error { return s.db.Close() }
+// Watch implements Store with an in-process notification: it sees the changes committed through
+// this handle, which are all of them while it holds the file's lock.
+func (s *BoltStore) Watch(ctx context.Context, id string) (<-chan struct{}, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.watchers == nil {
+		s.watchers = map[string]map[chan struct{}]struct{}{}
+	}
+	if s.watchers[id] == nil {
+		s.watchers[id] = map[chan struct{}]struct{}{}
+	}
+	s.watchers[id][ch] = struct{}{}
+	s.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := s.watchers[id][ch]; ok {
+			delete(s.watchers[id], ch)
+			if len(s.watchers[id]) == 0 {
+				delete(s.watchers, id)
+			}
+			close(ch)
+		}
+	})
+	return ch, nil
+}
+
+func (s *BoltStore) notify(ids map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range ids {
+		for ch := range s.watchers[id] {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// Close implements Store; it closes every Watch channel.
+func (s *BoltStore) Close() error {
+	s.mu.Lock()
+	for id, chans := range s.watchers {
+		for ch := range chans {
+			close(ch)
+		}
+		delete(s.watchers, id)
+	}
+	s.mu.Unlock()
+	return s.db.Close()
+}
 
 // Path is the store's file (for a snapshot, the file it copied).
 func (s *BoltStore) Path() string { return s.path }
@@ -146,7 +210,10 @@ func closedErr(err error) error {
 	return err
 }
 
-type boltTx struct{ tx *bolt.Tx }
+type boltTx struct {
+	tx      *bolt.Tx
+	touched map[string]bool // ids written (nil in View)
+}
 
 func (t boltTx) Get(id string) (Job, error) {
 	var j Job
@@ -165,6 +232,10 @@ func (t boltTx) Get(id string) (Job, error) {
 }
 
 func (t boltTx) Put(j *Job) error {
+	if t.touched == nil {
+		return ErrReadOnly
+	}
+	t.touched[j.ID] = true
 	v, err := json.Marshal(j)
 	if err != nil {
 		return err
@@ -179,6 +250,10 @@ func (t boltTx) Put(j *Job) error {
 }
 
 func (t boltTx) Delete(id string) error {
+	if t.touched == nil {
+		return ErrReadOnly
+	}
+	t.touched[id] = true
 	if err := t.tx.Bucket(bucketJobs).Delete([]byte(id)); err != nil {
 		return err
 	}

@@ -14,11 +14,16 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Dispatcher drives the jobs of one Store. Only one Dispatcher may drive a store at a time (the
-// bbolt store enforces it with a file lock).
+// Dispatcher drives the jobs of one Store. Only one Dispatcher may drive a bbolt store at a time
+// (its file lock enforces it). An EtcdStore is shared: one Dispatcher per node, each driving jobs
+// through its own sidecars. Any node admits jobs and dispatches PENDING ones; the per-job
+// transaction lets exactly one node journal a job's send. Every sweep is revision-guarded and
+// idempotent, so every node runs them (no leader): a decision taken on a snapshot commits only if
+// the job is unchanged, and the loser's retry finds nothing left to do.
 type Dispatcher struct {
 	cfg     Config
 	store   Store
+	cluster Cluster // the store, when several dispatchers share it (nil for bolt)
 	log     hclog.Logger
 	enabled atomic.Bool
 
@@ -66,6 +71,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		inflight: map[string]*call{}, resolveAt: map[string]time.Time{},
 		ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
 	}
+	d.cluster, _ = cfg.Store.(Cluster)
 	d.enabled.Store(!cfg.Disabled)
 	return d, nil
 }
@@ -83,6 +89,11 @@ func (d *Dispatcher) Enabled() bool { return d.enabled.Load() }
 func (d *Dispatcher) AddSidecar(name string, s Sidecar) error {
 	if name == "" || s == nil || s.Epoch() == "" {
 		return fmt.Errorf("%w: a sidecar needs a name and an epoch", ErrInvalidConfig)
+	}
+	if d.cluster != nil {
+		if err := d.cluster.AnnounceEpoch(name, s.Epoch()); err != nil {
+			return err
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -292,6 +303,38 @@ func (d *Dispatcher) Close() error {
 	defer d.roundMu.Unlock()
 	d.wg.Wait()
 	return nil
+}
+
+// Wait returns job id once its outcome is final: COMMITTED, NOT_COMMITTED, or UNKNOWN and
+// force-released (its slot may still be held, and its refresh pending). It watches the store
+// instead of polling: etcd watches on a shared store, an in-process notification on bbolt.
+func (d *Dispatcher) Wait(ctx context.Context, id string) (Job, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changed, err := d.store.Watch(ctx, id)
+	if err != nil {
+		return Job{}, err
+	}
+	for {
+		j, err := d.Get(id)
+		if err != nil {
+			return j, err
+		}
+		if j.State.Settled() || (j.State == StateUnknown && j.Released) {
+			return j, nil
+		}
+		select {
+		case _, ok := <-changed:
+			if !ok {
+				if err := ctx.Err(); err != nil {
+					return j, err
+				}
+				return j, ErrClosed
+			}
+		case <-ctx.Done():
+			return j, ctx.Err()
+		}
+	}
 }
 
 // ListOptions select jobs.

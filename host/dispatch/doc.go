@@ -1,6 +1,7 @@
 // Package dispatch is the durable host dispatcher: it drives index jobs through a job store
-// (bbolt by default) to a terminal state a database can trust, sending each mutation to a sidecar
-// at most once.
+// to a terminal state a database can trust, sending each mutation to a sidecar at most once. The
+// store is bbolt on a single node (BoltStore), or a journal in etcd that several host processes
+// share (EtcdStore: see etcd.go for its key layout and transactions, and Cluster).
 //
 // A job moves PENDING → RUNNING → COMMITTED | NOT_COMMITTED | UNKNOWN. RUNNING is journaled, with
 // the invocation id, the sidecar epoch and the deadline, before any I/O, so a dispatcher that
@@ -12,12 +13,17 @@
 // (which answers only after its worker's domain is dead), by a refusal at receive, by proof that
 // the recorded sidecar epoch is gone, or by force-release. A deadline never releases it.
 //
+// On a shared journal each node sends only through its own sidecars, and journals a send only in
+// the transaction that proves its claim (lease) still holds. A node that dies or is cut off
+// proves nothing about its workers: its RUNNING jobs become UNKNOWN at their deadline, any live
+// node settles them by index.resolve (fencing the commit slot), and only then is the slot freed.
+//
 // Classification reads typed fields only (phase, code, error sentinels), never message text.
 //
 // The bbolt store is never taken on trust: a damaged file is a *CorruptError naming it
 // (QuarantineStore is the audited way out), readers can open a lock-free Snapshot while a
 // dispatcher holds the file, and finished jobs are pruned by age and count.
 //
-// dispatch imports rpc, host and internal/boltfile only; it never links the sidecar, isolation or
-// storage packages.
+// dispatch imports rpc, host and internal/boltfile only (and the bbolt and etcd clients); it never
+// links the sidecar, isolation or storage packages.
 package dispatch

@@ -52,6 +52,21 @@ func (e *CorruptError) Error() string {
 // Unwrap exposes ErrCorrupt and the cause to errors.Is.
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 
+// Sentinels of the stores.
+var (
+	// ErrReadOnly means a write was attempted in View (or on a snapshot).
+	ErrReadOnly = errors.New("dispatch: read-only transaction")
+	// ErrFormat means a stored record carries a format version this build does not read.
+	ErrFormat = errors.New("dispatch: unknown record format")
+	// ErrConflict means an optimistic Update kept conflicting with other writers and gave up.
+	ErrConflict = errors.New("dispatch: transaction kept conflicting")
+	// ErrClaimLost means a store refused to journal a send because its node no longer holds the
+	// claim the send was journaled under (its lease expired): nothing was written, nothing sent.
+	ErrClaimLost = errors.New("dispatch: node claim lost; send not journaled")
+	// ErrNodeClaimed means another live process holds the node name OpenEtcd was asked for.
+	ErrNodeClaimed = errors.New("dispatch: node name held by another live process")
+)
+
 // ErrInvalidConfig means a Config or a sidecar registration is unusable.
 var ErrInvalidConfig = errors.New("dispatch: invalid config")
 

@@ -49,6 +49,7 @@ const (
 	EventAnswer       = "answer"        // the sidecar answered (result or refusal) or the call failed
 	EventDeadline     = "deadline"      // the deadline passed with no answer
 	EventEpochGone    = "epoch-gone"    // the recorded sidecar epoch is gone: slot released
+	EventNodeGone     = "node-gone"     // settled, and no live node announces its epoch: slot released
 	EventResolve      = "resolve"       // index.resolve settled the outcome
 	EventRefresh      = "refresh"       // the refresh hook ran (or was scheduled)
 	EventForceRelease = "force-release" // an operator released the job
@@ -141,6 +142,10 @@ type Job struct {
 	Sidecar      string    `json:"sidecar,omitempty"` // the name the sidecar was added under
 	Epoch        string    `json:"epoch,omitempty"`
 	Deadline     time.Time `json:"deadline,omitzero"`
+	// Node and Claim are the node that journaled the send and the claim it held then (a shared
+	// store only: see Cluster); empty and 0 on a single-node store.
+	Node  string `json:"node,omitempty"`
+	Claim int64  `json:"claim,omitempty"`
 
 	Result     *Result     `json:"result,omitempty"`
 	Resolution *Resolution `json:"resolution,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testetcd"
 )
 
 func TestMain(m *testing.M) {
@@ -14,6 +15,7 @@ func TestMain(m *testing.M) {
 	cleanState := testbin.PrivateState()
 	code := m.Run()
 	cleanState()
+	testetcd.Cleanup()
 	testbin.Cleanup()
 	os.Exit(code)
 }

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"time"
 )
@@ -23,8 +24,26 @@ func (d *Dispatcher) prune(_ context.Context, st *RoundStats) error {
 		return err
 	}
 	n := 0
-	err = d.store.Update(func(tx Tx) error {
-		for _, id := range due {
+	for batch := range slices.Chunk(due, pruneBatch) {
+		if err := d.pruneBatch(batch, &n); err != nil {
+			return err
+		}
+	}
+	d.pruneAt = now.Add(d.cfg.PruneInterval)
+	st.Pruned += n
+	d.log.Info("pruned finished jobs", "deleted", n, "max_age", d.cfg.PruneAge, "keep", d.cfg.PruneKeep)
+	return nil
+}
+
+// pruneBatch is the most jobs one prune transaction deletes: etcd bounds a transaction's
+// operations (128 by default), and each job costs two compares and up to two deletes.
+const pruneBatch = 32
+
+func (d *Dispatcher) pruneBatch(ids []string, n *int) error {
+	var deleted int
+	err := d.store.Update(func(tx Tx) error {
+		deleted = 0 // Update may run fn more than once: count the attempt that commits
+		for _, id := range ids {
 			j, err := tx.Get(id)
 			if errors.Is(err, ErrNotFound) {
 				continue
@@ -38,17 +57,14 @@ func (d *Dispatcher) prune(_ context.Context, st *RoundStats) error {
 			if err := tx.Delete(id); err != nil {
 				return err
 			}
-			n++
+			deleted++
 		}
 		return nil
 	})
-	if err != nil {
-		return err
+	if err == nil {
+		*n += deleted
 	}
-	d.pruneAt = now.Add(d.cfg.PruneInterval)
-	st.Pruned += n
-	d.log.Info("pruned finished jobs", "deleted", n, "max_age", d.cfg.PruneAge, "keep", d.cfg.PruneKeep)
-	return nil
+	return err
 }
 
 // pruneDue returns the ids of the finished jobs to delete. Finished jobs are not in the active

@@ -12,7 +12,7 @@ import (
 // RoundStats counts what one round did.
 type RoundStats struct {
 	Expired    int // RUNNING jobs turned UNKNOWN by the deadline sweep
-	Freed      int // slots released because the recorded sidecar epoch is gone
+	Freed      int // slots released because the recorded sidecar epoch is gone (or, on a shared store, its node)
 	Resolved   int // UNKNOWN jobs settled by index.resolve
 	Refreshed  int // refresh hook runs (DONE or FAILED)
 	Dispatched int // sends started
@@ -20,7 +20,7 @@ type RoundStats struct {
 }
 
 // Round runs one dispatcher round, in a fixed order: deadline sweep, possible-live sweep, resolve
-// driver, refresh driver, PENDING dispatch, and at most every Config.PruneInterval the pruning of
+// driver, vanished-node sweep (shared store only), refresh driver, PENDING dispatch, and at most every Config.PruneInterval the pruning of
 // finished jobs. Sends are started and not waited for; their answers
 // are journaled when they arrive. A round with nothing to do writes nothing to the store.
 func (d *Dispatcher) Round(ctx context.Context) (RoundStats, error) {
@@ -34,7 +34,7 @@ func (d *Dispatcher) Round(ctx context.Context) (RoundStats, error) {
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)() // Close cuts a round's resolve and refresh calls short
 	steps := []func(context.Context, *RoundStats) error{
-		d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.driveRefresh, d.dispatchPending, d.prune,
+		d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.sweepNodes, d.driveRefresh, d.dispatchPending, d.prune,
 	}
 	for _, step := range steps {
 		if err := step(ctx, &st); err != nil {
@@ -121,7 +121,10 @@ func (d *Dispatcher) epochGone(name, epoch string) bool {
 // sweepEpochs releases the slots of jobs whose recorded sidecar epoch is gone: that sidecar's
 // workers are dead. A RUNNING job there can never be answered, so it becomes UNKNOWN.
 func (d *Dispatcher) sweepEpochs(_ context.Context, st *RoundStats) error {
-	jobs, err := d.active(func(j *Job) bool { return j.SlotHeld && j.Epoch != "" })
+	// On a shared store only the node that sent a job holds handles that prove its epoch gone
+	// (sidecar names are per node); other nodes wait for sweepNodes.
+	node := d.nodeName()
+	jobs, err := d.active(func(j *Job) bool { return j.SlotHeld && j.Epoch != "" && j.Node == node })
 	for _, j := range jobs {
 		if !d.epochGone(j.Sidecar, j.Epoch) {
 			continue
@@ -148,6 +151,64 @@ func (d *Dispatcher) sweepEpochs(_ context.Context, st *RoundStats) error {
 		}
 	}
 	return err
+}
+
+func (d *Dispatcher) nodeName() string {
+	if d.cluster == nil {
+		return ""
+	}
+	n, _ := d.cluster.Node()
+	return n
+}
+
+// sweepNodes (shared store only) releases the slots of settled jobs whose sidecar epoch no live
+// node announces any more. Lease expiry is no proof that the workers are dead; the settled outcome
+// is: index.resolve fenced the commit slot (or found it taken), so the worker can never commit,
+// and the name is safe to reuse. A RUNNING job of a vanished node first waits for its deadline
+// (UNKNOWN), then for index.resolve through any live node's sidecar (driveResolve).
+func (d *Dispatcher) sweepNodes(_ context.Context, st *RoundStats) error {
+	if d.cluster == nil {
+		return nil
+	}
+	node := d.nodeName()
+	jobs, err := d.active(func(j *Job) bool { return j.SlotHeld && j.Epoch != "" && j.State.Settled() })
+	for _, j := range jobs {
+		if j.Node == node && d.holdsEpoch(j.Epoch) {
+			continue // this node's own sidecar: its answer or its exit frees the slot
+		}
+		live, lerr := d.cluster.EpochLive(j.Epoch)
+		if lerr != nil {
+			return lerr
+		}
+		if live {
+			continue
+		}
+		now := d.cfg.Now()
+		_, changed, merr := d.modify(j.ID, func(x *Job) bool {
+			if !x.SlotHeld || x.Epoch != j.Epoch || !x.State.Settled() {
+				return false
+			}
+			x.SlotHeld = false
+			x.record(now, EventNodeGone, x.State, fmt.Sprintf("%s: no live node announces sidecar %s epoch %s (node %s)",
+				x.State, x.Sidecar, x.Epoch, x.Node))
+			return true
+		})
+		if merr != nil {
+			return merr
+		}
+		if changed {
+			st.Freed++
+			d.log.Info("slot released: node gone and outcome settled", "job", j.ID, "node", j.Node, "epoch", j.Epoch)
+		}
+	}
+	return err
+}
+
+func (d *Dispatcher) holdsEpoch(epoch string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.byEpoch[epoch]
+	return e != nil && !exited(e.sc)
 }
 
 // driveResolve settles UNKNOWN jobs through index.resolve on any live sidecar. Storage being

@@ -93,14 +93,29 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 		budget = j.ExecuteDeadline
 	}
 	deadline := now.Add(budget)
+	var node string
+	var claim int64
+	if d.cluster != nil {
+		node, claim = d.cluster.Node()
+	}
+	// On a shared store this commit also proves that the node still holds claim.
 	j, changed, err := d.modify(j.ID, func(x *Job) bool {
 		if x.State != StatePending {
 			return false
 		}
 		x.State, x.InvocationID, x.Sidecar, x.Epoch, x.Deadline = StateRunning, inv, e.name, e.epoch, deadline
-		x.record(now, EventDispatch, StatePending, fmt.Sprintf("invocation %s to sidecar %s", inv, e.name))
+		x.Node, x.Claim = node, claim
+		detail := fmt.Sprintf("invocation %s to sidecar %s", inv, e.name)
+		if node != "" {
+			detail += " on node " + node
+		}
+		x.record(now, EventDispatch, StatePending, detail)
 		return true
 	})
+	if errors.Is(err, ErrClaimLost) {
+		d.log.Warn("node claim lost; job stays PENDING, nothing sent", "job", j.ID, "error", err)
+		return false, nil
+	}
 	if err != nil || !changed {
 		return false, err
 	}
