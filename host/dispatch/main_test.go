@@ -9,6 +9,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(clusterHelperEnv) != "" {
+		os.Exit(clusterHelperMain())
+	}
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
