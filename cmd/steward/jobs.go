@@ -14,15 +14,19 @@ import (
 )
 
 const jobsUsage = `usage:
-  steward jobs list       --store FILE [--state STATE] [--active] [--limit N]
-  steward jobs show       --store FILE JOB
-  steward jobs release    --store FILE --by WHO --reason WHY JOB
+  steward jobs list       (--store FILE | --etcd ENDPOINTS [--etcd-prefix P]) [--state STATE] [--active] [--limit N]
+  steward jobs show       (--store FILE | --etcd ENDPOINTS [--etcd-prefix P]) JOB
+  steward jobs release    (--store FILE | --etcd ENDPOINTS [--etcd-prefix P]) --by WHO --reason WHY JOB
   steward jobs quarantine --store FILE --by WHO --reason WHY
 
 FILE is a host dispatcher's job store (bbolt). list and show read a consistent copy of it, taken
 without a lock, so they work while a dispatcher runs. release writes an audited force-release of
 a stuck UNKNOWN job; it needs the file's lock, which a running dispatcher holds: stop it, or
 release through its Go API (Dispatcher.Release).
+
+ENDPOINTS are the comma-separated client URLs of the etcd cluster that holds a journal several
+host dispatchers share (prefix default /steward/dispatch). list and show read it live, at one
+revision; release commits one transaction that any running dispatcher sees at once.
 
 A dispatcher refuses to open a store that is empty, truncated or damaged, naming the file.
 quarantine is the audited way out: it moves the corrupt file aside to FILE.corrupt-<UTC time>,
@@ -40,9 +44,11 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // jobsFlags parses flags and positional arguments in any order.
 type jobsFlags struct {
-	fs    *flag.FlagSet
-	store string
-	args  []string
+	fs         *flag.FlagSet
+	store      string
+	etcd       string // comma-separated endpoints
+	etcdPrefix string
+	args       []string
 	// by and reason are set by audited.
 	by, reason *string
 }
@@ -51,6 +57,10 @@ func newJobsFlags(name string) *jobsFlags {
 	f := &jobsFlags{fs: flag.NewFlagSet("jobs "+name, flag.ContinueOnError)}
 	f.fs.SetOutput(io.Discard)
 	f.fs.StringVar(&f.store, "store", "", "the dispatcher's job store file")
+	if name != "quarantine" {
+		f.fs.StringVar(&f.etcd, "etcd", "", "the etcd endpoints of a shared journal (comma-separated)")
+		f.fs.StringVar(&f.etcdPrefix, "etcd-prefix", dispatch.DefaultEtcdPrefix, "the shared journal's key prefix")
+	}
 	return f
 }
 
@@ -66,7 +76,11 @@ func (f *jobsFlags) parse(args []string, positional int) error {
 		args = f.fs.Args()[1:]
 	}
 	switch {
-	case f.store == "":
+	case f.store != "" && f.etcd != "":
+		return fmt.Errorf("%w: --store and --etcd exclude each other", errUsage)
+	case f.store == "" && f.etcd == "" && f.fs.Lookup("etcd") != nil:
+		return fmt.Errorf("%w: --store is required, or --etcd for a shared journal", errUsage)
+	case f.store == "" && f.etcd == "":
 		return fmt.Errorf("%w: --store is required", errUsage)
 	case len(f.args) != positional:
 		return fmt.Errorf("%w: want %d job id(s), got %d", errUsage, positional, len(f.args))
@@ -83,8 +97,14 @@ func (f *jobsFlags) audited(who string) *jobsFlags {
 	return f
 }
 
-// open reads a snapshot of the store, or opens it for writing, which needs its lock.
-func (f *jobsFlags) open(write bool) (*dispatch.BoltStore, error) {
+// open reads a snapshot of the store, or opens it for writing, which needs its lock; a shared
+// etcd journal is opened live, without a node claim (it can release, never send).
+func (f *jobsFlags) open(ctx context.Context, write bool) (dispatch.Store, error) {
+	if f.etcd != "" {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return dispatch.OpenEtcd(ctx, dispatch.EtcdOptions{Endpoints: strings.Split(f.etcd, ","), Prefix: f.etcdPrefix})
+	}
 	s, err := dispatch.OpenBolt(f.store, dispatch.BoltOptions{Snapshot: !write, LockTimeout: time.Second})
 	switch {
 	case errors.Is(err, dispatch.ErrStoreLocked):
@@ -92,10 +112,13 @@ func (f *jobsFlags) open(write bool) (*dispatch.BoltStore, error) {
 	case errors.Is(err, dispatch.ErrCorrupt):
 		return nil, fmt.Errorf("%w; if it cannot be restored, move it aside: steward jobs quarantine --store %s --by WHO --reason WHY", err, f.store)
 	}
-	return s, err
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
-func jobsList(_ context.Context, args []string, stdout io.Writer) error {
+func jobsList(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newJobsFlags("list")
 	state := f.fs.String("state", "", "only jobs in this state (PENDING, RUNNING, COMMITTED, NOT_COMMITTED, UNKNOWN)")
 	active := f.fs.Bool("active", false, "only jobs the dispatcher still acts on")
@@ -109,7 +132,7 @@ func jobsList(_ context.Context, args []string, stdout io.Writer) error {
 	default:
 		return fmt.Errorf("%w: unknown state %q", errUsage, *state)
 	}
-	s, err := f.open(false)
+	s, err := f.open(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -131,12 +154,12 @@ func jobsList(_ context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-func jobsShow(_ context.Context, args []string, stdout io.Writer) error {
+func jobsShow(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newJobsFlags("show")
 	if err := f.parse(args, 1); err != nil {
 		return err
 	}
-	s, err := f.open(false)
+	s, err := f.open(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -148,12 +171,12 @@ func jobsShow(_ context.Context, args []string, stdout io.Writer) error {
 	return printJob(stdout, j)
 }
 
-func jobsRelease(_ context.Context, args []string, stdout io.Writer) error {
+func jobsRelease(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newJobsFlags("release").audited("who releases the job")
 	if err := f.parse(args, 1); err != nil {
 		return err
 	}
-	s, err := f.open(true)
+	s, err := f.open(ctx, true)
 	if err != nil {
 		return err
 	}

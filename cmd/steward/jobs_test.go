@@ -14,6 +14,7 @@ import (
 
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/internal/boltfile/boltfiletest"
+	"github.com/cba1309c/steward/internal/testetcd"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"
 )
@@ -39,7 +40,16 @@ func jobsStore(t *testing.T) (path, unknown, pending string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dispatch.New(dispatch.Config{Store: s, Logger: hclog.NewNullLogger()})
+	unknown, pending = fillJobs(t, s, nil)
+	s.Close()
+	return path, unknown, pending
+}
+
+// fillJobs writes one UNKNOWN job and one PENDING job into s through a dispatcher on clock now
+// (nil: the wall clock) and returns their ids.
+func fillJobs(t *testing.T, s dispatch.Store, now func() time.Time) (unknown, pending string) {
+	t.Helper()
+	d, err := dispatch.New(dispatch.Config{Store: s, Logger: hclog.NewNullLogger(), Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +61,9 @@ func jobsStore(t *testing.T) (path, unknown, pending string) {
 		}
 	}
 	ctx := context.Background()
-	j, err := d.Submit(ctx, req("events_id"))
+	first := req("events_id")
+	first.ID = "01a2-unknown" // fixed ids: the bbolt and etcd listings compare equal
+	j, err := d.Submit(ctx, first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,13 +77,14 @@ func jobsStore(t *testing.T) (path, unknown, pending string) {
 		}
 	}
 	d.RemoveSidecar("node-1")
-	p, err := d.Submit(ctx, req("events_name"))
+	second := req("events_name")
+	second.ID = "01a2-pending"
+	p, err := d.Submit(ctx, second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
-	s.Close()
-	return path, j.ID, p.ID
+	return j.ID, p.ID
 }
 
 func runJ(t *testing.T, args ...string) (int, string, string) {
@@ -248,5 +261,55 @@ func TestJobsCorruptStore(t *testing.T) {
 	code, _, errOut = runJ(t, "quarantine", "--store", path, "--by", "alice", "--reason", "again")
 	if code != 1 || !strings.Contains(errOut, "not corrupt") {
 		t.Fatalf("quarantine of a sound store: exit %d: %s", code, errOut)
+	}
+}
+
+// TestJobsEtcd runs list, show and release on a shared journal in a real 3-member etcd cluster:
+// the listing is the one the same jobs give on bbolt, and a release is seen by the next read.
+func TestJobsEtcd(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return at }
+	path := filepath.Join(t.TempDir(), "jobs.db")
+	bs, err := dispatch.OpenBolt(path, dispatch.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillJobs(t, bs, clock)
+	bs.Close()
+
+	c := testetcd.Start(t)
+	endpoints := strings.Join(c.Endpoints, ",")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	es, err := dispatch.OpenEtcd(ctx, dispatch.EtcdOptions{Endpoints: c.Endpoints, Prefix: "/cli-test", Node: "host-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown, pending := fillJobs(t, es, clock)
+	es.Close()
+
+	_, boltList, _ := runJ(t, "list", "--store", path)
+	code, etcdList, errOut := runJ(t, "list", "--etcd", endpoints, "--etcd-prefix", "/cli-test")
+	if code != 0 || etcdList != boltList {
+		t.Fatalf("exit %d (%s); etcd listing:\n%s\nbbolt listing:\n%s", code, errOut, etcdList, boltList)
+	}
+	if code, out, _ := runJ(t, "list", "--etcd", endpoints); code != 0 || !strings.Contains(out, "0 job(s)") {
+		t.Fatalf("another prefix: %d %s", code, out)
+	}
+	for _, tc := range []struct {
+		args    []string
+		code    int
+		wantOut string
+	}{
+		{[]string{"show", "--etcd", endpoints, "--etcd-prefix", "/cli-test", unknown}, 0, "on node host-1"},
+		{[]string{"release", "--etcd", endpoints, "--etcd-prefix", "/cli-test", "--by", "alice", "--reason", "x", pending}, 1, ""},
+		{[]string{"release", "--etcd", endpoints, "--etcd-prefix", "/cli-test", "--by", "alice", "--reason", "OPS-9", unknown}, 0, "released job " + unknown},
+		{[]string{"show", "--etcd", endpoints, "--etcd-prefix", "/cli-test", unknown}, 0, "force-released"},
+		{[]string{"list", "--etcd", endpoints, "--store", path}, 2, ""},
+	} {
+		code, out, errOut := runJ(t, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.wantOut) {
+			t.Fatalf("%v: exit %d, want %d\n%s%s", tc.args, code, tc.code, out, errOut)
+		}
 	}
 }
