@@ -60,6 +60,7 @@ fuzz:
 bench: minio etcd build
 	@rm -f bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./host/ 2>/dev/null | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench JobLifecycle -benchtime 300x -count 1 ./host/dispatch/ | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./isolation/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 100x -count 1 ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'TicketMemory|CleanupThroughput|Reserve' -count 1 -timeout 30m ./storage/ledger/ | tee -a bench.out

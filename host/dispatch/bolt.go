@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cba1309c/steward/internal/boltfile"
@@ -43,6 +44,7 @@ type BoltStore struct {
 	// lock), so every change is committed through this handle.
 	mu       sync.Mutex
 	watchers map[string]map[chan struct{}]struct{}
+	commits  atomic.Int64 // write transactions committed
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -139,10 +141,14 @@ func (s *BoltStore) Update(fn func(Tx) error) error {
 	touched := map[string]bool{}
 	err := closedErr(s.db.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx, touched}) }))
 	if err == nil {
+		s.commits.Add(1)
 		s.notify(touched)
 	}
 	return err
 }
+
+// Commits is the number of write transactions this handle committed (a measure for benchmarks).
+func (s *BoltStore) Commits() int64 { return s.commits.Load() }
 
 // Watch implements Store with an in-process notification: it sees the changes committed through
 // this handle, which are all of them while it holds the file's lock.
