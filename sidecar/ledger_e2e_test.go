@@ -286,7 +286,7 @@ func (e *ledgerEnv) assertNoOrphans(path string) (objects int) {
 			continue
 		}
 		refs[o.Key] = true
-		b, err := storage.ReadAll(ctx, e.store, o.Key)
+		b, err := storage.ReadAll(ctx, e.store, o.Key, dataset.MaxManifestSize)
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -99,7 +99,7 @@ func TestMutateStaleAdmissionAndAmbiguousDrop(t *testing.T) {
 
 	// Write version 3 by hand with a second index whose name differs only in case: an ambiguity a
 	// careless writer can leave behind, which DROP must refuse to guess about.
-	raw, err := storage.ReadAll(ctx, e.store, "ds/"+dataset.VersionKey(2))
+	raw, err := storage.ReadAll(ctx, e.store, "ds/"+dataset.VersionKey(2), dataset.MaxManifestSize)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,10 @@ var (
 
 	// ErrInvalidConfig: a StoreConfig is incomplete or inconsistent.
 	ErrInvalidConfig = errors.New("storage: invalid configuration")
+
+	// ErrTooLarge: an object is larger than the bound its reader set (ReadAll). At most one
+	// byte past the bound was read.
+	ErrTooLarge = errors.New("storage: object exceeds the read bound")
 )
 
 // OpError describes a failed store operation. Kind is one of the sentinels above; Err is the

@@ -127,15 +127,23 @@ func (s *LocalStore) open(op, key string) (*os.File, os.FileInfo, error) {
 	return f, fi, nil
 }
 
+// localBody is the body of a Get: the file, and its size for ReadAll's bound.
+type localBody struct {
+	*os.File
+	size int64
+}
+
+func (b localBody) objectSize() int64 { return b.size }
+
 func (s *LocalStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("get", key, ErrUnavailable, err)
 	}
-	f, _, err := s.open("get", key)
+	f, fi, err := s.open("get", key)
 	if err != nil {
 		return nil, err
 	}
-	return f, nil
+	return localBody{f, fi.Size()}, nil
 }
 
 func (s *LocalStore) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {

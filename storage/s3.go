@@ -151,11 +151,15 @@ func (s *S3Store) get(ctx context.Context, key string, opts minio.GetObjectOptio
 		return nil, err
 	}
 	core := minio.Core{Client: s.client}
-	body, _, _, err := core.GetObject(ctx, s.bucket, key, opts)
+	body, info, _, err := core.GetObject(ctx, s.bucket, key, opts)
 	if err != nil {
 		return nil, s3Err("get", key, err)
 	}
-	return &s3Body{rc: body, key: key, want: want}, nil
+	size := want
+	if size < 0 {
+		size = info.Size // Content-Length of the whole object; -1 if the server sent none
+	}
+	return &s3Body{rc: body, key: key, want: want, size: size}, nil
 }
 
 // s3Body classifies errors in the middle of a body and checks that a range came back whole.
@@ -163,8 +167,13 @@ type s3Body struct {
 	rc   io.ReadCloser
 	key  string
 	want int64 // bytes expected, or -1
+	size int64 // length announced by the server, or -1
 	got  int64
 }
+
+var _ sizedBody = (*s3Body)(nil)
+
+func (b *s3Body) objectSize() int64 { return b.size }
 
 func (b *s3Body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)

@@ -144,18 +144,76 @@ func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) 
 	return out, nil
 }
 
-// ReadAll reads a whole object into memory.
-func ReadAll(ctx context.Context, s Store, key string) ([]byte, error) {
+// ReadAll reads a whole object into memory, refusing one larger than limit bytes with
+// ErrTooLarge. The bound is checked before reading when the store reports the object's size and
+// enforced while reading otherwise (a body that never ends, a size that lied): at most limit+1
+// bytes are ever read, and the buffer never grows past them.
+func ReadAll(ctx context.Context, s Store, key string, limit int64) ([]byte, error) {
+	if limit < 0 {
+		return nil, opErr("get", key, ErrTooLarge, fmt.Errorf("negative read bound %d", limit))
+	}
 	rc, err := s.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
+	size := int64(-1)
+	if sb, ok := rc.(sizedBody); ok {
+		size = sb.objectSize()
+	} else if info, err := s.Stat(ctx, key); err == nil {
+		size = info.Size // a Store wrapper hid the body's size; ask for it
+	}
+	if size > limit {
+		return nil, tooLarge(key, limit, size)
+	}
+	b, err := readBounded(rc, limit, size)
 	if err != nil {
 		return nil, opErr("get", key, classifyReadErr(err), err)
 	}
+	if int64(len(b)) > limit {
+		return nil, tooLarge(key, limit, -1)
+	}
 	return b, nil
+}
+
+// readBounded reads r to its end or to limit+1 bytes, whichever comes first. With a size hint
+// the buffer is allocated once (one spare byte, so a correct size meets EOF without growing);
+// without one it doubles up to limit+1 bytes, so all it ever allocates is under 2*(limit+1).
+func readBounded(r io.Reader, limit, hint int64) ([]byte, error) {
+	r = io.LimitReader(r, limit+1)
+	b := make([]byte, 0, min(max(hint, 511), limit)+1)
+	for {
+		if int64(len(b)) > limit {
+			return b, nil // one byte past the bound is all the caller needs to know
+		}
+		if len(b) == cap(b) {
+			c := 2 * int64(cap(b))
+			if 2*c > limit+1 {
+				c = limit + 1 // jump to the bound rather than stop just short of it
+			}
+			nb := make([]byte, len(b), c)
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// sizedBody is a Get body that knows the object's length before it is read (-1: unknown).
+type sizedBody interface{ objectSize() int64 }
+
+func tooLarge(key string, limit, size int64) error {
+	if size < 0 {
+		return opErr("get", key, ErrTooLarge, fmt.Errorf("more than the %d-byte bound", limit))
+	}
+	return opErr("get", key, ErrTooLarge, fmt.Errorf("%d bytes, bound %d", size, limit))
 }
 
 // classifyReadErr decides what a failure in the middle of a body means: a cut stream is the

@@ -91,10 +91,10 @@ func TestS3Outage(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := storage.ReadAll(context.Background(), s, "k")
+	b, err := storage.ReadAll(context.Background(), s, "k", 1<<20)
 	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, storage.ErrUnavailable) && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond) // a restarted MinIO answers 503 while it initializes
-		b, err = storage.ReadAll(context.Background(), s, "k")
+		b, err = storage.ReadAll(context.Background(), s, "k", 1<<20)
 	}
 	if err != nil || string(b) != "v" {
 		t.Fatalf("after restart: %q, %v", b, err)

@@ -28,7 +28,7 @@ func TestBadInput(t *testing.T) {
 		return s, d
 	}
 	overwrite := func(t *testing.T, s storage.Store, key string, edit func([]byte) []byte) {
-		b, err := storage.ReadAll(ctx, s, key)
+		b, err := storage.ReadAll(ctx, s, key, dataset.MaxManifestSize)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,6 +193,7 @@ func TestNativeCode(t *testing.T) {
 		{"exists", dataset.ErrIndexExists, dataset.CodeAlreadyExists},
 		{"not found", dataset.ErrIndexNotFound, dataset.CodeNotFound},
 		{"unavailable", &storage.OpError{Op: "get", Kind: storage.ErrUnavailable}, dataset.CodeIO},
+		{"too large", &storage.OpError{Op: "get", Kind: storage.ErrTooLarge}, dataset.CodeIO},
 		{"corrupt segment", &index.CorruptError{Segment: "btree"}, dataset.CodeIndex},
 		{"corrupt manifest", &dataset.CorruptError{Key: "m"}, dataset.CodeIO},
 		{"not supported", dataset.ErrNotSupported, dataset.CodeNotSupported},
@@ -219,7 +220,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		f.Fatal(err)
 	}
 	for v := int64(1); v <= res.Version; v++ {
-		b, _ := storage.ReadAll(ctx, s, "f/"+dataset.VersionKey(v))
+		b, _ := storage.ReadAll(ctx, s, "f/"+dataset.VersionKey(v), dataset.MaxManifestSize)
 		f.Add(b)
 	}
 	f.Add([]byte(`{"format_version":1,"version":1}`))

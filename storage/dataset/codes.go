@@ -36,12 +36,12 @@ func NativeCode(err error) int {
 		return CodeInvalidArgument
 	case errors.Is(err, ErrIndexExists), errors.Is(err, ErrDatasetExists):
 		return CodeAlreadyExists
-	case errors.Is(err, index.ErrCorruptSegment), errors.Is(err, ErrIndexBuild):
+	case errors.Is(err, index.ErrCorruptSegment), errors.Is(err, ErrIndexBuild), errors.Is(err, index.ErrTooLarge):
 		return CodeIndex
 	case errors.Is(err, ErrMissingFragment), errors.Is(err, ErrUploadRefused),
 		errors.Is(err, storage.ErrCorrupt), errors.Is(err, storage.ErrUnavailable),
 		errors.Is(err, storage.ErrPermission), errors.Is(err, storage.ErrExists),
-		errors.Is(err, storage.ErrRejected):
+		errors.Is(err, storage.ErrRejected), errors.Is(err, storage.ErrTooLarge):
 		return CodeIO
 	case errors.Is(err, ErrIndexNotFound), errors.Is(err, storage.ErrNotFound):
 		return CodeNotFound

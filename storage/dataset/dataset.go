@@ -143,11 +143,13 @@ func Versions(ctx context.Context, store storage.Store, prefix string) ([]Versio
 
 func (d *Dataset) readManifest(ctx context.Context, v int64) (*Manifest, error) {
 	key := VersionKey(v)
-	b, err := storage.ReadAll(ctx, d.store, key)
-	if errors.Is(err, storage.ErrNotFound) {
+	b, err := storage.ReadAll(ctx, d.store, key, MaxManifestSize)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
 		return nil, fmt.Errorf("%w: %d of %q: %w", ErrVersionNotFound, v, d.prefix, err)
-	}
-	if err != nil {
+	case errors.Is(err, storage.ErrTooLarge):
+		return nil, &CorruptError{Key: d.fullKey(key), Reason: "larger than the manifest limit", Err: err}
+	case err != nil:
 		return nil, err
 	}
 	m, err := DecodeManifest(b)

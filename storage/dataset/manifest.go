@@ -15,8 +15,9 @@ import (
 // FormatVersion is the manifest format this package writes and the newest it reads.
 const FormatVersion = 1
 
-// maxManifestSize bounds what a reader will load as a manifest.
-const maxManifestSize = 64 << 20
+// MaxManifestSize bounds a manifest (64 MiB): a larger object under _versions/ is corrupt, and
+// no reader loads more than one byte past it.
+const MaxManifestSize = 64 << 20
 
 // Transaction operations.
 const (
@@ -136,7 +137,7 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 // DecodeManifest parses and validates a manifest. Malformed input is a *CorruptError; a newer
 // format is ErrNotSupported. It never panics.
 func DecodeManifest(b []byte) (*Manifest, error) {
-	if len(b) > maxManifestSize {
+	if len(b) > MaxManifestSize {
 		return nil, &CorruptError{Key: "manifest", Reason: fmt.Sprintf("%d bytes exceeds the manifest limit", len(b))}
 	}
 	var m Manifest

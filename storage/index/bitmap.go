@@ -52,6 +52,9 @@ func (bw *BitmapWriter[K]) Add(k K, ids *roaring64.Bitmap) error {
 		return err
 	}
 	b := binary.LittleEndian.AppendUint32(bw.buf.Bytes(), checksum(bw.buf.Bytes()))
+	if len(b) > maxSpanLen {
+		return fmt.Errorf("%w: a bitmap of %d bytes exceeds %d", ErrTooLarge, len(b), maxSpanLen)
+	}
 	off := bw.w.off
 	if _, err := bw.w.Write(b); err != nil {
 		return err
@@ -105,7 +108,7 @@ func OpenBitmap[K Key](ctx context.Context, r RangeReader) (*BitmapReader[K], er
 		switch {
 		case d.bad:
 			return nil, corrupt("bitmap", int64(t.lookupOff), "lookup entry %d truncated", i)
-		case e.off != next || e.length < 4 || e.off+e.length > int64(t.lookupOff):
+		case e.off != next || e.length < 4 || e.length > maxSpanLen || e.off+e.length > int64(t.lookupOff):
 			return nil, corrupt("bitmap", int64(t.lookupOff), "bitmap %d at [%d,+%d) is not contiguous", i, e.off, e.length)
 		case i > 0 && cmp.Compare(entries[i-1].key, e.key) >= 0:
 			return nil, corrupt("bitmap", int64(t.lookupOff), "key %d out of order", i)

@@ -80,6 +80,9 @@ func (bw *BTreeWriter[K]) flush() error {
 	}
 	b = binary.LittleEndian.AppendUint32(b, checksum(b))
 	bw.page = b
+	if len(b) > maxSpanLen {
+		return fmt.Errorf("%w: a page of %d bytes exceeds %d (use fewer entries per page)", ErrTooLarge, len(b), maxSpanLen)
+	}
 	if _, err := bw.w.Write(b); err != nil {
 		return err
 	}
@@ -172,7 +175,7 @@ func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], erro
 		switch {
 		case d.bad:
 			return nil, corrupt("btree", int64(t.lookupOff), "lookup entry %d truncated", i)
-		case p.off != next || p.length < 8 || p.off+p.length > int64(t.lookupOff):
+		case p.off != next || p.length < 8 || p.length > maxSpanLen || p.off+p.length > int64(t.lookupOff):
 			return nil, corrupt("btree", int64(t.lookupOff), "page %d at [%d,+%d) is not contiguous", i, p.off, p.length)
 		case p.count <= 0 || p.count > maxPageEntries || cmp.Compare(p.min, p.max) > 0:
 			return nil, corrupt("btree", int64(t.lookupOff), "page %d has bad count or bounds", i)
@@ -213,29 +216,31 @@ func (br *BTreeReader[K]) Scan(ctx context.Context, rg Range[K], fn func(K, uint
 	if first == last {
 		return nil
 	}
-	// Pages are contiguous: fetch the whole run in one read.
-	start := br.pages[first].off
-	end := br.pages[last-1].off + br.pages[last-1].length
-	buf, err := br.r.ReadRange(ctx, start, end-start)
-	if err != nil {
-		return err
-	}
+	// Pages are contiguous: fetch them in runs of up to maxRunLen bytes (one page at least).
 	var keys []K
 	var ids []uint64
-	for i := first; i < last; i++ {
-		p := br.pages[i]
-		keys, ids, err = decodePage(buf[p.off-start:p.off-start+p.length], p, keys[:0], ids[:0])
+	for lo := first; lo < last; {
+		start, hi := br.pages[lo].off, lo+1
+		for hi < last && br.pages[hi].off+br.pages[hi].length-start <= maxRunLen {
+			hi++
+		}
+		end := br.pages[hi-1].off + br.pages[hi-1].length
+		buf, err := br.r.ReadRange(ctx, start, end-start)
 		if err != nil {
 			return err
 		}
-		for j, k := range keys {
-			if rg.above(k) {
-				return nil
+		for _, p := range br.pages[lo:hi] {
+			keys, ids, err = decodePage(buf[p.off-start:p.off-start+p.length], p, keys[:0], ids[:0])
+			if err != nil {
+				return err
 			}
-			if !rg.below(k) && !fn(k, ids[j]) {
-				return nil
+			for j, k := range keys {
+				if rg.above(k) || !rg.below(k) && !fn(k, ids[j]) {
+					return nil
+				}
 			}
 		}
+		lo = hi
 	}
 	return nil
 }

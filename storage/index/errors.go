@@ -14,6 +14,9 @@ var (
 	ErrKeyType = errors.New("index: key type mismatch")
 	// ErrUnsorted: a writer was fed keys out of order (a bug in the caller).
 	ErrUnsorted = errors.New("index: keys not in order")
+	// ErrTooLarge: a writer would write a page, bitmap or lookup table larger than readers
+	// accept (256 MiB); nothing readable could come of it.
+	ErrTooLarge = errors.New("index: segment part too large")
 )
 
 // CorruptError tells where a segment stopped making sense.

@@ -3,6 +3,7 @@ package index
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"io"
 )
@@ -15,8 +16,17 @@ import (
 // count is pages (BTREE) or distinct keys (BITMAP); entries is the number of row ids.
 const trailerLen = 1 + 3 + 4 + 8 + 8 + 4 + 4 + 8
 
-// maxLookupLen bounds how much a reader will allocate for a lookup table (256 MiB).
-const maxLookupLen = 256 << 20
+// Every read of a segment has a length known, and checked, before it is issued.
+const (
+	// maxLookupLen bounds how much a reader will allocate for a lookup table (256 MiB).
+	maxLookupLen = 256 << 20
+	// maxSpanLen bounds one BTREE page or one bitmap (256 MiB): a longer one in a lookup table
+	// is corruption, and a writer refuses to write one.
+	maxSpanLen = 256 << 20
+	// maxRunLen bounds the contiguous pages a BTREE scan fetches in one read (16 MiB, or one
+	// page if that is larger).
+	maxRunLen = 16 << 20
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -43,6 +53,9 @@ func (t trailer) append(b []byte, magic string) []byte {
 
 // writeTail writes a segment's lookup table and trailer after its body.
 func writeTail(w *countingWriter, kt KeyType, count uint32, entries uint64, lookup []byte, magic string) error {
+	if len(lookup) > maxLookupLen {
+		return fmt.Errorf("%w: a lookup table of %d bytes exceeds %d", ErrTooLarge, len(lookup), maxLookupLen)
+	}
 	t := trailer{
 		keyType: kt, count: count, entries: entries,
 		lookupOff: uint64(w.off), lookupLen: uint32(len(lookup)), lookupCRC: checksum(lookup),

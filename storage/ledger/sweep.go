@@ -197,7 +197,7 @@ func referenced(ctx context.Context, st storage.Store, base string) (map[string]
 		if !strings.HasSuffix(info.Key, ".manifest") {
 			continue
 		}
-		b, err := storage.ReadAll(ctx, st, info.Key)
+		b, err := storage.ReadAll(ctx, st, info.Key, dataset.MaxManifestSize)
 		if err != nil {
 			return nil, err
 		}

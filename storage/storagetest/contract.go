@@ -29,6 +29,7 @@ func RunContract(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		{"NotFound", testNotFound},
 		{"Stat", testStat},
 		{"GetRange", testGetRange},
+		{"ReadAllBound", testReadAllBound},
 		{"List", testList},
 		{"DeleteBatch", testDeleteBatch},
 		{"DeleteBatchLarge", testDeleteBatchLarge},
@@ -49,7 +50,7 @@ func put(t *testing.T, s storage.Store, key, body string) {
 
 func get(t *testing.T, s storage.Store, key string) string {
 	t.Helper()
-	b, err := storage.ReadAll(context.Background(), s, key)
+	b, err := storage.ReadAll(context.Background(), s, key, 1<<20)
 	if err != nil {
 		t.Fatalf("get %s: %v", key, err)
 	}
@@ -119,6 +120,34 @@ func testPutIfAbsentRace(t *testing.T, s storage.Store) {
 		}
 		if got := get(t, s, key); got != winner.Load() {
 			t.Fatalf("round %d: stored %q, winner wrote %q", round, got, winner.Load())
+		}
+	}
+}
+
+// ReadAll refuses an object one byte over its bound, whether or not the store announced the size.
+func testReadAllBound(t *testing.T, s storage.Store) {
+	ctx := context.Background()
+	put(t, s, "sized", strings.Repeat("x", 1000))
+	if err := s.Put(ctx, "streamed", strings.NewReader(strings.Repeat("y", 1000)), -1); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, "empty", "")
+	tests := []struct {
+		key   string
+		limit int64
+		ok    bool
+	}{
+		{"sized", 1000, true}, {"sized", 999, false}, {"sized", 0, false},
+		{"streamed", 1000, true}, {"streamed", 999, false},
+		{"empty", 0, true},
+	}
+	for _, tc := range tests {
+		b, err := storage.ReadAll(ctx, s, tc.key, tc.limit)
+		switch {
+		case tc.ok && (err != nil || int64(len(b)) != tc.limit):
+			t.Errorf("%s within bound %d: %d bytes, %v", tc.key, tc.limit, len(b), err)
+		case !tc.ok && (!errors.Is(err, storage.ErrTooLarge) || b != nil):
+			t.Errorf("%s over bound %d: %d bytes, %v; want ErrTooLarge", tc.key, tc.limit, len(b), err)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -79,4 +80,15 @@ func RemoveBucket(t testing.TB, s *storage.S3Store) {
 	if err := s.Client().RemoveBucket(ctx, s.Bucket()); err != nil {
 		t.Logf("cleanup bucket: %v", minio.ToErrorResponse(err).Code)
 	}
+}
+
+// Allocated reports the bytes fn allocated on the heap (runtime.MemStats.TotalAlloc), after a
+// GC: what a test asserts on to show that a read stayed within its bound.
+func Allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
