@@ -42,6 +42,14 @@ var (
 	// ErrTooLarge: an object is larger than the bound its reader set (ReadAll). At most one
 	// byte past the bound was read.
 	ErrTooLarge = errors.New("storage: object exceeds the read bound")
+
+	// ErrSymlink: in a local store, the key's path (a directory on the way or the object itself)
+	// is a symbolic link. A local store never follows one, for reads, writes or deletes.
+	ErrSymlink = errors.New("storage: symbolic link in a local store")
+
+	// ErrNotRegular: in a local store, the key names a device, FIFO, socket or other file that
+	// is not a regular file. It is neither opened nor replaced nor deleted.
+	ErrNotRegular = errors.New("storage: not a regular file")
 )
 
 // OpError describes a failed store operation. Kind is one of the sentinels above; Err is the

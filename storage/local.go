@@ -21,6 +21,13 @@ const tmpDir = ".steward-tmp"
 // LocalStore keeps objects as files under a root directory. Writes go to a temporary file that
 // is fsynced and then renamed (Put) or hard-linked (PutIfAbsent: link fails with EEXIST, so it
 // never replaces an object) into place, followed by an fsync of the parent directory.
+//
+// No path beneath the root is resolved through a symbolic link: each file is reached from a
+// handle on its parent directory, itself opened without following one (openat2 with
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS on Linux, O_NOFOLLOW element by element elsewhere). A link
+// planted in the store fails the operation with ErrSymlink; its target is never read, replaced or
+// deleted. Only regular files are objects: a device, FIFO or socket fails with ErrNotRegular, and
+// List skips links and special files.
 type LocalStore struct {
 	root string
 }
@@ -32,97 +39,172 @@ func NewLocalStore(dir string) (*LocalStore, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: local store needs a root directory", ErrInvalidConfig)
 	}
+	if err := localSupported(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := os.MkdirAll(filepath.Join(abs, tmpDir), 0o755); err != nil {
+	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, opErr("open", dir, osKind(err), err)
 	}
-	return &LocalStore{root: abs}, nil
+	s := &LocalStore{root: abs}
+	err = s.withRoot(func(root *os.File) error {
+		tmp, err := openDirCreate(root, tmpDir)
+		if err == nil {
+			tmp.Close()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, opErr("open", dir, osKind(err), err)
+	}
+	return s, nil
 }
 
 // Root returns the store's absolute directory.
 func (s *LocalStore) Root() string { return s.root }
 
-func (s *LocalStore) path(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
-
-func (s *LocalStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
-	return s.write(ctx, "put", key, r, os.Rename)
+// withRoot runs fn with a handle on the root directory, from which every path is resolved.
+func (s *LocalStore) withRoot(fn func(root *os.File) error) error {
+	root, err := openRoot(s.root)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return fn(root)
 }
 
-func (s *LocalStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
-	return s.write(ctx, "put-if-absent", key, r, func(tmp, dst string) error {
-		if _, err := os.Lstat(dst); err == nil {
-			return fs.ErrExist // cheap early answer; the link below is the real arbiter
-		}
-		if err := os.Link(tmp, dst); err != nil {
+// splitKey splits a key into its parent directory ("" for the root) and its last element.
+func splitKey(key string) (dir, name string) {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return "", key
+	}
+	return key[:i], key[i+1:]
+}
+
+// openDirCreate opens directory rel beneath root, creating what is missing.
+func openDirCreate(root *os.File, rel string) (*os.File, error) {
+	d, err := openBeneath(root, rel, openDirectory)
+	if errors.Is(err, fs.ErrNotExist) {
+		d, err = walkOpen(root, rel, openDirectory, true)
+	}
+	return d, err
+}
+
+func (s *LocalStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	return s.write(ctx, "put", key, r, func(tmpd *os.File, tmp string, dir *os.File, name string) error {
+		// Replacing a link would not follow it, but a link is never an object to overwrite.
+		if _, _, err := statAt(dir, name); errors.Is(err, ErrSymlink) || errors.Is(err, ErrNotRegular) {
 			return err
 		}
-		return os.Remove(tmp)
+		return renameAt(tmpd, tmp, dir, name)
 	})
 }
 
+func (s *LocalStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	return s.write(ctx, "put-if-absent", key, r, func(tmpd *os.File, tmp string, dir *os.File, name string) error {
+		switch _, _, err := statAt(dir, name); {
+		case err == nil, errors.Is(err, errIsDir):
+			return fs.ErrExist // cheap early answer; the link below is the real arbiter
+		case errors.Is(err, ErrSymlink), errors.Is(err, ErrNotRegular):
+			return err
+		}
+		if err := linkAt(tmpd, tmp, dir, name); err != nil {
+			return err
+		}
+		return unlinkAt(tmpd, tmp, false)
+	})
+}
+
+// place publishes the staged file tmpd/tmp as dir/name.
+type place func(tmpd *os.File, tmp string, dir *os.File, name string) error
+
 // write stages r in a temp file, fsyncs it, publishes it with place, and fsyncs the directory.
-func (s *LocalStore) write(ctx context.Context, op, key string, r io.Reader, place func(tmp, dst string) error) (retErr error) {
+func (s *LocalStore) write(ctx context.Context, op, key string, r io.Reader, publish place) error {
 	if err := checkKey(op, key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return opErr(op, key, ErrUnavailable, err)
 	}
-	dst := s.path(key)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return opErr(op, key, osKind(err), err)
+	var kind error
+	err := s.withRoot(func(root *os.File) error {
+		parent, name := splitKey(key)
+		dir, err := openDirCreate(root, parent)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		tmpd, err := openDirCreate(root, tmpDir)
+		if err != nil {
+			return err
+		}
+		defer tmpd.Close()
+		kind, err = stage(ctx, tmpd, r, func(tmp string) error { return publish(tmpd, tmp, dir, name) })
+		if err != nil {
+			return err
+		}
+		return dir.Sync()
+	})
+	switch {
+	case err == nil:
+		return nil
+	case kind != nil:
+		return opErr(op, key, kind, err)
+	case errors.Is(err, fs.ErrExist):
+		return opErr(op, key, ErrExists, nil)
 	}
-	f, err := os.CreateTemp(filepath.Join(s.root, tmpDir), "put-*")
+	return opErr(op, key, osKind(err), err)
+}
+
+// stage copies r into a new temp file of tmpd, fsyncs it and hands its name to publish; the temp
+// file is removed if anything fails. kind is set when the copy itself failed (the reader or the
+// context), which says nothing about the disk.
+func stage(ctx context.Context, tmpd *os.File, r io.Reader, publish func(tmp string) error) (kind, err error) {
+	f, tmp, err := createTempAt(tmpd)
 	if err != nil {
-		return opErr(op, key, osKind(err), err)
+		return nil, err
 	}
-	tmp := f.Name()
 	defer func() {
-		if retErr != nil {
+		if err != nil {
 			f.Close()
-			os.Remove(tmp)
+			unlinkAt(tmpd, tmp, false)
 		}
 	}()
 	if _, err := io.Copy(f, ctxReader{ctx, r}); err != nil {
-		return opErr(op, key, ErrUnavailable, err)
+		return ErrUnavailable, err
 	}
 	if err := f.Sync(); err != nil {
-		return opErr(op, key, osKind(err), err)
+		return nil, err
 	}
 	if err := f.Close(); err != nil {
-		return opErr(op, key, osKind(err), err)
+		return nil, err
 	}
-	if err := place(tmp, dst); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return opErr(op, key, ErrExists, nil)
-		}
-		return opErr(op, key, osKind(err), err)
-	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
-		return opErr(op, key, osKind(err), err)
-	}
-	return nil
+	return nil, publish(tmp)
 }
 
-func (s *LocalStore) open(op, key string) (*os.File, os.FileInfo, error) {
+// open opens key's file for reading; only a regular file reached without a link will do.
+func (s *LocalStore) open(op, key string) (*os.File, fs.FileInfo, error) {
 	if err := checkKey(op, key); err != nil {
 		return nil, nil, err
 	}
-	f, err := os.Open(s.path(key))
+	var f *os.File
+	var fi fs.FileInfo
+	err := s.withRoot(func(root *os.File) error {
+		var err error
+		if f, err = openBeneath(root, key, openObject); err != nil {
+			return err
+		}
+		if fi, err = checkObject(f); err != nil {
+			f.Close()
+		}
+		return err
+	})
 	if err != nil {
 		return nil, nil, opErr(op, key, osKind(err), err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, opErr(op, key, osKind(err), err)
-	}
-	if fi.IsDir() {
-		f.Close()
-		return nil, nil, opErr(op, key, ErrNotFound, nil)
 	}
 	return f, fi, nil
 }
@@ -168,14 +250,21 @@ func (s *LocalStore) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	if err := checkKey("stat", key); err != nil {
 		return ObjectInfo{}, err
 	}
-	fi, err := os.Stat(s.path(key))
+	info := ObjectInfo{Key: key}
+	err := s.withRoot(func(root *os.File) error {
+		parent, name := splitKey(key)
+		dir, err := openBeneath(root, parent, openDirectory)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		info.Size, info.ModTime, err = statAt(dir, name)
+		return err
+	})
 	if err != nil {
 		return ObjectInfo{}, opErr("stat", key, osKind(err), err)
 	}
-	if fi.IsDir() {
-		return ObjectInfo{}, opErr("stat", key, ErrNotFound, nil)
-	}
-	return ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime()}, nil
+	return info, nil
 }
 
 func (s *LocalStore) List(ctx context.Context, prefix string) iter.Seq2[ObjectInfo, error] {
@@ -198,38 +287,18 @@ func (s *LocalStore) list(ctx context.Context, prefix string) ([]ObjectInfo, err
 	if !strings.HasSuffix(prefix, "/") {
 		dir = path.Dir(prefix)
 	}
-	start := filepath.Join(s.root, filepath.FromSlash(dir))
+	dir = strings.Trim(path.Clean("/"+dir), "/")
 	var out []ObjectInfo
-	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		rel, _ := filepath.Rel(s.root, p)
-		key := filepath.ToSlash(rel)
-		if d.IsDir() {
-			if key == tmpDir {
-				return filepath.SkipDir
-			}
+	err := s.withRoot(func(root *os.File) error {
+		d, err := openBeneath(root, dir, openDirectory)
+		if errors.Is(err, fs.ErrNotExist) || isNotDir(err) {
 			return nil
 		}
-		if !strings.HasPrefix(key, prefix) {
-			return nil
-		}
-		fi, err := d.Info()
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // deleted while listing
-			}
 			return err
 		}
-		out = append(out, ObjectInfo{Key: key, Size: fi.Size(), ModTime: fi.ModTime()})
-		return nil
+		defer d.Close()
+		return walkDir(ctx, d, dir, prefix, &out)
 	})
 	if err != nil {
 		return nil, opErr("list", prefix, osKind(err), err)
@@ -238,52 +307,127 @@ func (s *LocalStore) list(ctx context.Context, prefix string) ([]ObjectInfo, err
 	return out, nil
 }
 
+// walkDir appends the regular files under d (whose key is rel) that start with prefix. Every
+// subdirectory is opened from d without following a link; links and special files are skipped.
+func walkDir(ctx context.Context, d *os.File, rel, prefix string, out *[]ObjectInfo) error {
+	ents, err := d.ReadDir(-1)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		key := path.Join(rel, e.Name())
+		switch {
+		case e.IsDir():
+			if key == tmpDir || !strings.HasPrefix(key+"/", prefix) && !strings.HasPrefix(prefix, key+"/") {
+				continue
+			}
+			sub, err := walkOpen(d, e.Name(), openDirectory, false)
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrSymlink) || isNotDir(err) {
+				continue // gone or swapped for a link while listing
+			}
+			if err != nil {
+				return err
+			}
+			err = walkDir(ctx, sub, key, prefix, out)
+			sub.Close()
+			if err != nil {
+				return err
+			}
+		case e.Type().IsRegular() && strings.HasPrefix(key, prefix):
+			size, mtime, err := statAt(d, e.Name())
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrSymlink) || errors.Is(err, ErrNotRegular) || errors.Is(err, errIsDir) {
+				continue // deleted or replaced while listing
+			}
+			if err != nil {
+				return err
+			}
+			*out = append(*out, ObjectInfo{Key: key, Size: size, ModTime: mtime})
+		}
+	}
+	return nil
+}
+
 func (s *LocalStore) DeleteBatch(ctx context.Context, keys []string) []DeleteResult {
 	out := make([]DeleteResult, len(keys))
-	for i, key := range keys {
-		out[i].Key = key
-		if err := checkKey("delete", key); err != nil {
-			out[i].Err = err
-			continue
+	err := s.withRoot(func(root *os.File) error {
+		for i, key := range keys {
+			out[i] = DeleteResult{Key: key, Err: s.delete(ctx, root, key)}
 		}
-		if err := ctx.Err(); err != nil {
-			out[i].Err = opErr("delete", key, ErrUnavailable, err)
-			continue
+		return nil
+	})
+	if err != nil {
+		for i, key := range keys {
+			out[i] = DeleteResult{Key: key, Err: opErr("delete", key, osKind(err), err)}
 		}
-		p := s.path(key)
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			out[i].Err = opErr("delete", key, osKind(err), err)
-			continue
-		}
-		s.pruneEmptyDirs(filepath.Dir(p))
 	}
 	return out
 }
 
-// pruneEmptyDirs removes now-empty parents so a deleted prefix leaves nothing behind. Best
-// effort: a concurrent writer may recreate a directory, and Remove fails on non-empty ones.
-func (s *LocalStore) pruneEmptyDirs(dir string) {
-	for dir != s.root && strings.HasPrefix(dir, s.root) {
-		if os.Remove(dir) != nil {
-			return
-		}
-		dir = filepath.Dir(dir)
-	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
+// delete removes one object. Absent is success; a link or special file is refused, never
+// removed through or followed.
+func (s *LocalStore) delete(ctx context.Context, root *os.File, key string) error {
+	if err := checkKey("delete", key); err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	if err := ctx.Err(); err != nil {
+		return opErr("delete", key, ErrUnavailable, err)
+	}
+	parent, name := splitKey(key)
+	dir, err := openBeneath(root, parent, openDirectory)
+	if errors.Is(err, fs.ErrNotExist) || isNotDir(err) {
+		return nil
+	}
+	if err != nil {
+		return opErr("delete", key, osKind(err), err)
+	}
+	defer dir.Close()
+	switch _, _, err := statAt(dir, name); {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errIsDir):
+		return nil // no object there
+	case err != nil:
+		return opErr("delete", key, osKind(err), err)
+	}
+	if err := unlinkAt(dir, name, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return opErr("delete", key, osKind(err), err)
+	}
+	pruneEmptyDirs(root, parent)
+	return nil
+}
+
+// pruneEmptyDirs removes now-empty directories from rel up to (not including) the root, so a
+// deleted prefix leaves nothing behind. Best effort: a concurrent writer may recreate a
+// directory, and removing a non-empty one fails.
+func pruneEmptyDirs(root *os.File, rel string) {
+	for rel != "" && rel != tmpDir {
+		parent, name := splitKey(rel)
+		d, err := openBeneath(root, parent, openDirectory)
+		if err != nil {
+			return
+		}
+		err = unlinkAt(d, name, true)
+		d.Close()
+		if err != nil {
+			return
+		}
+		rel = parent
+	}
 }
 
 // osKind maps an OS error to a sentinel. Anything unexpected (EIO, ENOSPC, a cancelled copy)
 // is ErrUnavailable: the caller cannot know what the disk holds.
 func osKind(err error) error {
 	switch {
+	case errors.Is(err, ErrSymlink):
+		return ErrSymlink
+	case errors.Is(err, ErrNotRegular):
+		return ErrNotRegular
+	case errors.Is(err, ErrInvalidKey):
+		return ErrInvalidKey
+	case errors.Is(err, errIsDir):
+		return ErrNotFound
 	case errors.Is(err, fs.ErrNotExist):
 		return ErrNotFound
 	case errors.Is(err, fs.ErrExist):

@@ -193,6 +193,8 @@ func TestNativeCode(t *testing.T) {
 		{"exists", dataset.ErrIndexExists, dataset.CodeAlreadyExists},
 		{"not found", dataset.ErrIndexNotFound, dataset.CodeNotFound},
 		{"unavailable", &storage.OpError{Op: "get", Kind: storage.ErrUnavailable}, dataset.CodeIO},
+		{"link in a local store", &storage.OpError{Op: "get", Kind: storage.ErrSymlink}, dataset.CodeIO},
+		{"special file", &storage.OpError{Op: "get", Kind: storage.ErrNotRegular}, dataset.CodeIO},
 		{"too large", &storage.OpError{Op: "get", Kind: storage.ErrTooLarge}, dataset.CodeIO},
 		{"corrupt segment", &index.CorruptError{Segment: "btree"}, dataset.CodeIndex},
 		{"corrupt manifest", &dataset.CorruptError{Key: "m"}, dataset.CodeIO},

@@ -41,7 +41,8 @@ func NativeCode(err error) int {
 	case errors.Is(err, ErrMissingFragment), errors.Is(err, ErrUploadRefused),
 		errors.Is(err, storage.ErrCorrupt), errors.Is(err, storage.ErrUnavailable),
 		errors.Is(err, storage.ErrPermission), errors.Is(err, storage.ErrExists),
-		errors.Is(err, storage.ErrRejected), errors.Is(err, storage.ErrTooLarge):
+		errors.Is(err, storage.ErrRejected), errors.Is(err, storage.ErrTooLarge),
+		errors.Is(err, storage.ErrSymlink), errors.Is(err, storage.ErrNotRegular):
 		return CodeIO
 	case errors.Is(err, ErrIndexNotFound), errors.Is(err, storage.ErrNotFound):
 		return CodeNotFound

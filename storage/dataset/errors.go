@@ -127,7 +127,8 @@ func invalidf(format string, args ...any) error {
 // isStorageErr reports whether err already carries a storage classification.
 func isStorageErr(err error) bool {
 	for _, s := range []error{storage.ErrNotFound, storage.ErrUnavailable, storage.ErrCorrupt,
-		storage.ErrPermission, storage.ErrInvalidKey, storage.ErrRejected, storage.ErrTooLarge} {
+		storage.ErrPermission, storage.ErrInvalidKey, storage.ErrRejected, storage.ErrTooLarge,
+		storage.ErrSymlink, storage.ErrNotRegular} {
 		if errors.Is(err, s) {
 			return true
 		}

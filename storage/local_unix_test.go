@@ -1,0 +1,154 @@
+//go:build unix
+
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/storagetest"
+)
+
+// resolvers runs fn once with each way a local store resolves paths: openat2 (Linux) and the
+// element-by-element O_NOFOLLOW walk (older kernels, other systems).
+func resolvers(t *testing.T, fn func(t *testing.T)) {
+	t.Run("openat2", fn)
+	t.Run("walk", func(t *testing.T) {
+		storage.ForceWalk(t)
+		fn(t)
+	})
+}
+
+func TestContractLocalWalk(t *testing.T) {
+	storage.ForceWalk(t)
+	storagetest.RunContract(t, func(t *testing.T) storage.Store { return storagetest.NewLocal(t) })
+}
+
+// A symbolic link planted anywhere in a local store is never followed: writes, deletes, reads,
+// stats and listings through it fail with ErrSymlink, and what it points at stays untouched.
+func TestLocalNeverFollowsSymlinks(t *testing.T) {
+	resolvers(t, func(t *testing.T) {
+		ctx := context.Background()
+		root, outside := t.TempDir(), t.TempDir()
+		secret := filepath.Join(outside, "secret")
+		must(t, os.WriteFile(secret, []byte("outside the store"), 0o644))
+		s, err := storage.NewLocalStore(root)
+		must(t, err)
+		must(t, os.MkdirAll(filepath.Join(root, "ds", "data"), 0o755))
+		links := map[string]string{
+			"file-link":              secret,
+			"dir-link":               outside,
+			"ds/data/nested-link":    outside,
+			"zero":                   "/dev/zero",
+			"ds/data/relative-above": "../../..",
+		}
+		for l, target := range links {
+			must(t, os.Symlink(target, filepath.Join(root, l)))
+		}
+		put := func(key string) func() error {
+			return func() error { return s.Put(ctx, key, strings.NewReader("written"), 7) }
+		}
+		del := func(key string) func() error { return func() error { return s.DeleteBatch(ctx, []string{key})[0].Err } }
+		get := func(key string) func() error {
+			return func() error {
+				rc, err := s.Get(ctx, key)
+				if err == nil {
+					rc.Close()
+				}
+				return err
+			}
+		}
+		tests := []struct {
+			name string
+			op   func() error
+		}{
+			{"put over a link to a file", put("file-link")},
+			{"put through a link to a directory", put("dir-link/secret")},
+			{"put a new file through a link", put("dir-link/new")},
+			{"put through a nested link", put("ds/data/nested-link/secret")},
+			{"put through a relative link", put("ds/data/relative-above/" + filepath.Base(outside) + "/secret")},
+			{"put-if-absent through a link", func() error { return s.PutIfAbsent(ctx, "dir-link/new", strings.NewReader("x"), 1) }},
+			{"put-if-absent over a link", func() error { return s.PutIfAbsent(ctx, "file-link", strings.NewReader("x"), 1) }},
+			{"delete a link", del("file-link")},
+			{"delete through a link", del("dir-link/secret")},
+			{"delete through a nested link", del("ds/data/nested-link/secret")},
+			{"get a link", get("file-link")},
+			{"get a link to /dev/zero", get("zero")},
+			{"get through a link", get("dir-link/secret")},
+			{"get a range through a link", func() error { _, err := s.GetRange(ctx, "dir-link/secret", 0, 1); return err }},
+			{"stat a link", func() error { _, err := s.Stat(ctx, "file-link"); return err }},
+			{"stat through a link", func() error { _, err := s.Stat(ctx, "dir-link/secret"); return err }},
+			{"list through a link", func() error { _, err := storage.ListAll(ctx, s, "dir-link/"); return err }},
+			{"read all of /dev/zero", func() error { _, err := storage.ReadAll(ctx, s, "zero", 1<<20); return err }},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				if err := tc.op(); !errors.Is(err, storage.ErrSymlink) {
+					t.Fatalf("got %v, want ErrSymlink", err)
+				}
+			})
+		}
+		if b, err := os.ReadFile(secret); err != nil || string(b) != "outside the store" {
+			t.Errorf("the link's target changed: %q, %v", b, err)
+		}
+		if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+			t.Errorf("files appeared outside the store: %v", ents)
+		}
+		for l := range links {
+			if fi, err := os.Lstat(filepath.Join(root, l)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Errorf("link %s was removed or replaced: %v", l, err)
+			}
+		}
+		if infos, err := storage.ListAll(ctx, s, ""); err != nil || len(infos) != 0 {
+			t.Errorf("list of the store shows links or their targets: %v, %v", infos, err)
+		}
+	})
+}
+
+// Devices and FIFOs are not objects: refused (without blocking on a FIFO), kept, not listed.
+func TestLocalRefusesSpecialFiles(t *testing.T) {
+	resolvers(t, func(t *testing.T) {
+		ctx := context.Background()
+		root := t.TempDir()
+		s, err := storage.NewLocalStore(root)
+		must(t, err)
+		must(t, syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644))
+		special := []string{"fifo"}
+		// A character device (1,5 is /dev/zero on Linux) where the system lets us make one.
+		if runtime.GOOS == "linux" && syscall.Mknod(filepath.Join(root, "zero"), syscall.S_IFCHR|0o644, 1<<8|5) == nil {
+			special = append(special, "zero")
+		}
+		for _, key := range special {
+			t.Run(key, func(t *testing.T) {
+				if _, err := s.Get(ctx, key); !errors.Is(err, storage.ErrNotRegular) {
+					t.Errorf("get: %v", err)
+				}
+				if _, err := storage.ReadAll(ctx, s, key, 1<<20); !errors.Is(err, storage.ErrNotRegular) {
+					t.Errorf("read all: %v", err)
+				}
+				if _, err := s.Stat(ctx, key); !errors.Is(err, storage.ErrNotRegular) {
+					t.Errorf("stat: %v", err)
+				}
+				if err := s.Put(ctx, key, strings.NewReader("x"), 1); !errors.Is(err, storage.ErrNotRegular) {
+					t.Errorf("put: %v", err)
+				}
+				if err := s.DeleteBatch(ctx, []string{key})[0].Err; !errors.Is(err, storage.ErrNotRegular) {
+					t.Errorf("delete: %v", err)
+				}
+				if fi, err := os.Lstat(filepath.Join(root, key)); err != nil || fi.Mode().IsRegular() {
+					t.Errorf("the special file was replaced or removed: %v", err)
+				}
+			})
+		}
+		if infos, err := storage.ListAll(ctx, s, ""); err != nil || len(infos) != 0 {
+			t.Errorf("list shows special files: %v, %v", infos, err)
+		}
+	})
+}
