@@ -78,13 +78,8 @@ func (r *run) readChain(ctx context.Context, path string, referenced map[string]
 		m := d.Manifest()
 		c.manifests = append(c.manifests, m)
 		referenced[path+"/"+dataset.VersionKey(v)] = true
-		for _, f := range m.Fragments {
-			referenced[path+"/"+f.Path] = true
-		}
-		for _, ix := range m.Indices {
-			for _, f := range ix.Files {
-				referenced[path+"/"+f.Path] = true
-			}
+		for _, p := range m.References() {
+			referenced[path+"/"+p] = true
 		}
 		r.checkVersion(c, m)
 	}

@@ -280,27 +280,13 @@ func (e *ledgerEnv) assertNoOrphans(path string) (objects int) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	refs := map[string]bool{}
+	refs, err := dataset.Referenced(ctx, e.store, path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	for _, o := range all {
-		if !strings.HasPrefix(o.Key, path+"/_versions/") {
-			continue
-		}
-		refs[o.Key] = true
-		b, err := storage.ReadAll(ctx, e.store, o.Key, dataset.MaxManifestSize)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		m, err := dataset.DecodeManifest(b)
-		if err != nil {
-			e.t.Fatalf("%s: %v", o.Key, err)
-		}
-		for _, f := range m.Fragments {
-			refs[path+"/"+f.Path] = true
-		}
-		for _, ix := range m.Indices {
-			for _, f := range ix.Files {
-				refs[path+"/"+f.Path] = true
-			}
+		if dataset.IsManifestKey(strings.TrimPrefix(o.Key, path+"/")) {
+			refs[o.Key] = true
 		}
 	}
 	for _, o := range all {

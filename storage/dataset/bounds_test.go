@@ -91,6 +91,7 @@ func TestManifestReadsAreBounded(t *testing.T) {
 				{"open latest", func() error { _, err := dataset.Open(ctx, s, "ds", 0); return err }, true},
 				{"versions", func() error { _, err := dataset.Versions(ctx, s, "ds"); return err }, true},
 				{"resolve", func() error { _, err := dataset.ResolveSlot(ctx, s, "ds", 1, "inv-x"); return err }, false},
+				{"referenced", func() error { _, err := dataset.Referenced(ctx, s, "ds"); return err }, true},
 			}
 			for _, r := range readers {
 				s.read.Store(0)

@@ -115,28 +115,16 @@ type VersionInfo struct {
 
 // Versions reads every manifest under prefix, oldest first.
 func Versions(ctx context.Context, store storage.Store, prefix string) ([]VersionInfo, error) {
-	d := newDataset(store, prefix)
 	var out []VersionInfo
-	for info, err := range d.store.List(ctx, versionsDir) {
-		if err != nil {
-			return nil, err
-		}
-		v, ok := parseVersionKey(info.Key)
-		if !ok {
-			continue
-		}
-		m, err := d.readManifest(ctx, v)
-		if err != nil {
-			return nil, err
-		}
+	err := newDataset(store, prefix).eachManifest(ctx, func(m *Manifest) {
 		out = append(out, VersionInfo{
-			Version: v, Op: m.Transaction.Op, InvocationID: m.Transaction.InvocationID,
+			Version: m.Version, Op: m.Transaction.Op, InvocationID: m.Transaction.InvocationID,
 			Fenced: m.Transaction.FencedInvocation, Rows: m.Rows(), Fragments: len(m.Fragments),
 			Indices: len(m.Indices), CreatedAt: m.CreatedAt,
 		})
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: %q", ErrDatasetNotFound, prefix)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

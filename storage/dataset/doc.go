@@ -12,6 +12,11 @@
 // pinned into slot pinned+1 to settle whether an invocation can still commit; readers treat it
 // as a no-op version.
 //
+// Every object a manifest references lies under data/ or _indices/ (Folders). Referenced reads
+// the whole manifest chain and returns what it references, so that a caller that deletes the
+// rest (the ledger's sweep) works from this package's knowledge of the layout, not its own.
+// Manifests are read with a 64 MiB bound (MaxManifestSize).
+//
 // Object keys reported to callers (custody hooks, MutateResult.Created) are relative to the
 // Store the dataset was opened on, i.e. they include the dataset prefix.
 //

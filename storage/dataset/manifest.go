@@ -173,7 +173,7 @@ func (m *Manifest) validate() error {
 		switch {
 		case frags[f.ID] || f.ID >= m.NextFragmentID:
 			return fmt.Errorf("fragment id %d duplicated or not below next_fragment_id", f.ID)
-		case !strings.HasPrefix(f.Path, "data/") || !cleanPath(f.Path):
+		case !strings.HasPrefix(f.Path, dataDir) || !cleanPath(f.Path):
 			return fmt.Errorf("fragment %d path %q", f.ID, f.Path)
 		case f.Rows < 0 || f.Size < 0 || f.FirstRowID < nextRow:
 			return fmt.Errorf("fragment %d rows/size/first_row_id out of order", f.ID)
@@ -218,7 +218,7 @@ func (ix *IndexMeta) validate(m *Manifest, frags map[uint64]bool) error {
 			return fmt.Errorf("covers unknown fragment %d", id)
 		}
 	}
-	dir := "_indices/" + ix.UUID + "/"
+	dir := indicesDir + ix.UUID + "/"
 	for _, f := range ix.Files {
 		if !strings.HasPrefix(f.Path, dir) || !cleanPath(f.Path) || f.Size < 0 {
 			return fmt.Errorf("file %q outside %s", f.Path, dir)

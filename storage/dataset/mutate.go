@@ -248,7 +248,7 @@ func (d *Dataset) buildIndex(ctx context.Context, spec MutateSpec, f Field, opts
 	typ := IndexType(strings.ToUpper(string(spec.Type)))
 	params, _ := parseParams(typ, spec.Params)
 	id := uuid.NewString()
-	rel := fmt.Sprintf("_indices/%s/%s.seg", id, strings.ToLower(string(typ)))
+	rel := fmt.Sprintf("%s%s/%s.seg", indicesDir, id, strings.ToLower(string(typ)))
 	var b segmentBuilder
 	var err error
 	switch f.Type {

@@ -259,7 +259,7 @@ func (fw *fragmentWriter) writeParquet(w io.Writer) error {
 // uploadFragment stages the buffered rows in a temp file and uploads it under data/. The key
 // is returned once the custody hook has accepted it (it may exist even if the upload failed).
 func (d *Dataset) uploadFragment(ctx context.Context, fw *fragmentWriter, m *Manifest, opts WriteOptions) (Fragment, string, error) {
-	rel := "data/" + uuid.NewString() + ".parquet"
+	rel := dataDir + uuid.NewString() + ".parquet"
 	tmp, err := os.CreateTemp(opts.TempDir, "steward-fragment-*.parquet")
 	if err != nil {
 		return Fragment{}, "", err
