@@ -3,7 +3,9 @@ package rpc
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"time"
 )
 
 // Owner kinds on the wire. Hosts own names as host transactions; invocation owners are the
@@ -23,6 +25,10 @@ const (
 	MaxTransferSeq = 1<<53 - 1
 	// MaxStatusTickets is the most tickets objects.status lists.
 	MaxStatusTickets = 1000
+	// MaxSafetyAgeMs is the longest distinct objects.sweep safety age, in ms (about 292 years,
+	// the range of a Go time.Duration). A larger safety_age_ms means the same: nothing is ever
+	// old enough to sweep.
+	MaxSafetyAgeMs = math.MaxInt64 / int64(time.Millisecond)
 )
 
 // ObjectOwner names the owner of object tickets.
@@ -283,15 +289,27 @@ type ObjectsStatusResult struct {
 	Truncated bool                `json:"truncated,omitempty"` // more tickets than listed
 }
 
-// ObjectsSweepParams are the params of objects.sweep: find and delete the objects under a dataset
-// that no manifest version references and no ticket owns, older than the safety age.
+// ObjectsSweepParams are the params of objects.sweep: find and delete the objects in a dataset's
+// data and index folders that no manifest version references and no ticket owns, older than the
+// safety age. A path without a readable manifest chain is refused.
 type ObjectsSweepParams struct {
 	Dataset DatasetRef `json:"dataset"`
 	// SafetyAgeMs is the least age of an orphan; default 1 h. Values below the ledger's floor
-	// (10 min) are raised to it: an upload in flight is never mistaken for an orphan.
+	// (10 min) are raised to it: an upload in flight is never mistaken for an orphan. Values
+	// above MaxSafetyAgeMs mean "never" (see SafetyAge).
 	SafetyAgeMs int64 `json:"safety_age_ms,omitempty"`
 	// DryRun reports without deleting.
 	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// SafetyAge is SafetyAgeMs as a Duration, saturating: past MaxSafetyAgeMs it is the longest
+// Duration, which the sweep reads as "never" (a plain conversion would wrap 317 years around
+// to a few minutes).
+func (p ObjectsSweepParams) SafetyAge() time.Duration {
+	if p.SafetyAgeMs > MaxSafetyAgeMs {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(p.SafetyAgeMs) * time.Millisecond
 }
 
 // Validate implements Validator.
@@ -307,8 +325,8 @@ func (p ObjectsSweepParams) Validate() error {
 
 // ObjectsSweepResult reports what a sweep found and did.
 type ObjectsSweepResult struct {
-	Listed       int      `json:"listed"`        // objects under the dataset prefix
-	Referenced   int      `json:"referenced"`    // manifests and the files some manifest references
+	Listed       int      `json:"listed"`        // objects under the dataset's data/ and _indices/
+	Referenced   int      `json:"referenced"`    // of those, the ones some manifest version references
 	SkippedYoung int      `json:"skipped_young"` // unreferenced but younger than the safety age
 	SkippedOwned int      `json:"skipped_owned"` // unreferenced but owned by a ticket
 	Deferred     int      `json:"deferred"`      // orphans not claimed: the ledger was at capacity

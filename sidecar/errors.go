@@ -37,7 +37,8 @@ func (s *Server) wireErr(err error) error {
 		class = rpc.ErrNameOwned
 	case errors.Is(err, ledger.ErrNotOwned):
 		class = rpc.ErrUnknownOwner
-	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrSeqConflict), errors.Is(err, rpc.ErrInvalidStore):
+	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrSeqConflict), errors.Is(err, rpc.ErrInvalidStore),
+		errors.Is(err, ledger.ErrNotDataset):
 		class = rpc.ErrInvalidParams
 	case errors.Is(err, ledger.ErrClosed):
 		class = rpc.ErrShuttingDown

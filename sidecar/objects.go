@@ -9,6 +9,7 @@ import (
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/custody"
 	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/cba1309c/steward/storage/ledger"
 )
 
@@ -186,6 +187,10 @@ func (s *Server) objectsStatus(ctx context.Context, p rpc.ObjectsStatusParams) (
 // maxSweepKeys bounds the orphan names listed in an objects.sweep answer.
 const maxSweepKeys = 1000
 
+// sweepLayout is what the ledger's sweep knows of datasets: the folders their manifests
+// reference objects in, and how to read those references.
+var sweepLayout = ledger.DatasetLayout{Folders: dataset.Folders(), Referenced: dataset.Referenced}
+
 // objectsSweep deletes a dataset's historical orphans through the ledger's cleanup path. It waits
 // for the deletions up to the call's own bound; what is left keeps being deleted and is reported
 // as pending.
@@ -201,7 +206,7 @@ func (s *Server) objectsSweep(ctx context.Context, p rpc.ObjectsSweepParams) (rp
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	rep, err := l.Sweep(ctx, name, p.Dataset.Path, ledger.SweepOptions{
-		SafetyAge: time.Duration(p.SafetyAgeMs) * time.Millisecond, DryRun: p.DryRun})
+		Layout: sweepLayout, SafetyAge: p.SafetyAge(), DryRun: p.DryRun})
 	if err != nil {
 		if errors.Is(err, storage.ErrUnavailable) {
 			return rpc.ObjectsSweepResult{}, fmt.Errorf("%w: %s", rpc.ErrStorageUnavailable, s.sanitizeCreds(nil, err.Error()))

@@ -9,12 +9,14 @@
 // Tickets live in a compact in-memory index (names in one byte arena, an open-addressing
 // table of uint32 slot ids, owners as small ids) backed by a bbolt journal, so the ledger
 // survives a SIGKILL: Recover settles the invocations that were in flight. Sweep finds
-// historical orphans under a dataset prefix: objects that no manifest version references and
-// no ticket owns, older than a safety age, and deletes them through the same cleanup path.
+// historical orphans of a dataset: objects in its data and index folders that no manifest
+// version references and no ticket owns, older than a safety age, and deletes them through
+// the same cleanup path. It refuses a prefix without a readable manifest chain.
 //
 // A journal file that is present but empty, truncated or damaged is refused with a
 // *CorruptError naming it, never loaded as an empty ledger and never allowed to panic.
 //
-// The package imports storage, storage/dataset and internal/boltfile (a leaf) only. It knows nothing of JSON-RPC, the
-// worker pipe or Prometheus: the sidecar maps its errors to wire codes and its Stats to metrics.
+// The package imports storage and internal/boltfile (a leaf) only. It knows nothing of dataset
+// formats (a sweep's caller passes a DatasetLayout), JSON-RPC, the worker pipe or Prometheus:
+// the sidecar supplies the layout, maps its errors to wire codes and its Stats to metrics.
 package ledger

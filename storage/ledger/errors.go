@@ -36,6 +36,10 @@ var (
 	// *CorruptError that names the file; nothing was loaded and nothing in the file changed.
 	ErrCorrupt = errors.New("ledger: corrupt journal")
 
+	// ErrNotDataset: a sweep was asked for a prefix without a readable manifest chain (no
+	// manifest, or one that cannot be read or decoded). Nothing was deleted.
+	ErrNotDataset = errors.New("ledger: sweep prefix is not a dataset")
+
 	// ErrClosed: the ledger was closed.
 	ErrClosed = errors.New("ledger: closed")
 )

@@ -2,13 +2,14 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/cba1309c/steward/storage"
-	"github.com/cba1309c/steward/storage/dataset"
 )
 
 // Sweep safety ages.
@@ -18,12 +19,50 @@ const (
 	// MinSafetyAge is the floor: a smaller SafetyAge is raised to it. An upload in flight
 	// whose writer has not reserved it yet (a writer outside the ledger) is younger than this.
 	MinSafetyAge = 10 * time.Minute
+	// MaxSafetyAge, the longest Duration (about 292 years), means "never": no object is old
+	// enough. Callers converting a longer age from other units saturate to it.
+	MaxSafetyAge = time.Duration(math.MaxInt64)
 )
 
-// SweepOptions tunes Sweep. The zero value is ready to use.
+// DatasetLayout tells Sweep what a dataset is. The ledger knows object keys and tickets, not
+// dataset formats; the caller supplies these facts (the sidecar takes them from storage/dataset).
+// Both fields are required.
+type DatasetLayout struct {
+	// Folders are the key prefixes, relative to the dataset, each ending in "/" and none inside
+	// another, that hold the objects manifests reference (data and index files). Only objects
+	// under them are listed and may be swept: nothing else under the dataset's prefix is touched.
+	Folders []string
+	// Referenced returns the keys, relative to st, that some manifest version of the dataset at
+	// prefix references. It must fail when prefix holds no readable manifest chain (no manifest,
+	// or one that cannot be read or decoded): Sweep then refuses the prefix with ErrNotDataset.
+	Referenced func(ctx context.Context, st storage.Store, prefix string) (map[string]bool, error)
+}
+
+func (lay DatasetLayout) check() error {
+	if lay.Referenced == nil || len(lay.Folders) == 0 {
+		return fmt.Errorf("%w: a sweep needs the dataset's folders and a reader of its references", ErrInvalid)
+	}
+	for i, f := range lay.Folders {
+		dir, ok := strings.CutSuffix(f, "/")
+		if !ok || !storage.ValidKey(dir) {
+			return fmt.Errorf("%w: sweep folder %q is not a relative folder ending in /", ErrInvalid, f)
+		}
+		for _, g := range lay.Folders[:i] {
+			if strings.HasPrefix(f, g) || strings.HasPrefix(g, f) {
+				return fmt.Errorf("%w: sweep folders %q and %q overlap", ErrInvalid, g, f)
+			}
+		}
+	}
+	return nil
+}
+
+// SweepOptions tunes Sweep.
 type SweepOptions struct {
+	// Layout describes the dataset. Required.
+	Layout DatasetLayout
 	// SafetyAge: only objects last modified at least this long ago may be orphans.
-	// Default: DefaultSafetyAge (1h); values below MinSafetyAge (10m) are raised to it.
+	// Default: DefaultSafetyAge (1h); values below MinSafetyAge (10m) are raised to it;
+	// MaxSafetyAge sweeps nothing.
 	SafetyAge time.Duration
 	// DryRun reports orphans without claiming or deleting them.
 	DryRun bool
@@ -32,12 +71,21 @@ type SweepOptions struct {
 	Now time.Time
 }
 
-// SweepReport says what a sweep found and did.
+// safetyAge applies the default and the floor.
+func safetyAge(d time.Duration) time.Duration {
+	if d == 0 {
+		return DefaultSafetyAge
+	}
+	return max(d, MinSafetyAge)
+}
+
+// SweepReport says what a sweep found and did. Every listed object is counted in exactly one of
+// Referenced, SkippedYoung, SkippedOwned, Deferred and Found.
 type SweepReport struct {
-	Listed       int      // objects under the prefix
-	Referenced   int      // of those, manifests and the files some manifest references
-	SkippedYoung int      // unreferenced candidates younger than the safety age
-	SkippedOwned int      // candidates some ticket owns (an upload in custody)
+	Listed       int      // objects under the dataset's data and index folders
+	Referenced   int      // of those, objects some manifest version references
+	SkippedYoung int      // unreferenced objects younger than the safety age
+	SkippedOwned int      // unreferenced objects some ticket owns (an upload in custody)
 	Deferred     int      // orphans not claimed because the ledger was at capacity
 	Found        int      // orphans: unreferenced, unowned and old enough
 	Deleted      int      // orphans deleted (confirmed) before Sweep returned
@@ -50,21 +98,25 @@ type SweepReport struct {
 var sweepSeq atomic.Uint64
 
 // Sweep deletes the historical orphans of the dataset at datasetPrefix in store: objects under
-// the prefix that no manifest version references (every _versions/ object, fences included,
-// counts as referenced, and every manifest is read), that no ticket owns, and that are older
-// than the safety age. It claims them under a Sweeper owner before reading the manifests, so a
-// writer that publishes meanwhile is seen either by its ticket or by its manifest, then
-// abandons the unreferenced ones to the cleanup worker and waits (until ctx ends) for them to
-// be deleted. A manifest that cannot be read aborts the sweep with nothing deleted.
+// the dataset's data and index folders (opts.Layout) that no manifest version references, that
+// no ticket owns, and that are older than the safety age.
+//
+// It first reads the whole manifest chain: a prefix without a readable one is refused with
+// ErrNotDataset before anything is listed outside it, claimed or deleted. It then lists only the
+// layout's folders, claims the unreferenced, old-enough candidates under a Sweeper owner and
+// reads the chain again, so that a writer that published meanwhile is seen either by its ticket
+// or by its manifest. The orphans are abandoned to the cleanup worker, and Sweep waits (until
+// ctx ends) for them to be deleted. A manifest that cannot be read at any point aborts the
+// sweep with nothing deleted.
 func (l *Ledger) Sweep(ctx context.Context, store, datasetPrefix string, opts SweepOptions) (SweepReport, error) {
-	rep := SweepReport{SafetyAge: max(opts.SafetyAge, MinSafetyAge)}
-	if opts.SafetyAge == 0 {
-		rep.SafetyAge = DefaultSafetyAge
-	}
+	rep := SweepReport{SafetyAge: safetyAge(opts.SafetyAge)}
 	if opts.Now.IsZero() {
 		opts.Now = l.cfg.Now()
 	}
 	if err := checkArgs(ctx, Owner{Kind: Sweeper, ID: "x"}, store, nil, false); err != nil {
+		return rep, err
+	}
+	if err := opts.Layout.check(); err != nil {
 		return rep, err
 	}
 	st, err := l.resolveStore(store)
@@ -72,11 +124,15 @@ func (l *Ledger) Sweep(ctx context.Context, store, datasetPrefix string, opts Sw
 		return rep, err
 	}
 	prefix := strings.Trim(datasetPrefix, "/")
+	refs, err := datasetRefs(ctx, st, store, prefix, opts.Layout)
+	if err != nil {
+		return rep, err
+	}
 	base := prefix + "/"
 	if prefix == "" {
 		base = ""
 	}
-	sizes, err := l.sweepCandidates(ctx, st, base, opts.Now, &rep)
+	sizes, err := sweepCandidates(ctx, st, base, opts, refs, &rep)
 	if err != nil {
 		return rep, err
 	}
@@ -85,12 +141,10 @@ func (l *Ledger) Sweep(ctx context.Context, store, datasetPrefix string, opts Sw
 	if err != nil {
 		return rep, err
 	}
-	refs, err := referenced(ctx, st, base)
-	if err != nil {
-		if !opts.DryRun {
-			err = joinRelease(err, l.Accept(context.WithoutCancel(ctx), owner, store, nil))
+	if !opts.DryRun && len(cands) > 0 {
+		if refs, err = datasetRefs(ctx, st, store, prefix, opts.Layout); err != nil {
+			return rep, joinRelease(err, l.Accept(context.WithoutCancel(ctx), owner, store, nil))
 		}
-		return rep, fmt.Errorf("sweep %s:%s: read manifests: %w", store, base, err)
 	}
 	var keep []string
 	for _, k := range cands {
@@ -120,22 +174,41 @@ func (l *Ledger) Sweep(ctx context.Context, store, datasetPrefix string, opts Sw
 	return rep, l.awaitOwner(ctx, owner, &rep)
 }
 
-// sweepCandidates lists base and returns the unreferenced-looking, old-enough objects with
-// their sizes; manifests count as referenced.
-func (l *Ledger) sweepCandidates(ctx context.Context, st storage.Store, base string, now time.Time, rep *SweepReport) (map[string]int64, error) {
+// datasetRefs reads the dataset's references through the layout. Any failure but an
+// unreachable store (or the caller giving up) means the prefix is no dataset to sweep.
+func datasetRefs(ctx context.Context, st storage.Store, store, prefix string, lay DatasetLayout) (map[string]bool, error) {
+	refs, err := lay.Referenced(ctx, st, prefix)
+	switch {
+	case err == nil:
+		return refs, nil
+	case errors.Is(err, storage.ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("sweep %s:%q: read manifests: %w", store, prefix, err)
+	}
+	return nil, fmt.Errorf("%w: %s:%q has no readable manifest chain: %w", ErrNotDataset, store, prefix, err)
+}
+
+// sweepCandidates lists the layout's folders under base and returns the unreferenced,
+// old-enough objects with their sizes.
+func sweepCandidates(ctx context.Context, st storage.Store, base string, opts SweepOptions, refs map[string]bool, rep *SweepReport) (map[string]int64, error) {
 	sizes := map[string]int64{}
-	for info, err := range st.List(ctx, base) {
-		if err != nil {
-			return nil, fmt.Errorf("sweep: list %q: %w", base, err)
-		}
-		rep.Listed++
-		switch {
-		case strings.HasPrefix(info.Key, base+"_versions/"):
-			rep.Referenced++
-		case now.Sub(info.ModTime) < rep.SafetyAge:
-			rep.SkippedYoung++
-		default:
-			sizes[info.Key] = info.Size
+	for _, folder := range opts.Layout.Folders {
+		dir := base + folder
+		for info, err := range st.List(ctx, dir) {
+			if err != nil {
+				return nil, fmt.Errorf("sweep: list %q: %w", dir, err)
+			}
+			if !strings.HasPrefix(info.Key, dir) {
+				continue // a store that answers outside the folder is not trusted with a delete
+			}
+			rep.Listed++
+			switch {
+			case refs[info.Key]:
+				rep.Referenced++
+			case rep.SafetyAge == MaxSafetyAge || opts.Now.Sub(info.ModTime) < rep.SafetyAge:
+				rep.SkippedYoung++
+			default:
+				sizes[info.Key] = info.Size
+			}
 		}
 	}
 	return sizes, nil
@@ -185,36 +258,6 @@ func (l *Ledger) claim(ctx context.Context, owner Owner, store string, sizes map
 		return nil, joinRelease(fmt.Errorf("sweep: claim: %w", err), l.Accept(context.WithoutCancel(ctx), owner, store, nil))
 	}
 	return out, nil
-}
-
-// referenced reads every manifest of the dataset and returns the full keys they reference.
-func referenced(ctx context.Context, st storage.Store, base string) (map[string]bool, error) {
-	refs := map[string]bool{}
-	for info, err := range st.List(ctx, base+"_versions/") {
-		if err != nil {
-			return nil, err
-		}
-		if !strings.HasSuffix(info.Key, ".manifest") {
-			continue
-		}
-		b, err := storage.ReadAll(ctx, st, info.Key, dataset.MaxManifestSize)
-		if err != nil {
-			return nil, err
-		}
-		m, err := dataset.DecodeManifest(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", info.Key, err)
-		}
-		for _, f := range m.Fragments {
-			refs[base+f.Path] = true
-		}
-		for _, ix := range m.Indices {
-			for _, f := range ix.Files {
-				refs[base+f.Path] = true
-			}
-		}
-	}
-	return refs, nil
 }
 
 // awaitOwner waits until owner's abandoned names are deleted or ctx ends.
