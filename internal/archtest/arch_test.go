@@ -77,6 +77,12 @@ func TestDependencyDirection(t *testing.T) {
 		{"worker never links the host side", "sidecar/worker", func(d string) bool {
 			return within(d, "host") || within(d, "plugin")
 		}, false, "imports"},
+		{"the ledger links only storage", "storage/ledger", func(d string) bool {
+			return strings.HasPrefix(d, module+"/") && d != module+"/storage" && d != module+"/internal/boltfile"
+		}, true, "imports"},
+		{"the dataset layout stays in storage/dataset", "storage/ledger", func(d string) bool {
+			return within(d, "storage/dataset") || within(d, "storage/index")
+		}, true, "imports"},
 		{"the supervisor never links the worker", "sidecar", func(d string) bool {
 			return within(d, "sidecar/worker")
 		}, true, "imports"},
