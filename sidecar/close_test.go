@@ -2,54 +2,15 @@ package sidecar
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/custody"
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 )
-
-// silentEndpoint accepts TCP connections on 127.0.0.1 and never answers: storage that is "down"
-// in the slowest way. It stops at cleanup.
-func silentEndpoint(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	return ln.Addr().String()
-}
 
 // TestCloseStopsPendingSelfFence: an indeterminate invocation's self-fence runs against storage
 // that never answers. Close must stop it (not wait out its 15 s bound), leave its tickets in the
@@ -57,7 +18,7 @@ func silentEndpoint(t *testing.T) string {
 func TestCloseStopsPendingSelfFence(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs last, after the endpoint stops
-	endpoint := silentEndpoint(t)
+	endpoint, _ := testbin.SilentEndpoint(t)
 	dir := t.TempDir()
 	s, err := New(Config{DisableIsolation: true, DisableParentWatch: true, StateDir: dir, Logger: hclog.NewNullLogger(),
 		S3AccessKey: "k", S3SecretKey: "s"})

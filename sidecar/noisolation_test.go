@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar"
@@ -147,42 +146,15 @@ func sample(text, name string) string {
 // connections and never answers makes exactly two attempts (5 s each, one retry, as PROTOCOL.md
 // says) and answers UNKNOWN, a result and not an error.
 func TestResolveRetriesOnceAgainstSilentStore(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	accepted := make(chan struct{})
-	go func() {
-		defer close(accepted)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // held open, never answered
-			mu.Unlock()
-		}
-	}()
+	endpoint, accepted := testbin.SilentEndpoint(t)
 	c, _ := serveInProcess(t, sidecar.Config{DisableIsolation: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var res rpc.ResolveResult
-	err = c.Call(ctx, rpc.MethodIndexResolve, rpc.ResolveParams{InvocationID: "inv-1", PinnedVersion: 1,
-		Dataset:     rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://silent", Endpoint: ln.Addr().String()}, Path: "d"},
+	err := c.Call(ctx, rpc.MethodIndexResolve, rpc.ResolveParams{InvocationID: "inv-1", PinnedVersion: 1,
+		Dataset:     rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://silent", Endpoint: endpoint}, Path: "d"},
 		Credentials: &rpc.Credentials{AccessKey: "k", SecretKey: "s"}}, &res)
-	ln.Close()
-	<-accepted
-	mu.Lock()
-	attempts := len(conns)
-	for _, c := range conns {
-		c.Close()
-	}
-	mu.Unlock()
+	attempts := accepted()
 	if err != nil {
 		t.Fatalf("resolve against a silent store: want an UNKNOWN result, got error %v", err)
 	}
