@@ -17,7 +17,7 @@ const v1Root = "/sys/fs/cgroup"
 // it kills through the freezer, freezer). Only these hierarchies: containerd's default v1
 // hierarchy also creates parents in named hierarchies and leaves them behind.
 type v1Group struct {
-	rel         string            // path relative to each hierarchy root
+	rels        map[string]string // controller → path relative to its hierarchy root
 	dirs        map[string]string // controller → absolute directory
 	controllers []string          // creation order
 }
@@ -27,16 +27,18 @@ func v1Mounted(controller string) bool {
 	return err == nil
 }
 
-// newV1Group creates rel in each controller's hierarchy. On error nothing it created remains.
-func newV1Group(rel string, controllers []string) (_ *v1Group, retErr error) {
-	g := &v1Group{rel: rel, dirs: map[string]string{}}
+// newV1Group creates sub below t's parent in each controller's hierarchy. On error nothing it
+// created remains.
+func newV1Group(t tree, sub string, controllers []string) (_ *v1Group, retErr error) {
+	g := &v1Group{rels: map[string]string{}, dirs: map[string]string{}}
 	defer func() {
 		if retErr != nil {
 			_ = g.remove()
 		}
 	}()
 	for _, c := range controllers {
-		dir := filepath.Join(v1Root, c, rel)
+		g.rels[c] = t.rel(c, sub)
+		dir := filepath.Join(v1Root, c, g.rels[c])
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, opErr("create cgroup", "", dir, nil, err)
 		}
@@ -83,9 +85,9 @@ func (g *v1Group) verify(pid int) error {
 		return opErr("verify placement", "", "", ErrPlacement, err)
 	}
 	for _, c := range g.controllers {
-		if v1[c] != "/"+g.rel {
+		if v1[c] != "/"+g.rels[c] {
 			return opErr("verify placement", "", "", ErrPlacement,
-				fmt.Errorf("pid %d is in %s:%s, want /%s", pid, c, v1[c], g.rel))
+				fmt.Errorf("pid %d is in %s:%s, want /%s", pid, c, v1[c], g.rels[c]))
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -37,23 +38,25 @@ func v2Controllers(mount string) []string {
 	return strings.Fields(string(b))
 }
 
-// newV2Group creates rel under mount. With limits, it first enables memory and pids in every
-// ancestor's subtree_control so the leaf gets the interface files.
-func newV2Group(mount, rel string, limits bool) (_ *v2Group, retErr error) {
+// newV2Group creates rel under mount. With limits, it first enables memory and pids in the
+// subtree_control of every ancestor at or below from (a path relative to mount; "" is the root)
+// so the leaf gets the interface files. Ancestors above from are not touched: in a delegated
+// subtree they belong to whoever delegated it.
+func newV2Group(mount, rel, from string, limits bool) (_ *v2Group, retErr error) {
 	g := &v2Group{mount: mount, rel: rel, dir: filepath.Join(mount, rel)}
 	if limits {
-		anc := mount
-		for _, part := range strings.Split(filepath.Dir(rel), "/") {
-			if err := enableControllers(anc); err != nil {
+		anc := ""
+		for _, part := range append([]string{""}, strings.Split(path.Dir(rel), "/")...) {
+			anc = path.Join(anc, part)
+			if !within(anc, from) {
+				continue
+			}
+			if err := os.Mkdir(filepath.Join(mount, anc), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return nil, opErr("create cgroup", ModeV2, filepath.Join(mount, anc), nil, err)
+			}
+			if err := enableControllers(filepath.Join(mount, anc)); err != nil {
 				return nil, err
 			}
-			anc = filepath.Join(anc, part)
-			if err := os.Mkdir(anc, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return nil, opErr("create cgroup", ModeV2, anc, nil, err)
-			}
-		}
-		if err := enableControllers(anc); err != nil {
-			return nil, err
 		}
 	}
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
@@ -70,6 +73,11 @@ func newV2Group(mount, rel string, limits bool) (_ *v2Group, retErr error) {
 	}
 	g.fd = fd
 	return g, nil
+}
+
+// within reports whether rel is base or below it ("" is the root, which holds everything).
+func within(rel, base string) bool {
+	return base == "" || rel == base || strings.HasPrefix(rel, base+"/")
 }
 
 func enableControllers(dir string) error {

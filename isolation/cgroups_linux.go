@@ -21,7 +21,8 @@ type domainCgroups struct {
 	oomBase int64
 }
 
-func newDomainCgroups(mode Mode, rel string, mem, pids int64) (_ *domainCgroups, retErr error) {
+// newDomainCgroups creates sub (owner/domain) below t's parent in each hierarchy of mode.
+func newDomainCgroups(mode Mode, t tree, sub string, mem, pids int64) (_ *domainCgroups, retErr error) {
 	// The cleanup holds its own reference: a named result would be nil by the time an error
 	// return runs it.
 	c := &domainCgroups{mode: mode}
@@ -37,20 +38,20 @@ func newDomainCgroups(mode Mode, rel string, mem, pids int64) (_ *domainCgroups,
 		if mount == "" {
 			return nil, opErr("create cgroups", mode, "", nil, errors.New("no cgroup2 hierarchy mounted"))
 		}
-		if c.v2, err = newV2Group(mount, rel, true); err != nil {
+		if c.v2, err = newV2Group(mount, t.rel(hUnified, sub), t.enable[hUnified], true); err != nil {
 			return nil, err
 		}
 		c.mem, c.swap, c.pids, err = c.v2.setLimits(mem, pids)
 	case ModeHybrid, ModeV1:
-		ctrls := []string{"memory", "pids"}
+		ctrls := []string{hMemory, hPids}
 		if mode == ModeV1 {
-			ctrls = append(ctrls, "freezer")
+			ctrls = append(ctrls, hFreezer)
 		}
-		if c.v1, err = newV1Group(rel, ctrls); err != nil {
+		if c.v1, err = newV1Group(t, sub, ctrls); err != nil {
 			return nil, err
 		}
 		if mode == ModeHybrid {
-			if c.v2, err = newV2Group(unifiedMount(), rel, false); err != nil {
+			if c.v2, err = newV2Group(unifiedMount(), t.rel(hUnified, sub), "", false); err != nil {
 				return nil, err
 			}
 		}
@@ -110,7 +111,7 @@ func (c *domainCgroups) member(pid int) bool {
 	if c.v2 != nil {
 		return u == "/"+c.v2.rel
 	}
-	return v1["pids"] == "/"+c.v1.rel
+	return v1["pids"] == "/"+c.v1.rels["pids"]
 }
 
 func (c *domainCgroups) procs() ([]int, error) {

@@ -24,6 +24,16 @@ const (
 	ModeNone Mode = "none"
 )
 
+// ParentAuto as Config.Parent finds the parent instead of naming it: in every hierarchy, the
+// process's own cgroup, if its uid may write it (a delegated subtree). See Report.Parent.
+const ParentAuto = "auto"
+
+// LeafName is the cgroup a process alone in its delegated cgroup moves itself into under
+// ParentAuto, so that on cgroup v2 its own cgroup holds no process and may enable controllers for
+// the worker domains beside the leaf. It is left in place when the process exits (it cannot move
+// back out); whoever delegated the subtree removes it with the subtree.
+const LeafName = "supervisor"
+
 // Defaults applied by Config.WithDefaults.
 const (
 	DefaultParent      = "steward"
@@ -38,8 +48,10 @@ const (
 // Config is the Supervisor's configuration. The zero value plus WithDefaults is usable.
 type Config struct {
 	// Parent is the cgroup directory, relative to each hierarchy's root, under which every
-	// sidecar keeps its per-process directory. Default "steward". Under systemd on pure v2 set
-	// it to the delegated subtree (Delegate=yes).
+	// sidecar keeps its per-process directory, or ParentAuto ("auto"): the process's own,
+	// delegated cgroup in each hierarchy (the process moves itself into a leaf of it first when
+	// it is alone there). Default "steward" (what root uses; `steward serve` defaults to auto
+	// when not root).
 	Parent string
 	// MemoryLimit is the per-domain memory limit in bytes, swap disabled. Default 1 GiB.
 	MemoryLimit int64
@@ -160,6 +172,11 @@ type Report struct {
 	Cgroups []string `json:"cgroups,omitempty"`
 	// Reason the verified mode was not better, or why nothing verified.
 	Reason string `json:"reason,omitempty"`
+	// Parent says under which cgroups the worker domains live and why.
+	Parent ParentReport `json:"parent"`
+	// Checks are the requirements of isolation, each ok or not with what to do: what
+	// `steward doctor` prints, from this same preflight.
+	Checks []Check `json:"checks,omitempty"`
 	// Attempts lists each mode tried and why it failed, best first.
 	Attempts []Attempt `json:"attempts,omitempty"`
 }
@@ -169,4 +186,31 @@ type Attempt struct {
 	Mode   Mode   `json:"mode"`
 	Error  string `json:"error,omitempty"`
 	Passed bool   `json:"passed"`
+}
+
+// ParentReport says which cgroup parent the supervisor used and why.
+type ParentReport struct {
+	// Source is "configured" (Config.Parent names it) or "delegated" (ParentAuto found it).
+	Source string `json:"source"`
+	// Dirs are the parent directories, one per hierarchy the verified mode uses (all mounted
+	// ones when nothing verified).
+	Dirs []string `json:"dirs,omitempty"`
+	// Leaf are the cgroups the process moved itself into (ParentAuto, alone in its cgroup).
+	Leaf []string `json:"leaf,omitempty"`
+	// Why explains the choice per hierarchy ("memory: own cgroup /x is delegated to uid 998; ...").
+	Why []string `json:"why,omitempty"`
+}
+
+// Check is one requirement of worker isolation.
+type Check struct {
+	// Name of the requirement: "cgroup mode", "delegation", "controller memory", "pidfd", ...
+	Name string `json:"name"`
+	// OK: the requirement is met.
+	OK bool `json:"ok"`
+	// Detail is what was found.
+	Detail string `json:"detail,omitempty"`
+	// Fix says what to do when it is not met.
+	Fix string `json:"fix,omitempty"`
+	// Optional: a missing optional requirement costs a better mode, not isolation itself.
+	Optional bool `json:"optional,omitempty"`
 }

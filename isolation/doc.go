@@ -17,5 +17,7 @@
 //
 // Cgroup layout: <hierarchy>/<Parent>/<owner>/<domain>, where owner is "<pid>-<starttime>" of the
 // supervising process. A later supervisor removes only owner directories whose process is gone,
-// so several live sidecars can share one Parent.
+// so several live sidecars can share one Parent. With Parent "auto" the parent is, per hierarchy,
+// the process's own delegated cgroup (it moves itself into the leaf "supervisor" beside its owner
+// directory when alone there); it never writes a cgroup above the one delegated to it.
 package isolation

@@ -207,3 +207,12 @@ func sleepForever() {
 		time.Sleep(time.Hour)
 	}
 }
+
+// hierarchyRoots lists every mounted hierarchy root isolation may use.
+func hierarchyRoots() []string {
+	var roots []string
+	for _, h := range mountedHierarchies() {
+		roots = append(roots, hierarchyRoot(h))
+	}
+	return roots
+}

@@ -413,10 +413,10 @@ func TestStartRefusals(t *testing.T) {
 				t.Fatalf("Start = %v, %v; want %v", d, err, tc.want)
 			}
 			for _, root := range hierarchyRoots() {
-				ents, _ := os.ReadDir(filepath.Join(root, s.ownerRel))
+				ents, _ := os.ReadDir(filepath.Join(root, testParent, s.owner))
 				for _, e := range ents {
 					if e.IsDir() {
-						t.Fatalf("failed start left %s/%s/%s", root, s.ownerRel, e.Name())
+						t.Fatalf("failed start left %s/%s/%s/%s", root, testParent, s.owner, e.Name())
 					}
 				}
 			}
@@ -470,12 +470,12 @@ func TestUnifiedKillAndPlacement(t *testing.T) {
 	}
 	owner, _ := ownerName(os.Getpid())
 	rel := filepath.Join(testParent, owner, "v2direct")
-	g, err := newV2Group(mount, rel, false)
+	g, err := newV2Group(mount, rel, "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cg := &domainCgroups{mode: ModeHybrid, v2: g}
-	defer removeOwnerDirs(filepath.Join(testParent, owner))
+	defer removeOwnerDirs(fixedTree(testParent), owner)
 	if cg.needsBarrier() {
 		t.Fatal("a unified-only domain must not need a barrier")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -11,27 +12,13 @@ import (
 
 var ownerRE = regexp.MustCompile(`^[0-9]+-[0-9]+$`)
 
-// hierarchyRoots lists every hierarchy root isolation may have created directories in.
-func hierarchyRoots() []string {
-	var roots []string
-	for _, c := range []string{"memory", "pids", "freezer"} {
-		if v1Mounted(c) {
-			roots = append(roots, filepath.Join(v1Root, c))
-		}
-	}
-	if u := unifiedMount(); u != "" {
-		roots = append(roots, u)
-	}
-	return roots
-}
-
-// removeLeftovers kills the processes in, and removes, every owner directory under parent
+// removeLeftovers kills the processes in, and removes, every owner directory under t's parents
 // whose owning supervisor process is gone. Directories of live supervisors are not touched.
 // It returns the owner directories (relative to the hierarchy roots) it cleaned.
-func removeLeftovers(ctx context.Context, parent string) ([]string, error) {
+func removeLeftovers(ctx context.Context, t tree) ([]string, error) {
 	dead := map[string]bool{}
-	for _, root := range hierarchyRoots() {
-		ents, _ := os.ReadDir(filepath.Join(root, parent))
+	for _, h := range t.hierarchies() {
+		ents, _ := os.ReadDir(t.abs(h))
 		for _, e := range ents {
 			if e.IsDir() && ownerRE.MatchString(e.Name()) && !ownerAlive(e.Name()) {
 				dead[e.Name()] = true
@@ -41,28 +28,27 @@ func removeLeftovers(ctx context.Context, parent string) ([]string, error) {
 	var cleaned []string
 	var errs []error
 	for owner := range dead {
-		rel := filepath.Join(parent, owner)
-		if err := killOwnerTree(ctx, rel); err != nil {
+		if err := killOwnerTree(ctx, t, owner); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if err := removeOwnerDirs(rel); err != nil {
+		if err := removeOwnerDirs(t, owner); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		cleaned = append(cleaned, rel)
+		cleaned = append(cleaned, t.rel(hPids, owner))
 	}
 	return cleaned, errors.Join(errs...)
 }
 
-// killOwnerTree kills every process in each domain directory under rel (its workers died with
+// killOwnerTree kills every process in each domain directory of owner (its workers died with
 // the supervisor through PDEATHSIG, but escapees did not) and reaps those re-parented to us.
-func killOwnerTree(ctx context.Context, rel string) error {
+func killOwnerTree(ctx context.Context, t tree, owner string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	domains := map[string]bool{}
-	for _, root := range hierarchyRoots() {
-		ents, _ := os.ReadDir(filepath.Join(root, rel))
+	for _, h := range t.hierarchies() {
+		ents, _ := os.ReadDir(t.abs(h, owner))
 		for _, e := range ents {
 			if e.IsDir() {
 				domains[e.Name()] = true
@@ -71,7 +57,7 @@ func killOwnerTree(ctx context.Context, rel string) error {
 	}
 	var errs []error
 	for name := range domains {
-		cg := adoptCgroups(filepath.Join(rel, name))
+		cg := adoptCgroups(t, path.Join(owner, name))
 		if cg.v1 == nil && cg.v2 == nil {
 			continue // nothing that can kill: rmdir reports it if it is still busy
 		}
@@ -93,19 +79,22 @@ func killOwnerTree(ctx context.Context, rel string) error {
 	return errors.Join(errs...)
 }
 
-// adoptCgroups builds a domainCgroups for an existing directory in whatever hierarchies hold it.
-func adoptCgroups(rel string) *domainCgroups {
+// adoptCgroups builds a domainCgroups for an existing directory sub (owner/domain) below t's
+// parents in whatever hierarchies hold it.
+func adoptCgroups(t tree, sub string) *domainCgroups {
 	c := &domainCgroups{mode: ModeV1}
-	v1 := &v1Group{rel: rel, dirs: map[string]string{}}
-	for _, ctrl := range []string{"memory", "pids", "freezer"} {
-		dir := filepath.Join(v1Root, ctrl, rel)
-		if _, err := os.Stat(dir); err == nil {
-			v1.dirs[ctrl], v1.controllers = dir, append(v1.controllers, ctrl)
+	v1 := &v1Group{rels: map[string]string{}, dirs: map[string]string{}}
+	for _, ctrl := range []string{hMemory, hPids, hFreezer} {
+		if !v1Mounted(ctrl) {
+			continue
+		}
+		if _, err := os.Stat(t.abs(ctrl, sub)); err == nil {
+			v1.rels[ctrl], v1.dirs[ctrl], v1.controllers = t.rel(ctrl, sub), t.abs(ctrl, sub), append(v1.controllers, ctrl)
 		}
 	}
 	if u := unifiedMount(); u != "" {
-		if _, err := os.Stat(filepath.Join(u, rel)); err == nil {
-			c.v2 = &v2Group{mount: u, rel: rel, dir: filepath.Join(u, rel)}
+		if _, err := os.Stat(t.abs(hUnified, sub)); err == nil {
+			c.v2 = &v2Group{mount: u, rel: t.rel(hUnified, sub), dir: t.abs(hUnified, sub)}
 			c.mode = ModeHybrid
 		}
 	}
@@ -113,7 +102,7 @@ func adoptCgroups(rel string) *domainCgroups {
 		c.v1 = v1
 		if v1.dirs["pids"] == "" {
 			// procs() and member() read the pids hierarchy: fall back to any one present.
-			v1.dirs["pids"] = v1.dirs[v1.controllers[0]]
+			v1.dirs["pids"], v1.rels["pids"] = v1.dirs[v1.controllers[0]], v1.rels[v1.controllers[0]]
 		}
 		if v1.dirs["freezer"] == "" && c.v2 == nil {
 			c.v1 = nil // no way to kill reliably; removal below will report the busy dir
@@ -124,11 +113,11 @@ func adoptCgroups(rel string) *domainCgroups {
 	return c
 }
 
-// removeOwnerDirs removes rel's domain directories and rel itself in every hierarchy.
-func removeOwnerDirs(rel string) error {
+// removeOwnerDirs removes owner's domain directories and owner itself in every hierarchy.
+func removeOwnerDirs(t tree, owner string) error {
 	var errs []error
-	for _, root := range hierarchyRoots() {
-		dir := filepath.Join(root, rel)
+	for _, h := range t.hierarchies() {
+		dir := t.abs(h, owner)
 		ents, err := os.ReadDir(dir)
 		if errors.Is(err, os.ErrNotExist) {
 			continue

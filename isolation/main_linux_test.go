@@ -52,8 +52,8 @@ func suiteLeftovers() error {
 		for _, e := range ents {
 			if e.IsDir() {
 				problems = append(problems, "cgroup "+filepath.Join(dir, e.Name()))
-				_ = killOwnerTree(context.Background(), filepath.Join(testParent, e.Name()))
-				_ = removeOwnerDirs(filepath.Join(testParent, e.Name()))
+				_ = killOwnerTree(context.Background(), fixedTree(testParent), e.Name())
+				_ = removeOwnerDirs(fixedTree(testParent), e.Name())
 			}
 		}
 		_ = os.Remove(dir)
@@ -143,8 +143,8 @@ func newSupervisor(t testing.TB, mode Mode, tweak func(*Config)) *Supervisor {
 			t.Errorf("Supervisor.Close: %v", err)
 		}
 		for _, root := range hierarchyRoots() {
-			if _, err := os.Stat(filepath.Join(root, s.ownerRel)); err == nil {
-				t.Errorf("cgroup dir %s left after Close", filepath.Join(root, s.ownerRel))
+			if _, err := os.Stat(filepath.Join(root, testParent, s.owner)); err == nil {
+				t.Errorf("cgroup dir %s left after Close", filepath.Join(root, testParent, s.owner))
 			}
 		}
 	})

@@ -16,19 +16,34 @@ import (
 
 var probeSeq atomic.Uint64
 
-// Probe is the preflight: for each candidate mode (Config.Mode, or best first under ModeAuto)
-// it creates a probe cgroup under Parent, writes the limits and reads them back, launches
-// WorkerPath WorkerArgs as a probe child (held behind a barrier; EnterWorker exits with a probe
-// code), verifies /proc/<pid>/cgroup, and removes it all. The first mode that passes is reported.
+// Probe is the preflight: it finds the cgroup parent (Config.Parent, or under ParentAuto the
+// process's own delegated cgroups, moving itself into a leaf where it is alone), then for each
+// candidate mode (Config.Mode, or best first under ModeAuto) it creates a probe cgroup under the
+// parent, writes the limits and reads them back, launches WorkerPath WorkerArgs as a probe child
+// (held behind a barrier; EnterWorker exits with a probe code),
+// verifies /proc/<pid>/cgroup, and removes it all. The first mode that passes is reported, with
+// one Check per requirement.
 func Probe(cfg Config) Report {
 	cfg = cfg.WithDefaults()
 	owner, err := ownerName(os.Getpid())
 	if err != nil {
 		return Report{Mode: ModeNone, Host: hostLayout(), Reason: err.Error()}
 	}
-	rel := path.Join(cfg.Parent, owner)
-	r := probe(context.Background(), cfg, rel)
-	removeOwnerDirs(rel) // a standalone probe keeps nothing; errors mean a live Supervisor uses it
+	t, pr, err := parentTree(cfg)
+	if err != nil {
+		return failedReport(cfg, pr, err)
+	}
+	r := probe(context.Background(), cfg, t, owner, pr)
+	_ = removeOwnerDirs(t, owner) // a standalone probe keeps nothing; errors mean a live Supervisor uses it
+	return r
+}
+
+// failedReport is the report when no parent could be found at all.
+func failedReport(cfg Config, pr parentResult, err error) Report {
+	r := Report{Mode: ModeNone, Host: hostLayout(), Reason: err.Error(), Parent: pr.report}
+	r.Checks = append(layoutChecks(r.Host), pr.checks...)
+	r.Checks = append(r.Checks, processChecks(cfg)...)
+	r.Checks = append(r.Checks, Check{Name: "isolation", Detail: err.Error(), Fix: "fix the failed checks above"})
 	return r
 }
 
@@ -62,11 +77,11 @@ func candidates(forced Mode, host string) []Mode {
 	return nil
 }
 
-func probe(ctx context.Context, cfg Config, ownerRel string) Report {
-	r := Report{Mode: ModeNone, Host: hostLayout()}
+func probe(ctx context.Context, cfg Config, t tree, owner string, pr parentResult) Report {
+	r := Report{Mode: ModeNone, Host: hostLayout(), Parent: pr.report}
 	var failures []error
 	for _, m := range candidates(cfg.Mode, r.Host) {
-		err := probeMode(ctx, cfg, m, ownerRel, &r)
+		err := probeMode(ctx, cfg, m, t, owner, pr, &r)
 		a := Attempt{Mode: m, Passed: err == nil}
 		if err != nil {
 			a.Error = err.Error()
@@ -86,6 +101,26 @@ func probe(ctx context.Context, cfg Config, ownerRel string) Report {
 	} else if !r.Verified {
 		r.Reason = "no cgroup hierarchy mounted"
 	}
+	hs := hierarchiesOf(r.Mode)
+	if !r.Verified {
+		hs = t.hierarchies()
+	}
+	r.Parent.Dirs = nil
+	for _, h := range hs {
+		r.Parent.Dirs = append(r.Parent.Dirs, t.abs(h))
+	}
+	r.Checks = append(layoutChecks(r.Host), pr.checks...)
+	r.Checks = append(r.Checks, processChecks(cfg)...)
+	iso := Check{Name: "isolation", OK: r.Verified, Detail: "mode " + string(r.Mode) + " verified: limits read back, probe child placed"}
+	if !r.Verified {
+		iso.Detail, iso.Fix = r.Reason, "index.mutate is refused until a mode verifies: fix the failed checks above"
+	}
+	if pidfdErr := checkPidfd(); pidfdErr != nil && r.Verified {
+		r.Verified, r.Mode = false, ModeNone
+		r.Reason = pidfdErr.Error()
+		iso.OK, iso.Detail, iso.Fix = false, r.Reason, "steward identifies processes by pidfd only: run on Linux ≥ 5.3 (pidfd_open)"
+	}
+	r.Checks = append(r.Checks, iso)
 	return r
 }
 
@@ -122,12 +157,17 @@ func available(m Mode) error {
 	return nil
 }
 
-func probeMode(ctx context.Context, cfg Config, m Mode, ownerRel string, r *Report) error {
+func probeMode(ctx context.Context, cfg Config, m Mode, t tree, owner string, pr parentResult, r *Report) error {
 	if err := available(m); err != nil {
 		return err
 	}
+	for _, h := range hierarchiesOf(m) {
+		if _, ok := t.parent[h]; !ok {
+			return fmt.Errorf("no cgroup parent in the %s hierarchy: %w", h, pr.errs[h])
+		}
+	}
 	id := fmt.Sprintf("probe-%d", probeSeq.Add(1))
-	cg, err := newDomainCgroups(m, path.Join(ownerRel, id), cfg.MemoryLimit, cfg.PidsLimit)
+	cg, err := newDomainCgroups(m, t, path.Join(owner, id), cfg.MemoryLimit, cfg.PidsLimit)
 	if err != nil {
 		return err
 	}
@@ -173,7 +213,12 @@ func probeMode(ctx context.Context, cfg Config, m Mode, ownerRel string, r *Repo
 
 // permissionHint tells a person without the rights what steward needs, ahead of the raw errors.
 func permissionHint(parent string) string {
+	if parent == ParentAuto {
+		return fmt.Sprintf("uid %d may not create cgroups in its own cgroups (--cgroup-parent auto): run steward as root, or "+
+			"start it in a cgroup delegated to its user (systemd Delegate=yes on v2; on v1/hybrid a subtree chowned to it "+
+			"in memory and pids, plus freezer or the unified hierarchy)", os.Geteuid())
+	}
 	return fmt.Sprintf("uid %d may not create cgroups under %q: run steward as root, or give its user a "+
-		"writable (delegated) cgroup subtree for --cgroup-parent in every hierarchy it uses "+
+		"writable (delegated) cgroup subtree and use --cgroup-parent auto (or name the subtree) in every hierarchy it uses "+
 		"(memory and pids, plus freezer or the unified hierarchy)", os.Geteuid(), parent)
 }

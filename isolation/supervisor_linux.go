@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 
@@ -17,7 +16,8 @@ import (
 type Supervisor struct {
 	cfg       Config
 	report    Report
-	ownerRel  string   // Parent/<pid>-<starttime>
+	tree      tree     // the parent directory in each hierarchy
+	owner     string   // <pid>-<starttime>: this supervisor's directory below each parent
 	leftovers []string // owner directories of dead supervisors removed by New
 
 	mu      sync.Mutex
@@ -35,9 +35,6 @@ func New(cfg Config) (*Supervisor, error) {
 	unavailable := func(err error) error {
 		return &PreflightError{Report: Report{Mode: ModeNone, Host: hostLayout(), Reason: err.Error()}}
 	}
-	if err := checkParent(cfg.Parent); err != nil {
-		return nil, unavailable(err)
-	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, unavailable(opErr("set child subreaper", "", "", ErrIsolationUnavailable, err))
 	}
@@ -45,36 +42,31 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, unavailable(opErr("identify self", "", "", ErrIsolationUnavailable, err))
 	}
-	s := &Supervisor{cfg: cfg, ownerRel: path.Join(cfg.Parent, owner), domains: map[string]*Domain{}}
+	t, pr, err := parentTree(cfg)
+	if err != nil {
+		return nil, &PreflightError{Report: failedReport(cfg, pr, err)}
+	}
+	s := &Supervisor{cfg: cfg, tree: t, owner: owner, domains: map[string]*Domain{}}
 	// A leftover that cannot be removed is reported but does not stop this sidecar: its own
 	// directories are separate.
-	s.leftovers, err = removeLeftovers(context.Background(), cfg.Parent)
-	s.report = probe(context.Background(), cfg, s.ownerRel)
+	s.leftovers, err = removeLeftovers(context.Background(), t)
+	s.report = probe(context.Background(), cfg, t, owner, pr)
 	if !s.report.Verified {
-		_ = removeOwnerDirs(s.ownerRel)
+		_ = removeOwnerDirs(t, owner)
 		return nil, &PreflightError{Report: s.report}
 	}
 	if err != nil {
 		s.report.Reason = "leftover cleanup: " + err.Error()
 	}
-	s.report.Cgroups = ownerDirs(s.report.Mode, s.ownerRel)
+	s.report.Cgroups = ownerDirs(s.report.Mode, t, owner)
 	return s, nil
 }
 
-// ownerDirs lists the owner directory rel in each hierarchy that mode uses.
-func ownerDirs(mode Mode, rel string) []string {
-	var roots []string
-	switch mode {
-	case ModeV2:
-		roots = []string{unifiedMount()}
-	case ModeHybrid:
-		roots = []string{filepath.Join(v1Root, "memory"), filepath.Join(v1Root, "pids"), unifiedMount()}
-	case ModeV1:
-		roots = []string{filepath.Join(v1Root, "memory"), filepath.Join(v1Root, "pids"), filepath.Join(v1Root, "freezer")}
-	}
-	dirs := make([]string, len(roots))
-	for i, r := range roots {
-		dirs[i] = filepath.Join(r, rel)
+// ownerDirs lists the owner directory in each hierarchy that mode uses.
+func ownerDirs(mode Mode, t tree, owner string) []string {
+	var dirs []string
+	for _, h := range hierarchiesOf(mode) {
+		dirs = append(dirs, t.abs(h, owner))
 	}
 	return dirs
 }
@@ -103,9 +95,16 @@ func (s *Supervisor) Config() Config { return s.cfg }
 // Leftovers lists the cgroup directories of dead supervisors that New removed.
 func (s *Supervisor) Leftovers() []string { return append([]string(nil), s.leftovers...) }
 
-// CgroupPath returns the domain directory relative to each hierarchy root, e.g.
-// "steward/4242-8812345/w7".
-func (s *Supervisor) CgroupPath(d *Domain) string { return path.Join(s.ownerRel, d.id) }
+// CgroupPath returns the domain directory relative to the root of the hierarchy that holds its
+// processes for killing (unified where the mode has it, else pids), e.g. "steward/4242-8812345/w7".
+// Under a configured parent it is the same in every hierarchy.
+func (s *Supervisor) CgroupPath(d *Domain) string {
+	h := hPids
+	if s.report.Mode != ModeV1 {
+		h = hUnified
+	}
+	return s.tree.rel(h, s.owner, d.id)
+}
 
 // Start creates the domain's cgroups (limits read back), launches the worker inside them and
 // returns its Domain. On any error nothing is left running and no cgroup remains.
@@ -146,7 +145,7 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 	if spec.PidsLimit > 0 {
 		pids = spec.PidsLimit
 	}
-	cg, err := newDomainCgroups(s.report.Mode, path.Join(s.ownerRel, id), mem, pids)
+	cg, err := newDomainCgroups(s.report.Mode, s.tree, path.Join(s.owner, id), mem, pids)
 	if err != nil {
 		return nil, err
 	}
@@ -194,6 +193,6 @@ func (s *Supervisor) Close(ctx context.Context) error {
 		}
 		errs = append(errs, d.Close())
 	}
-	errs = append(errs, removeOwnerDirs(s.ownerRel))
+	errs = append(errs, removeOwnerDirs(s.tree, s.owner))
 	return errors.Join(errs...)
 }

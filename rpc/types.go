@@ -53,6 +53,28 @@ type IsolationReport struct {
 	// Cgroups are the sidecar's own cgroup directories (<root>/<parent>/<pid>-<start>), one per
 	// hierarchy in use; each worker domain is a directory below each of them.
 	Cgroups []string `json:"cgroups,omitempty"`
+	// Parent says under which cgroups the worker domains live and why.
+	Parent *IsolationParent `json:"parent,omitempty"`
+	// Checks are the requirements of isolation, each ok or missing with what to do (the lines
+	// `steward doctor` prints).
+	Checks []IsolationCheck `json:"checks,omitempty"`
+}
+
+// IsolationParent is the cgroup parent of the worker domains.
+type IsolationParent struct {
+	Source string   `json:"source"`         // "configured" (--cgroup-parent NAME) or "delegated" (auto)
+	Dirs   []string `json:"dirs,omitempty"` // the parent directory in each hierarchy in use
+	Leaf   []string `json:"leaf,omitempty"` // the leaf cgroups the sidecar moved itself into (auto)
+	Why    []string `json:"why,omitempty"`  // per hierarchy, why this parent (or why none)
+}
+
+// IsolationCheck is one requirement of worker isolation.
+type IsolationCheck struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Detail   string `json:"detail,omitempty"`
+	Fix      string `json:"fix,omitempty"`
+	Optional bool   `json:"optional,omitempty"` // missing costs a better mode, not isolation
 }
 
 // Limits are the bounds a sidecar applies; hosts use them to size requests.

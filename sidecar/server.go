@@ -282,6 +282,13 @@ func wireReport(r isolation.Report) *rpc.IsolationReport {
 	if r.PidsLimit != 0 {
 		limits["pids"] = r.PidsLimit
 	}
-	return &rpc.IsolationReport{Mode: string(r.Mode), Verified: r.Verified, Reason: r.Reason,
+	w := &rpc.IsolationReport{Mode: string(r.Mode), Verified: r.Verified, Reason: r.Reason,
 		Controllers: r.Controllers, Limits: limits, Cgroups: r.Cgroups}
+	if r.Parent.Source != "" {
+		w.Parent = &rpc.IsolationParent{Source: r.Parent.Source, Dirs: r.Parent.Dirs, Leaf: r.Parent.Leaf, Why: r.Parent.Why}
+	}
+	for _, c := range r.Checks {
+		w.Checks = append(w.Checks, rpc.IsolationCheck{Name: c.Name, OK: c.OK, Detail: c.Detail, Fix: c.Fix, Optional: c.Optional})
+	}
+	return w
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 )
 
@@ -28,23 +29,8 @@ func TestServeWithoutIsolation(t *testing.T) {
 	testenv.NeedRoot(t)
 	bin := testbin.Steward(t)
 	// The binary must be reachable by uid 65534: copy it to a world-readable place.
-	dir, err := os.MkdirTemp("", "steward-unpriv-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self := filepath.Join(dir, "steward")
-	var b []byte
-	b, err = os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(self, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	self := testsidecar.PublicCopy(t, bin)
+	dir := filepath.Dir(self)
 	for _, tc := range []struct {
 		name   string
 		uid    int

@@ -25,7 +25,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	grace := fs.Duration("shutdown-grace", 60*time.Second, "how long a graceful shutdown waits for in-flight calls")
 	var iso isolation.Config
-	fs.StringVar(&iso.Parent, "cgroup-parent", isolation.DefaultParent, "cgroup parent of the worker domains, in every hierarchy")
+	fs.StringVar(&iso.Parent, "cgroup-parent", defaultCgroupParent(),
+		"cgroup parent of the worker domains, the same name in every hierarchy, or auto: the sidecar's own delegated cgroup (default auto when not root)")
 	fs.Int64Var(&iso.MemoryLimit, "worker-memory", 1<<30, "memory limit of one worker domain in bytes (swap off)")
 	fs.Int64Var(&iso.PidsLimit, "worker-pids", 256, "process limit of one worker domain")
 	fs.DurationVar(&iso.TermGrace, "term-grace", 10*time.Second, "SIGTERM to SIGKILL grace of the kill ladder")
@@ -86,4 +87,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// defaultCgroupParent is "steward" for root, which may create cgroups anywhere, and "auto" for
+// everyone else, who can only use a cgroup delegated to them (systemd Delegate=yes, a chowned v1
+// subtree, a container's cgroup namespace).
+func defaultCgroupParent() string {
+	if os.Geteuid() == 0 {
+		return isolation.DefaultParent
+	}
+	return isolation.ParentAuto
 }

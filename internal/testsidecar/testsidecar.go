@@ -60,6 +60,13 @@ type Options struct {
 	OnNotify func(method string, params json.RawMessage)
 	// Logs receives the sidecar's JSON log lines besides the Sidecar's own buffer.
 	Logs *Logs
+	// User, when not 0, runs the sidecar as this uid and gid (no supplementary groups): its
+	// binary is copied to a world-readable directory and started through setpriv(1).
+	User int
+	// Enter are cgroup directories the sidecar process is written into (cgroup.procs) before
+	// it execs, as systemd places a unit's main process: with Parent "auto" and a Delegate'd
+	// tree this is a real delegated start.
+	Enter []string
 }
 
 // Sidecar is one real sidecar process of a test.
@@ -103,7 +110,11 @@ func (s *Sidecar) Restart() {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := host.Config{Path: testbin.Steward(s.t), Args: append(FastArgs(s.Parent), s.opts.Args...), Env: s.opts.Env,
+	path := testbin.Steward(s.t)
+	if s.opts.User != 0 || len(s.opts.Enter) > 0 {
+		path = launcher(s.t, path, s.opts.User, s.opts.Enter)
+	}
+	cfg := host.Config{Path: path, Args: append(FastArgs(s.Parent), s.opts.Args...), Env: s.opts.Env,
 		Logger:   hclog.New(&hclog.LoggerOptions{Name: "test", Output: s.Logs, Level: hclog.Debug, JSONFormat: true}),
 		OnNotify: s.opts.OnNotify, KillGrace: 2 * time.Second}
 	launch := host.LaunchStdio

@@ -1,0 +1,127 @@
+package sidecar_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage"
+)
+
+// TestDelegatedUnprivileged runs the real `steward serve --cgroup-parent auto` as uid 65534,
+// started inside cgroups delegated to that uid the way systemd's Delegate=yes hands over a unit's
+// cgroup (directory, cgroup.procs, cgroup.threads, cgroup.subtree_control / tasks chowned) in the
+// v1 memory, pids and freezer hierarchies and the unified one. The sidecar must find those cgroups
+// as its own, move itself into their leaf, verify isolation beside it, contain and classify an
+// OOM kill and a fork bomb, build a real index, and leave nothing behind but the leaf.
+func TestDelegatedUnprivileged(t *testing.T) {
+	parent := randID("steward-deleg-")
+	dirs := testsidecar.Delegate(t, parent, nobody)
+	home, err := os.MkdirTemp("", "steward-deleg-home-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	e := &sidecarEnv{t: t, root: filepath.Join(home, "lake")}
+	if e.store, err = storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindLocal, Root: e.root}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ds := range []string{"ok", "f-oom", "f-fork_bomb"} {
+		e.makeDataset(ds, 20000)
+	}
+	if err := chownTree(home, nobody); err != nil {
+		t.Fatal(err)
+	}
+	sc := testsidecar.Start(t, testsidecar.Options{Parent: parent, User: nobody, Enter: dirs,
+		Args: []string{"--cgroup-parent", "auto", "--executors", "1"},
+		Env:  []string{"HOME=" + home, "PATH=/usr/bin:/bin", "STEWARD_STATE_DIR=" + filepath.Join(home, "state")}})
+	e.c, e.parent, e.logs = sc.Client, parent, sc.Logs
+
+	// The sidecar runs as 65534 and moved itself into the leaf of every delegated cgroup.
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.c.Pid()))
+	if !strings.Contains(string(status), fmt.Sprintf("\nUid:\t%d\t%d\t%d\t%d\n", nobody, nobody, nobody, nobody)) {
+		t.Fatalf("sidecar does not run as uid %d:\n%s", nobody, status)
+	}
+	iso := e.c.Info().Isolation
+	b, _ := json.MarshalIndent(iso, "", "  ")
+	t.Logf("hello isolation as uid %d:\n%s", nobody, b)
+	if !iso.Verified || iso.Parent == nil || iso.Parent.Source != "delegated" {
+		t.Fatalf("isolation %+v: want verified on a delegated parent", iso)
+	}
+	for _, h := range []string{"memory", "pids"} {
+		leaf := filepath.Join("/sys/fs/cgroup", h, parent, "supervisor")
+		if !slices.Contains(iso.Parent.Leaf, leaf) {
+			t.Errorf("hello's leaves %v lack %s", iso.Parent.Leaf, leaf)
+		}
+		procs, _ := os.ReadFile(filepath.Join(leaf, "cgroup.procs"))
+		if !slices.Contains(strings.Fields(string(procs)), fmt.Sprint(e.c.Pid())) {
+			t.Errorf("sidecar %d not in %s (%q)", e.c.Pid(), leaf, procs)
+		}
+	}
+	for _, dir := range iso.Cgroups {
+		if !strings.Contains(dir, "/"+parent+"/") {
+			t.Errorf("own cgroup %s is not in the delegated %s", dir, parent)
+		}
+	}
+
+	ok := e.mutate(e.params(randID("inv-"), "ok", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree))
+	expect(t, ok, rpc.PhaseNativeReturn, 0)
+	oom := e.params(randID("inv-oom-"), "f-oom", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree)
+	oom.Fault, oom.Limits = "oom", &rpc.WorkerLimits{MemoryBytes: 64 << 20}
+	res := e.mutate(oom)
+	expect(t, res, rpc.PhaseIndeterminate, rpc.ReasonWorkerLost)
+	if !res.OOMKilled {
+		t.Fatalf("oom fault: oom_killed false (%s)", res.Message)
+	}
+	logAnswer(t, "oom", res)
+	fb := e.params(randID("inv-fork-"), "f-fork_bomb", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree)
+	fb.Fault, fb.DeadlineUnixMs = "fork_bomb", time.Now().Add(5*time.Second).UnixMilli()
+	res = e.mutate(fb)
+	// The pids limit holds the bomb until the deadline kills the domain (-22), unless the bomb's
+	// own Go runtime dies first for want of a thread under that same limit (-21): contained
+	// and indeterminate either way.
+	if res.Phase != rpc.PhaseIndeterminate || (res.Code != rpc.ReasonDeadline && res.Code != rpc.ReasonWorkerLost) {
+		t.Fatalf("fork bomb: %s/%d (%s), want INDETERMINATE -22 or -21", res.Phase, res.Code, res.Message)
+	}
+	logAnswer(t, "fork_bomb", res)
+
+	// The sidecar removes its own directories; only the leaf it lives in stays (it cannot move
+	// back out), and whoever delegated the subtree removes it, as systemd does with the unit.
+	if err := e.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		var left []string
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && p != dir && p != filepath.Join(dir, "supervisor") {
+				left = append(left, p)
+			}
+			return nil
+		})
+		if len(left) > 0 {
+			t.Errorf("left after the sidecar exited: %v", left)
+		}
+	}
+}
+
+func logAnswer(t *testing.T, what string, res rpc.MutateResult) {
+	b, _ := json.Marshal(res)
+	t.Logf("%s answer: %s", what, b)
+}
+
+func chownTree(root string, uid int) error {
+	return filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, uid)
+	})
+}
