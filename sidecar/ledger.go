@@ -97,6 +97,9 @@ func (s *Server) settleCustody(j *job, res rpc.MutateResult) {
 	}
 }
 
+// DefaultStateDir is Config.StateDir's default for this process (steward doctor checks it).
+func DefaultStateDir() string { return defaultStateDir() }
+
 // defaultStateDir is Config.StateDir's default.
 func defaultStateDir() string {
 	if os.Geteuid() == 0 {

@@ -1,6 +1,7 @@
 // Command steward is the steward supervisor sidecar and its tools.
 //
 //	steward serve      run the sidecar (go-plugin when launched by a go-plugin host, else stdio JSON-RPC)
+//	steward doctor     preflight: what this machine lacks for isolated mutations, and what to do
 //	steward dataset    create and inspect datasets
 //	steward jobs       inspect, release and quarantine a dispatcher's job store
 //	steward ledger     quarantine a corrupt ledger slot, the audited way out
@@ -43,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// The isolated worker mode: only the sidecar starts it, through /proc/self/exe, with its
 		// protocol pipes on fds 3 and 4.
 		return worker.Main()
+	case "doctor":
+		return runDoctor(ctx, args[1:], stdout, stderr)
 	case "dataset":
 		return runDataset(ctx, args[1:], stdout, stderr)
 	case "jobs":
@@ -71,6 +74,7 @@ func usage(w io.Writer) {
 commands:
   demo       build indexes on a generated dataset through the sidecar, with a crash on purpose
   serve      run the sidecar: go-plugin when started by a go-plugin host, JSON-RPC on stdin/stdout otherwise
+  doctor     preflight on this machine: cgroups, delegation, pidfd, PDEATHSIG, state dir, --store
   dataset    create | describe | versions: make and inspect datasets
   jobs       list | show | release | quarantine: inspect a dispatcher's durable job store
   ledger     quarantine: move a corrupt ledger slot aside, audited

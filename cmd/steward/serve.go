@@ -25,10 +25,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	grace := fs.Duration("shutdown-grace", 60*time.Second, "how long a graceful shutdown waits for in-flight calls")
 	var iso isolation.Config
-	fs.StringVar(&iso.Parent, "cgroup-parent", defaultCgroupParent(),
-		"cgroup parent of the worker domains, the same name in every hierarchy, or auto: the sidecar's own delegated cgroup (default auto when not root)")
-	fs.Int64Var(&iso.MemoryLimit, "worker-memory", 1<<30, "memory limit of one worker domain in bytes (swap off)")
-	fs.Int64Var(&iso.PidsLimit, "worker-pids", 256, "process limit of one worker domain")
+	isolationFlags(fs, &iso)
 	fs.DurationVar(&iso.TermGrace, "term-grace", 10*time.Second, "SIGTERM to SIGKILL grace of the kill ladder")
 	fs.DurationVar(&iso.ReapBound, "reap-bound", 11*time.Second, "bound on killing and reaping a domain")
 	executors := fs.Int("executors", 2, "mutations that may run at once")
@@ -97,4 +94,13 @@ func defaultCgroupParent() string {
 		return isolation.DefaultParent
 	}
 	return isolation.ParentAuto
+}
+
+// isolationFlags are the flags that decide the isolation preflight, shared by serve and doctor
+// so that doctor's verdict is the sidecar's.
+func isolationFlags(fs *flag.FlagSet, iso *isolation.Config) {
+	fs.StringVar(&iso.Parent, "cgroup-parent", defaultCgroupParent(),
+		"cgroup parent of the worker domains, the same name in every hierarchy, or auto: the sidecar's own delegated cgroup (default auto when not root)")
+	fs.Int64Var(&iso.MemoryLimit, "worker-memory", 1<<30, "memory limit of one worker domain in bytes (swap off)")
+	fs.Int64Var(&iso.PidsLimit, "worker-pids", 256, "process limit of one worker domain")
 }

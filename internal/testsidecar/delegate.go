@@ -37,11 +37,11 @@ func Delegate(t testing.TB, parent string, uid int) []string {
 	return dirs
 }
 
-// launcher writes a start script for a sidecar that enters the cgroup directories enter and
+// Launcher writes a start script for a steward process that enters the cgroup directories enter and
 // then runs as uid (when not 0), next to a world-readable copy of bin. The script keeps its pid
 // through every exec, so the host's pidfd, pipes and PDEATHSIG (re-armed by setpriv after the
 // uid change, which clears it) all follow the sidecar.
-func launcher(t testing.TB, bin string, uid int, enter []string) string {
+func Launcher(t testing.TB, bin string, uid int, enter []string) string {
 	t.Helper()
 	self := PublicCopy(t, bin)
 	var sh strings.Builder

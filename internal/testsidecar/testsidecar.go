@@ -112,7 +112,7 @@ func (s *Sidecar) Restart() {
 	defer cancel()
 	path := testbin.Steward(s.t)
 	if s.opts.User != 0 || len(s.opts.Enter) > 0 {
-		path = launcher(s.t, path, s.opts.User, s.opts.Enter)
+		path = Launcher(s.t, path, s.opts.User, s.opts.Enter)
 	}
 	cfg := host.Config{Path: path, Args: append(FastArgs(s.Parent), s.opts.Args...), Env: s.opts.Env,
 		Logger:   hclog.New(&hclog.LoggerOptions{Name: "test", Output: s.Logs, Level: hclog.Debug, JSONFormat: true}),
