@@ -69,9 +69,11 @@ func (d *delegation) resolve(h, own string) error {
 	if err != nil {
 		return err
 	}
-	// The no-internal-process rule binds only where domain controllers are enabled: the v2
-	// hierarchy when it offers memory and pids, not v1 and not hybrid's controller-less one.
-	pl, err := placeDomains(root, own, others, h == hUnified && offersLimits(dir))
+	// The no-internal-process rule binds only where domain controllers are enabled: a v2
+	// hierarchy whose root offers memory and pids (so v2 mode will enable them below the
+	// parent, whether or not they reach the own cgroup yet), not v1 and not hybrid's
+	// controller-less one.
+	pl, err := placeDomains(root, own, others, h == hUnified && offersLimits(root))
 	if err != nil {
 		return err
 	}
@@ -154,7 +156,7 @@ func otherProcs(dir string) ([]int, error) {
 	return slices.DeleteFunc(pids, func(p int) bool { return p == os.Getpid() }), nil
 }
 
-// offersLimits: the cgroup can give its children memory and pids.
+// offersLimits: the cgroup has memory and pids available.
 func offersLimits(dir string) bool {
 	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 	f := strings.Fields(string(b))
