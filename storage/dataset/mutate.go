@@ -297,29 +297,38 @@ func (bitmapBuilder[K]) Close() error { return nil }
 // be closed) even on error.
 func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ IndexType, p buildParams, opts MutateOptions) (segmentBuilder, error) {
 	var add func(keys []K, first uint64) error
+	var addRaw func(data []byte, offs []uint32, first uint64) error // strings into a BTREE: no string per row
 	var b segmentBuilder
 	if typ == BTree {
 		bt := index.NewBTreeBuilder[K](index.BuildOptions{
 			MemoryBudget: opts.MemoryBudget, RunEntries: opts.RunEntries, TempDir: opts.TempDir, PageEntries: p.pageEntries,
 		})
 		add, b = bt.Add, bt
+		if f.Type == String {
+			addRaw = bt.AddStrings
+		}
 	} else {
 		bm := index.NewBitmapBuilder[K]()
 		bm.MaxKeys = p.maxKeys
 		add, b = bm.Add, bitmapBuilder[K]{bm}
 	}
 	total, done := d.Rows(), int64(0)
+	fed := func(n int, err error) error {
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrIndexBuild, err)
+		}
+		done += int64(n)
+		if opts.Progress != nil {
+			opts.Progress(done, total)
+		}
+		return nil
+	}
+	var raw rawStrings
+	if addRaw != nil {
+		raw = func(data []byte, offs []uint32, first uint64) error { return fed(len(offs)-1, addRaw(data, offs, first)) }
+	}
 	for _, fr := range d.m.Fragments {
-		err := scanColumn(ctx, d, fr, f, func(keys []K, first uint64) error {
-			if err := add(keys, first); err != nil {
-				return fmt.Errorf("%w: %w", ErrIndexBuild, err)
-			}
-			done += int64(len(keys))
-			if opts.Progress != nil {
-				opts.Progress(done, total)
-			}
-			return nil
-		})
+		err := scanColumn(ctx, d, fr, f, func(keys []K, first uint64) error { return fed(len(keys), add(keys, first)) }, raw)
 		if err != nil {
 			return b, err
 		}

@@ -133,7 +133,7 @@ func queryTyped[K index.Key](ctx context.Context, d *Dataset, f Field, p Predica
 				}
 			}
 			return nil
-		})
+		}, nil)
 		if err != nil {
 			return QueryResult{}, err
 		}

@@ -15,9 +15,15 @@ import (
 // handful of range requests.
 const readBufferSize = 4 << 20
 
+// rawStrings receives a plain string page without a Go string per value: value i is
+// data[offs[i]:offs[i+1]], at row id first+i. data and offs are valid only during the call.
+type rawStrings func(data []byte, offs []uint32, first uint64) error
+
 // scanColumn streams one column of one fragment to fn in page-sized batches, with the row id
-// of each batch's first value. Strings are copied; keys passed to fn stay valid.
-func scanColumn[K index.Key](ctx context.Context, d *Dataset, frag Fragment, field Field, fn func(keys []K, first uint64) error) error {
+// of each batch's first value. Strings are copied; keys passed to fn stay valid. With raw set
+// (string columns only), plain pages go to raw instead, and only the others (dictionary pages,
+// written by other tools) are converted for fn.
+func scanColumn[K index.Key](ctx context.Context, d *Dataset, frag Fragment, field Field, fn func(keys []K, first uint64) error, raw rawStrings) error {
 	fail := func(err error) error { return &FragmentError{FragmentID: frag.ID, Path: frag.Path, Err: err} }
 	ra := &rangeReader{ctx: ctx, s: d.store, key: frag.Path, size: frag.Size}
 	f, err := openParquet(ra, frag.Size)
@@ -49,6 +55,18 @@ func scanColumn[K index.Key](ctx context.Context, d *Dataset, frag Fragment, fie
 			if err != nil {
 				pages.Close()
 				return fail(classifyParquet(d.fullKey(frag.Path), err))
+			}
+			if n, ok, err := plainStrings(p, raw, row); ok || err != nil {
+				parquet.Release(p)
+				if err != nil {
+					pages.Close()
+					if errors.Is(err, errRawPage) {
+						return fail(&CorruptError{Key: d.fullKey(frag.Path), Reason: "page", Err: err})
+					}
+					return err
+				}
+				row += uint64(n)
+				continue
 			}
 			keys, vals, err = pageKeys(p, keys[:0], vals)
 			parquet.Release(p)
@@ -92,6 +110,36 @@ func classifyParquet(key string, err error) error {
 		return err
 	}
 	return &CorruptError{Key: key, Reason: "parquet", Err: err}
+}
+
+// errRawPage marks a plain string page that could not be read.
+var errRawPage = errors.New("plain byte-array page unreadable")
+
+// plainStrings hands a plain, null-free byte-array page to raw; ok is false when the page is
+// not one (or raw is nil), and it must be converted instead. A decode failure wraps errRawPage;
+// raw's own errors come back as they are.
+func plainStrings(p parquet.Page, raw rawStrings, first uint64) (n int, ok bool, err error) {
+	if raw == nil || p.Dictionary() != nil || p.NumNulls() != 0 {
+		return 0, false, nil
+	}
+	var data []byte
+	var offs []uint32
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("%w: %v", errRawPage, r)
+			}
+		}()
+		vals := p.Data()
+		data, offs = vals.ByteArray()
+	}()
+	if err != nil {
+		return 0, false, err
+	}
+	if n = int(p.NumValues()); len(offs) != n+1 {
+		return 0, false, nil
+	}
+	return n, true, raw(data, offs, first)
 }
 
 // pageKeys converts one page's values. Plain pages are read straight from the page buffers;

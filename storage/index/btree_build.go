@@ -3,6 +3,7 @@ package index
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -81,6 +82,41 @@ func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
 		keys, firstRowID = keys[n:], firstRowID+uint64(n)
 		// A run of long strings is sealed early: its arena must fit uint32 offsets and a
 		// fraction of the budget.
+		if b.cur.n == b.opts.RunEntries || int64(len(b.cur.data)) >= min(maxArena/2, b.opts.MemoryBudget/8) {
+			if err := b.seal(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// AddStrings records string keys without a Go string per key: key i is
+// data[offs[i]:offs[i+1]] at row id firstRowID+i (len(offs) keys + 1 offsets, as a Parquet
+// page's byte-array values come). The bytes are copied into the build's arena, so data may be
+// reused after the call. Only for a BTreeBuilder[string].
+func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint64) error {
+	if b.closed {
+		return errClosed
+	}
+	if !b.str {
+		return errors.New("index: AddStrings on a builder of numeric keys")
+	}
+	for i := 1; i < len(offs); i++ {
+		if offs[i] < offs[i-1] {
+			return fmt.Errorf("index: AddStrings: offset %d (%d) below the one before (%d)", i, offs[i], offs[i-1])
+		}
+	}
+	if len(offs) > 0 && int64(offs[len(offs)-1]) > int64(len(data)) {
+		return fmt.Errorf("index: AddStrings: offsets reach %d, data has %d bytes", offs[len(offs)-1], len(data))
+	}
+	for n := len(offs) - 1; n > 0; {
+		if b.cur == nil {
+			b.cur = newRun(true, b.opts.RunEntries, b.dataCap)
+		}
+		take := min(n, b.opts.RunEntries-b.cur.n)
+		addBytesToRun(b.cur, data, offs[:take+1], firstRowID)
+		offs, firstRowID, n = offs[take:], firstRowID+uint64(take), n-take
 		if b.cur.n == b.opts.RunEntries || int64(len(b.cur.data)) >= min(maxArena/2, b.opts.MemoryBudget/8) {
 			if err := b.seal(); err != nil {
 				return err

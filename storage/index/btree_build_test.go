@@ -42,6 +42,26 @@ type batch[K index.Key] struct {
 // the input pairs sorted by (cmp.Compare of key, row id).
 func checkOrder[K index.Key](t *testing.T, batches []batch[K], opts index.BuildOptions) index.BuildStats {
 	t.Helper()
+	return checkOrderFed(t, batches, opts, func(b *index.BTreeBuilder[K], bt batch[K]) error { return b.Add(bt.keys, bt.first) })
+}
+
+// addAsPage feeds a string batch through AddStrings the way a Parquet page holds it: one byte
+// buffer (with unrelated bytes before and after the values) and n+1 offsets.
+func addAsPage(b *index.BTreeBuilder[string], bt batch[string]) error {
+	data := []byte("page header junk")
+	offs := []uint32{uint32(len(data))}
+	for _, k := range bt.keys {
+		data = append(data, k...)
+		offs = append(offs, uint32(len(data)))
+	}
+	data = append(data, "trailing junk"...)
+	err := b.AddStrings(data, offs, bt.first)
+	clear(data) // the builder must have copied what it keeps
+	return err
+}
+
+func checkOrderFed[K index.Key](t *testing.T, batches []batch[K], opts index.BuildOptions, feed func(*index.BTreeBuilder[K], batch[K]) error) index.BuildStats {
+	t.Helper()
 	type pair struct {
 		k  K
 		id uint64
@@ -50,7 +70,7 @@ func checkOrder[K index.Key](t *testing.T, batches []batch[K], opts index.BuildO
 	b := index.NewBTreeBuilder[K](opts)
 	defer b.Close()
 	for _, bt := range batches {
-		if err := b.Add(bt.keys, bt.first); err != nil {
+		if err := feed(b, bt); err != nil {
 			t.Fatal(err)
 		}
 		for i, k := range bt.keys {
@@ -145,6 +165,13 @@ func TestBTreeBuildOrder(t *testing.T) {
 				"abcdefgh" + strings.Repeat("z", 100), "\xff\xff\xff\xff\xff\xff\xff\xff", "b"}
 			checkOrder(t, drawBatches(r, words, shuffledIDs(2000, 40), 40), opts.o)
 		})
+		t.Run(opts.name+"/strings-as-pages", func(t *testing.T) {
+			// Shared prefixes, empty strings, invalid UTF-8, through the byte path of a build.
+			words := []string{"", "", "\xff\xfe", "\xc3\x28", "abc", "abcdefgh", "abcdefghX", "abcdefghY" + strings.Repeat("y", 40),
+				"prefix/shared/a", "prefix/shared/b", "prefix/shared/", "\x00", "\x00\x00\xff"}
+			bs := drawBatches(r, words, shuffledIDs(2000, 40), 40)
+			checkOrderFed(t, bs, opts.o, addAsPage)
+		})
 		t.Run(opts.name+"/presorted-strings", func(t *testing.T) {
 			var ks []string
 			for i := range 1000 {
@@ -171,5 +198,23 @@ func TestBTreeBuildBudget(t *testing.T) {
 	st = checkOrder(t, bs, index.BuildOptions{RunEntries: 1000, MemoryBudget: 60 << 10, TempDir: t.TempDir()})
 	if st.Spills == 0 || st.SpilledBytes == 0 || st.PeakBytes > 60<<10+2*1000*12 {
 		t.Fatalf("60 KiB budget: %+v", st)
+	}
+}
+
+// TestAddStringsRefusesBadOffsets: offsets out of order or past the data are an error, never a
+// panic or a wrong key.
+func TestAddStringsRefusesBadOffsets(t *testing.T) {
+	b := index.NewBTreeBuilder[string](index.BuildOptions{TempDir: t.TempDir()})
+	defer b.Close()
+	if err := b.AddStrings([]byte("abcdef"), []uint32{0, 4, 2}, 0); err == nil {
+		t.Fatal("descending offsets accepted")
+	}
+	if err := b.AddStrings([]byte("abc"), []uint32{0, 9}, 0); err == nil {
+		t.Fatal("offsets past the data accepted")
+	}
+	n := index.NewBTreeBuilder[int64](index.BuildOptions{TempDir: t.TempDir()})
+	defer n.Close()
+	if err := n.AddStrings([]byte("a"), []uint32{0, 1}, 0); err == nil {
+		t.Fatal("AddStrings on a numeric builder accepted")
 	}
 }

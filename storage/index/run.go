@@ -56,24 +56,7 @@ const maxArena = 1<<32 - 1
 
 // add appends keys at row ids first, first+1, ...
 func addToRun[K Key](r *memRun, keys []K, first uint64) {
-	if r.n == 0 {
-		r.base, r.firstID = first, first
-	} else if r.ids == nil && first != r.base+uint64(r.n) {
-		r.ids = make([]uint64, r.n, max(2*r.n, r.n+len(keys)))
-		for i := range r.ids {
-			r.ids[i] = r.base + uint64(i)
-		}
-	}
-	if r.n > 0 && first <= r.lastID {
-		r.idsAscending = false
-	}
-	if r.ids != nil {
-		for i := range keys {
-			r.ids = append(r.ids, first+uint64(i))
-		}
-	}
-	r.n += len(keys)
-	r.lastID = first + uint64(len(keys)) - 1
+	r.addIDs(len(keys), first)
 	switch ks := any(keys).(type) {
 	case []int64:
 		for _, k := range ks {
@@ -89,6 +72,41 @@ func addToRun[K Key](r *memRun, keys []K, first uint64) {
 			r.offs = append(r.offs, uint32(len(r.data)))
 		}
 	}
+}
+
+// addBytesToRun appends the len(offs)-1 string keys data[offs[i]:offs[i+1]] at row ids first,
+// first+1, ... into the run's arena: one copy of the bytes, no string per key.
+func addBytesToRun(r *memRun, data []byte, offs []uint32, first uint64) {
+	n := len(offs) - 1
+	r.addIDs(n, first)
+	lo, hi := offs[0], offs[n]
+	at := uint32(len(r.data))
+	r.data = append(r.data, data[lo:hi]...)
+	for _, o := range offs[1:] {
+		r.offs = append(r.offs, at+(o-lo))
+	}
+}
+
+// addIDs accounts for n keys at row ids first, first+1, ...
+func (r *memRun) addIDs(n int, first uint64) {
+	if r.n == 0 {
+		r.base, r.firstID = first, first
+	} else if r.ids == nil && first != r.base+uint64(r.n) {
+		r.ids = make([]uint64, r.n, max(2*r.n, r.n+n))
+		for i := range r.ids {
+			r.ids[i] = r.base + uint64(i)
+		}
+	}
+	if r.n > 0 && first <= r.lastID {
+		r.idsAscending = false
+	}
+	if r.ids != nil {
+		for i := range n {
+			r.ids = append(r.ids, first+uint64(i))
+		}
+	}
+	r.n += n
+	r.lastID = first + uint64(n) - 1
 }
 
 func (r *memRun) id(i uint32) uint64 {
