@@ -16,7 +16,6 @@ import (
 func TestDemo(t *testing.T) {
 	testenv.NeedRoot(t)
 	bin := testbin.Steward(t)
-	defer testbin.Cleanup()
 	cmd := exec.Command(bin, "demo", "--rows", "400000")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
