@@ -40,6 +40,9 @@ type BTreeBuilder[K Key] struct {
 	spills    []*os.File
 	scratch   sortScratch
 	pending   chan error // result of the in-flight background sort, if any
+	// recycled is the fill arena of the last string run the background sort packed: the next
+	// run fills it again, so a build keeps two arenas in rotation instead of one per run.
+	recycled, reuse fillArena
 	stats     BuildStats
 	closed    bool
 }
@@ -75,7 +78,7 @@ func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
 	}
 	for len(keys) > 0 {
 		if b.cur == nil {
-			b.cur = newRun(b.str, b.opts.RunEntries, b.dataCap)
+			b.cur = b.newRun()
 		}
 		n := min(len(keys), b.opts.RunEntries-b.cur.n)
 		addToRun(b.cur, keys[:n], firstRowID)
@@ -112,7 +115,7 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 	}
 	for n := len(offs) - 1; n > 0; {
 		if b.cur == nil {
-			b.cur = newRun(true, b.opts.RunEntries, b.dataCap)
+			b.cur = b.newRun()
 		}
 		take := min(n, b.opts.RunEntries-b.cur.n)
 		addBytesToRun(b.cur, data, offs[:take+1], firstRowID)
@@ -126,11 +129,26 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 	return nil
 }
 
+// fillArena is a string run's fill-time buffers, kept for the next run.
+type fillArena struct {
+	data []byte
+	offs []uint32
+}
+
+// newRun starts the next run, in a recycled arena when one is free.
+func (b *BTreeBuilder[K]) newRun() *memRun {
+	r := newRun(b.str, b.opts.RunEntries, b.dataCap, b.reuse)
+	b.reuse = fillArena{}
+	return r
+}
+
 // seal hands the run being filled to a background sort, after the previous one is done.
 func (b *BTreeBuilder[K]) seal() error {
 	if err := b.wait(); err != nil {
 		return err
 	}
+	// The finished sort packed its run: its arena is free for the run that starts next.
+	b.reuse, b.recycled = b.recycled, fillArena{}
 	r := b.cur
 	b.cur = nil
 	b.dataCap = len(r.data) + len(r.data)/16 // the next run is likely alike
@@ -157,7 +175,9 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	b.lastID = r.lastID
 	switch {
 	case b.str:
+		arena := fillArena{data: r.data[:0], offs: r.offs[:1]}
 		r.sortStrings(&b.scratch)
+		b.recycled = arena
 	case r.idsAscending && slices.IsSorted(r.keys):
 		r.sorted = true // an id column: kept as it is, merged at one compare a pair
 	default:
@@ -170,7 +190,7 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	b.runs = append(b.runs, r)
 	b.held += r.bytes()
 	b.stats.Runs++
-	scratch := int64(8*cap(b.scratch.a) + 8*cap(b.scratch.b) + 4*cap(b.scratch.o))
+	scratch := int64(8*cap(b.scratch.a) + 8*cap(b.scratch.b) + 4*cap(b.scratch.o) + cap(b.recycled.data) + 4*cap(b.recycled.offs))
 	b.stats.PeakBytes = max(b.stats.PeakBytes, b.held+r.bytes()+scratch)
 	if b.held+r.bytes()+scratch <= b.opts.MemoryBudget {
 		return nil

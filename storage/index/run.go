@@ -34,12 +34,20 @@ type memRun struct {
 	firstID uint64
 }
 
-// newRun allocates a run for capacity entries (and dataCap bytes of strings).
-func newRun(str bool, capacity, dataCap int) *memRun {
+// newRun allocates a run for capacity entries (and dataCap bytes of strings), reusing a string
+// run's arena when one is given and large enough.
+func newRun(str bool, capacity, dataCap int, reuse fillArena) *memRun {
 	r := &memRun{idsAscending: true}
 	if str {
-		r.offs = make([]uint32, 1, capacity+1)
-		r.data = make([]byte, 0, dataCap)
+		r.offs, r.data = reuse.offs, reuse.data
+		if cap(r.offs) < capacity+1 {
+			r.offs = make([]uint32, 1, capacity+1)
+		}
+		if cap(r.data) < dataCap {
+			r.data = make([]byte, 0, dataCap)
+		}
+		r.offs, r.data = r.offs[:1], r.data[:0]
+		r.offs[0] = 0
 	} else {
 		r.keys = make([]uint64, 0, capacity)
 	}
