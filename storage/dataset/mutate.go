@@ -325,7 +325,9 @@ func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ Ind
 	}
 	var raw rawStrings
 	if addRaw != nil {
-		raw = func(data []byte, offs []uint32, first uint64) error { return fed(len(offs)-1, addRaw(data, offs, first)) }
+		raw = func(data []byte, offs []uint32, first uint64) error {
+			return fed(len(offs)-1, addRaw(data, offs, first))
+		}
 	}
 	for _, fr := range d.m.Fragments {
 		err := scanColumn(ctx, d, fr, f, func(keys []K, first uint64) error { return fed(len(keys), add(keys, first)) }, raw)
