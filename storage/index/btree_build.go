@@ -43,8 +43,8 @@ type BTreeBuilder[K Key] struct {
 	// recycled is the fill arena of the last string run the background sort packed: the next
 	// run fills it again, so a build keeps two arenas in rotation instead of one per run.
 	recycled, reuse fillArena
-	stats     BuildStats
-	closed    bool
+	stats           BuildStats
+	closed          bool
 }
 
 // BuildStats describes a finished (or failed) BTREE build.
