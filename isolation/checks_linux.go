@@ -158,15 +158,14 @@ func checkPdeathsig(cfg Config) error {
 		Sys: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}}
 	started := make(chan *os.Process, 1)
 	failed := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+	onDyingThread(func() {
 		p, err := os.StartProcess(cfg.WorkerPath, append([]string{cfg.WorkerPath}, cfg.WorkerArgs...), attr)
 		if err != nil {
 			failed <- err
 			return
 		}
 		started <- p
-	}()
+	})
 	var p *os.Process
 	select {
 	case err := <-failed:
@@ -196,4 +195,25 @@ func checkPidfd() error {
 		return fmt.Errorf("pidfd_open: %w", err)
 	}
 	return unix.Close(fd)
+}
+
+// onDyingThread runs fn on a goroutine locked to an OS thread that ends when fn returns. That
+// thread must not be the process's main thread: the runtime never ends the main thread (it parks
+// it instead), so a PDEATHSIG tied to it would never fire. A goroutine that finds itself there
+// keeps the main thread locked, so that the retry lands on another thread, until fn returned.
+func onDyingThread(fn func()) {
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			fn()
+			return // still locked: the thread ends with this goroutine
+		}
+		done := make(chan struct{})
+		onDyingThread(func() {
+			defer close(done)
+			fn()
+		})
+		<-done
+		runtime.UnlockOSThread()
+	}()
 }

@@ -522,3 +522,19 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// TestPdeathsigCheckNeverOnTheMainThread: the preflight's PDEATHSIG check must pass every time.
+// Its spawning goroutine could land on the main OS thread, which the runtime parks instead of
+// ending, so the probe child outlived the check (seen as a flaky doctor verdict); repeated here
+// while the main thread is idle, as it is in a test binary and in `steward doctor`.
+func TestPdeathsigCheckNeverOnTheMainThread(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		if err := checkPdeathsig(Config{Parent: testParent, WorkerPath: self}); err != nil {
+			t.Fatalf("check %d: %v", i, err)
+		}
+	}
+}
