@@ -235,6 +235,16 @@ func (j *Job) record(at time.Time, event string, from State, detail string) {
 	})
 }
 
+// hasEvent reports whether the job's history holds event.
+func (j *Job) hasEvent(event string) bool {
+	for _, h := range j.History {
+		if h.Event == event {
+			return true
+		}
+	}
+	return false
+}
+
 func (j *Job) trimRefreshHistory() {
 	n := 0
 	for _, h := range j.History {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/google/uuid"
@@ -153,9 +154,7 @@ func (d *Dispatcher) send(c *call, p rpc.MutateParams) {
 	cancel()
 	abandoned := d.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 	if !abandoned {
-		if ferr := d.finish(c, res, err); ferr != nil {
-			d.log.Error("cannot journal an answer; the job stays as journaled", "job", c.jobID, "invocation", c.invocation, "error", ferr)
-		}
+		d.journalAnswer(c, res, err)
 	}
 	d.mu.Lock()
 	delete(d.inflight, c.jobID)
@@ -164,13 +163,47 @@ func (d *Dispatcher) send(c *call, p rpc.MutateParams) {
 	d.kickRound()
 }
 
-// finish journals the answer to one send. A late answer (the job already UNKNOWN by its deadline
+// answerRetryBound bounds the retries of journaling one answer after the store failed.
+const answerRetryBound = time.Minute
+
+// journalAnswer journals the answer to one send, retrying with backoff for up to answerRetryBound
+// while the store fails in a way that may pass (a shared store that lost its leader or the member
+// it talked to). An answer given up on leaves the job as journaled: RUNNING turns UNKNOWN at its
+// deadline and is resolved, but a slot that only the answer could free stays held for as long as
+// the sidecar lives. The call keeps its in-flight slot while it retries.
+func (d *Dispatcher) journalAnswer(c *call, res rpc.MutateResult, err error) {
+	backoff := 50 * time.Millisecond
+	giveUp := time.Now().Add(answerRetryBound)
+	for attempt := 0; ; attempt++ {
+		ferr := d.finish(c, res, err, attempt > 0)
+		if ferr == nil {
+			return
+		}
+		final := errors.Is(ferr, ErrClosed) || errors.Is(ferr, ErrCorrupt) || errors.Is(ferr, ErrFormat) ||
+			errors.Is(ferr, ErrNotFound) || time.Now().After(giveUp)
+		if !final {
+			d.log.Warn("cannot journal an answer yet; retrying", "job", c.jobID, "invocation", c.invocation, "error", ferr)
+			select {
+			case <-d.ctx.Done():
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 2*time.Second)
+				continue
+			}
+		}
+		d.log.Error("cannot journal an answer; the job stays as journaled", "job", c.jobID, "invocation", c.invocation, "error", ferr)
+		return
+	}
+}
+
+// finish journals the answer to one send. On a retry it changes nothing if the job already
+// holds an answer (the failed attempt committed after all: a job has one invocation, so any
+// answer event is this one's). A late answer (the job already UNKNOWN by its deadline
 // or by the epoch sweep) still settles it and, if it proves the worker gone, frees the slot.
-func (d *Dispatcher) finish(c *call, res rpc.MutateResult, err error) error {
+func (d *Dispatcher) finish(c *call, res rpc.MutateResult, err error, retry bool) error {
 	out := Classify(c.op, res, err)
 	now := d.cfg.Now()
 	_, _, merr := d.modify(c.jobID, func(j *Job) bool {
-		if j.InvocationID != c.invocation {
+		if j.InvocationID != c.invocation || (retry && j.hasEvent(EventAnswer)) {
 			return false
 		}
 		from := j.State
@@ -196,6 +229,8 @@ func (d *Dispatcher) finish(c *call, res rpc.MutateResult, err error) error {
 		j.record(now, EventAnswer, from, detail)
 		return true
 	})
-	d.log.Info("job answered", "job", c.jobID, "invocation", c.invocation, "outcome", out.State, "error", err)
+	if merr == nil {
+		d.log.Info("job answered", "job", c.jobID, "invocation", c.invocation, "outcome", out.State, "error", err)
+	}
 	return merr
 }
