@@ -39,10 +39,11 @@ type run struct {
 	datasets  []string
 
 	cgroupParent, stateDir string
-	jobs                   *dispatch.BoltStore
+	jobs                   dispatch.Store
 	d                      *dispatch.Dispatcher
 	nodes                  []*node
 	plan                   map[string]planned // job id → plan
+	fo                     *failover          // a failover campaign's etcd and host processes; nil for Run
 
 	ctx      context.Context // the campaign's context, for fault goroutines
 	faults   sync.WaitGroup
@@ -62,26 +63,31 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err != nil {
 		return rep, err
 	}
-	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg), plan: map[string]planned{}}
+	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, Kinds()), plan: map[string]planned{}}
+	return r.execute(ctx, r.setup)
+}
+
+// execute runs a campaign's phases, timing each: setup, drive (until every fault is over),
+// converge, check, teardown. Without failover hosts the campaign's own dispatcher drives the
+// jobs; with them, the hosts do.
+func (r *run) execute(ctx context.Context, setup func(context.Context) error) (rep Report, err error) {
 	start := time.Now()
 	defer func() {
 		r.rep.Durations.Total = time.Since(start)
 		rep = *r.rep
 	}()
-	if err := r.setup(ctx); err != nil {
+	if err := setup(ctx); err != nil {
 		r.teardown()
 		return rep, err
 	}
 	r.rep.Durations.Setup = time.Since(start)
-	dctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = r.d.Run(dctx)
-	}()
+	stop := r.startDispatcher()
 	t := time.Now()
 	err = r.drive(ctx)
-	r.faults.Wait() // every outage is over and every killed sidecar has a successor
+	if err == nil && r.fo != nil {
+		err = r.waitSent(ctx) // every fault a send schedules is scheduled
+	}
+	r.faults.Wait() // every outage is over and every killed sidecar or host has a successor
 	r.rep.Durations.Drive = time.Since(t)
 	if err == nil {
 		t = time.Now()
@@ -89,19 +95,73 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		r.rep.Durations.Converge = time.Since(t)
 		t = time.Now()
 		r.check(ctx)
+		if r.fo != nil {
+			r.checkJournaledSends()
+		}
 		r.rep.Durations.Check = time.Since(t)
 	}
 	stop()
-	<-done
 	t = time.Now()
 	r.teardown()
 	r.rep.Durations.Teardown = time.Since(t)
 	return rep, err
 }
 
+// startDispatcher runs the campaign's own dispatcher until the returned stop is called; a
+// failover campaign's dispatcher only admits and lists.
+func (r *run) startDispatcher() (stop func()) {
+	if r.fo != nil {
+		return func() {}
+	}
+	dctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.d.Run(dctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // setup makes the campaign directory, MinIO, the datasets, the job store, the dispatcher and the
 // sidecars. What it made is undone by teardown, also after a failure.
 func (r *run) setup(ctx context.Context) error {
+	if err := r.setupCommon(ctx); err != nil {
+		return err
+	}
+	var err error
+	if r.jobs, err = dispatch.OpenBolt(filepath.Join(r.dir, "jobs.db"), dispatch.BoltOptions{}); err != nil {
+		return fmt.Errorf("%w: job store: %w", ErrSetup, err)
+	}
+	if r.d, err = dispatch.New(r.dispatchConfig(r.jobs)); err != nil {
+		return fmt.Errorf("%w: dispatcher: %w", ErrSetup, err)
+	}
+	for i := range r.cfg.Sidecars {
+		n := &node{name: fmt.Sprintf("node-%d", i), r: r}
+		r.nodes = append(r.nodes, n)
+		if err := n.start(ctx); err != nil {
+			return fmt.Errorf("%w: sidecar %s: %w", ErrSetup, n.name, err)
+		}
+	}
+	return nil
+}
+
+// dispatchConfig is the campaign dispatcher's configuration on store.
+func (r *run) dispatchConfig(store dispatch.Store) dispatch.Config {
+	return dispatch.Config{
+		Store: store, Interval: 200 * time.Millisecond, ExecuteDeadline: r.cfg.ExecuteDeadline,
+		AnswerGrace: 15 * time.Second, MaxInFlightPerSidecar: r.cfg.Executors,
+		ResolveRetryInterval: time.Second, ResolveTimeout: 20 * time.Second,
+		MaxUnresolvedPerDataset: r.cfg.Mutations + 1, MaxUnresolved: r.cfg.Mutations + 1,
+		Credentials: r.credentials, Logger: r.log.Named("dispatch"),
+	}
+}
+
+// setupCommon makes what every campaign needs: its directory and log, MinIO, the datasets and
+// the plan.
+func (r *run) setupCommon(ctx context.Context) error {
 	base := r.cfg.WorkDir
 	if base == "" {
 		base = os.TempDir()
@@ -127,26 +187,6 @@ func (r *run) setup(ctx context.Context) error {
 	}
 	if err := r.makeDatasets(ctx); err != nil {
 		return err
-	}
-	if r.jobs, err = dispatch.OpenBolt(filepath.Join(dir, "jobs.db"), dispatch.BoltOptions{}); err != nil {
-		return fmt.Errorf("%w: job store: %w", ErrSetup, err)
-	}
-	r.d, err = dispatch.New(dispatch.Config{
-		Store: r.jobs, Interval: 200 * time.Millisecond, ExecuteDeadline: r.cfg.ExecuteDeadline,
-		AnswerGrace: 15 * time.Second, MaxInFlightPerSidecar: r.cfg.Executors,
-		ResolveRetryInterval: time.Second, ResolveTimeout: 20 * time.Second,
-		MaxUnresolvedPerDataset: r.cfg.Mutations + 1, MaxUnresolved: r.cfg.Mutations + 1,
-		Credentials: r.credentials, Logger: r.log.Named("dispatch"),
-	})
-	if err != nil {
-		return fmt.Errorf("%w: dispatcher: %w", ErrSetup, err)
-	}
-	for i := range r.cfg.Sidecars {
-		n := &node{name: fmt.Sprintf("node-%d", i), r: r}
-		r.nodes = append(r.nodes, n)
-		if err := n.start(ctx); err != nil {
-			return fmt.Errorf("%w: sidecar %s: %w", ErrSetup, n.name, err)
-		}
 	}
 	for _, p := range makePlan(r.cfg.Seed, r.cfg.Mutations, r.cfg.Datasets, r.cfg.Kinds) {
 		r.plan[p.id()] = p
@@ -193,6 +233,9 @@ func (r *run) ref(ds int) rpc.DatasetRef { return rpc.DatasetRef{Store: r.spec, 
 func (r *run) teardown() {
 	if r.d != nil {
 		r.d.Close()
+	}
+	if r.fo != nil {
+		r.stopFailover()
 	}
 	var wg sync.WaitGroup
 	for _, n := range r.nodes {

@@ -74,18 +74,7 @@ func TestCampaign(t *testing.T) {
 		Steward: testbin.Steward(t), MinIOBinary: minioBinary(t), WorkDir: t.TempDir(),
 		Mutations: int(n), Seed: seed, Keep: os.Getenv("STEWARD_CAMPAIGN_KEEP") == "1",
 	})
-	var table strings.Builder
-	_ = rep.WriteTable(&table)
-	if testing.Verbose() || !rep.OK() {
-		_ = rep.WriteJobs(&table)
-	}
-	t.Logf("campaign of %d mutations in %s:\n%s", n, time.Since(start).Round(time.Second), table.String())
-	if err != nil {
-		if errors.Is(err, campaign.ErrIsolation) {
-			testenv.Unavailable(t, err.Error())
-		}
-		t.Fatal(err)
-	}
+	logReport(t, "campaign", n, start, rep, err)
 	for _, k := range rep.Kinds {
 		if k.Total() == 0 {
 			t.Errorf("fault kind %s never ran", k.Kind)
@@ -96,5 +85,23 @@ func TestCampaign(t *testing.T) {
 	}
 	if !rep.OK() {
 		t.Errorf("%d violations", len(rep.Violations))
+	}
+}
+
+// logReport logs a campaign's table (and its job lines when verbose or failing), and ends t on a
+// campaign error: skipped when the sidecars' isolation did not verify, failed otherwise.
+func logReport(t *testing.T, what string, n int64, start time.Time, rep campaign.Report, err error) {
+	t.Helper()
+	var table strings.Builder
+	_ = rep.WriteTable(&table)
+	if testing.Verbose() || !rep.OK() {
+		_ = rep.WriteJobs(&table)
+	}
+	t.Logf("%s of %d mutations in %s:\n%s", what, n, time.Since(start).Round(time.Second), table.String())
+	if err != nil {
+		if errors.Is(err, campaign.ErrIsolation) {
+			testenv.Unavailable(t, err.Error())
+		}
+		t.Fatal(err)
 	}
 }

@@ -15,6 +15,10 @@ type Config struct {
 	// MinIOBinary is the MinIO executable the campaign starts (and stops and restarts) under
 	// WorkDir. Required unless MinIO is set.
 	MinIOBinary string
+	// EtcdBinary is the etcd executable a failover campaign (RunFailover) starts its 3-member
+	// cluster from, under WorkDir. Default: the tools directory's ($STEWARD_TOOLS/etcd, built by
+	// scripts/etcd.sh install).
+	EtcdBinary string
 	// MinIO is a server the campaign may stop and restart instead of starting its own. It must
 	// be running; the campaign leaves it running and does not remove its data.
 	MinIO *minioproc.Server
@@ -36,8 +40,15 @@ type Config struct {
 	Datasets int
 	// Rows is the number of generated rows of each dataset. Default 20,000.
 	Rows int64
-	// Sidecars is the number of sidecars the dispatcher chooses from. Default 2.
+	// Sidecars is the number of sidecars the dispatcher chooses from. Default 2. RunFailover
+	// sets it to Hosts (one sidecar per host process).
 	Sidecars int
+	// Hosts is the number of host processes of a failover campaign (RunFailover), each a
+	// dispatcher with its own sidecar on the shared etcd journal. Default 3.
+	Hosts int
+	// LeaseTTL is the failover host processes' claim lease: how long a SIGKILLed or SIGSTOPped
+	// host keeps its claim and its sidecar's epoch in the journal. Default 3s.
+	LeaseTTL time.Duration
 	// Executors is each sidecar's executor pool size, and the dispatcher's per-sidecar cap.
 	// Default 2.
 	Executors int
@@ -91,7 +102,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MinIO == nil && c.MinIOBinary == "" {
 		return c, fmt.Errorf("%w: MinIOBinary or MinIO is required", ErrConfig)
 	}
-	if c.Mutations < 0 || c.Datasets < 0 || c.Sidecars < 0 || c.Executors < 0 || c.Rows < 0 {
+	if c.Mutations < 0 || c.Datasets < 0 || c.Sidecars < 0 || c.Hosts < 0 || c.Executors < 0 || c.Rows < 0 {
 		return c, fmt.Errorf("%w: counts must not be negative", ErrConfig)
 	}
 	def := func(v *int, d int) {
@@ -115,6 +126,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ExecuteDeadline <= KillBudget {
 		return c, fmt.Errorf("%w: ExecuteDeadline %s does not fund the kill budget %s", ErrConfig, c.ExecuteDeadline, KillBudget)
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 3 * time.Second
 	}
 	if c.ConvergeTimeout == 0 {
 		c.ConvergeTimeout = 3 * time.Minute

@@ -48,6 +48,13 @@ func (r *run) converge(ctx context.Context) {
 			settledAt = time.Now()
 		}
 		if open == 0 && !remedied && time.Since(settledAt) >= r.cfg.LedgerGrace {
+			if r.fo != nil {
+				// A failover host's sidecar is the host's child: the campaign cannot call it, so
+				// custody that outlives its job is reported and not remedied.
+				r.violate("custody", "", fmt.Sprintf("every job settled %s ago; the sidecars' ledgers still hold %d tickets and %d unsettled invocations",
+					r.cfg.LedgerGrace, used, unsettled))
+				return
+			}
 			r.remedy(ctx, jobs)
 			remedied = true
 		}
@@ -67,6 +74,16 @@ func (r *run) converge(ctx context.Context) {
 
 // ledgerTotals sums the ledger figures of the live sidecars.
 func (r *run) ledgerTotals(ctx context.Context) (used, unsettled int, err error) {
+	if r.fo != nil {
+		for _, h := range r.fo.hosts {
+			u, n, e := h.ledger(ctx)
+			if e != nil {
+				return used, unsettled, fmt.Errorf("%s: %w", h.name, e)
+			}
+			used, unsettled = used+u, unsettled+n
+		}
+		return used, unsettled, nil
+	}
 	for _, n := range r.nodes {
 		st, e := r.status(ctx, n.current(), nil)
 		if e != nil {

@@ -20,6 +20,16 @@
 //     referenced by a manifest nor owned by a ledger ticket;
 //   - no process and no cgroup of the campaign survives it.
 //
+// RunFailover is the same campaign past one node: three host processes (`steward campaign node`,
+// each a dispatcher with its own real sidecar) share one job journal in a real 3-member etcd
+// cluster and one MinIO, while the campaign SIGKILLs host processes (their sidecars die with
+// them; a successor takes the node name and the sidecar state directory), SIGSTOPs them past
+// their lease and deadlines (their sidecars run on), and kills etcd members. Its checker adds:
+// every invocation left a host at most once (the hosts' SEND lines, read as they come) and was
+// handed to a worker at most once across the cluster, counted from each sidecar incarnation's own
+// log file (its stderr, so a sidecar killed with its host keeps its count); every job journaled at
+// most one send.
+//
 // The package composes host, host/dispatch, rpc and storage only: it sees a sidecar from the
 // outside, as a database host would, and refuses to import sidecar, isolation or plugin.
 package campaign

@@ -44,7 +44,11 @@ func (r *run) drive(ctx context.Context) error {
 // waitOutstanding blocks while Outstanding jobs are PENDING or RUNNING.
 func (r *run) waitOutstanding(ctx context.Context) error {
 	for {
-		jobs, err := r.d.List(dispatch.ListOptions{Active: true})
+		var jobs []dispatch.Job
+		err := retry(ctx, time.Minute, func() (err error) {
+			jobs, err = r.d.List(dispatch.ListOptions{Active: true})
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -83,7 +87,7 @@ func (r *run) submit(ctx context.Context, p planned) error {
 			if err != nil {
 				return fmt.Errorf("latest version of %s: %w", r.datasets[ds], err)
 			}
-			_, err = r.d.Submit(ctx, r.request(p, ds, col, pinned))
+			err = r.admit(ctx, r.request(p, ds, col, pinned))
 			if errors.Is(err, dispatch.ErrNameBusy) {
 				continue
 			}
@@ -94,6 +98,25 @@ func (r *run) submit(ctx context.Context, p planned) error {
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// admit submits req. A failure of the shared journal (an etcd member just killed) is retried for
+// a minute; a retry that finds the job already there means the lost answer was a success.
+func (r *run) admit(ctx context.Context, req dispatch.Request) error {
+	for attempt := 0; ; attempt++ {
+		_, err := r.d.Submit(ctx, req)
+		switch {
+		case err == nil:
+			return nil
+		case attempt > 0 && errors.Is(err, dispatch.ErrJobExists):
+			return nil
+		case r.fo == nil || attempt >= 300 || ctx.Err() != nil || errors.Is(err, dispatch.ErrNameBusy) ||
+			errors.Is(err, dispatch.ErrInvalidJob) || errors.Is(err, dispatch.ErrJobExists):
+			return err
+		}
+		r.log.Info("submit failed; retrying", "job", req.ID, "error", err)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

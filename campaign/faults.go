@@ -50,7 +50,9 @@ func Kinds() []string {
 	return append(out, KindSidecarKill, KindMinIOOutage, KindDeadlineUnfundable, KindDeadlineTight)
 }
 
-func knownKind(k string) bool { return slices.Contains(Kinds(), k) }
+func knownKind(k string) bool {
+	return slices.Contains(Kinds(), k) || slices.Contains(FailoverKinds(), k)
+}
 
 func isWorkerFault(k string) bool { return slices.Contains(workerFaults, k) }
 
@@ -79,8 +81,9 @@ type planned struct {
 	typ         string
 	ifNotExists bool
 	ifExists    bool
-	delay       time.Duration // sidecar_kill: after the send; minio_outage: after the send
-	outage      time.Duration // minio_outage: how long MinIO stays down
+	delay       time.Duration // sidecar_kill, minio_outage, host and etcd kinds: after the send
+	outage      time.Duration // minio_outage, etcd_kill: how long it stays down; host_stop: stopped
+	member      int           // etcd_kill: the member killed
 	deadline    time.Duration // deadline kinds: the deadline sent, from the send
 }
 
@@ -142,6 +145,15 @@ func makePlan(seed int64, n, datasets int, kinds []string) []planned {
 			p.deadline = max(time.Millisecond, time.Duration(r.Int64N(int64(KillBudget)))) // 0 would mean "the default"
 		case KindDeadlineTight:
 			p.deadline = KillBudget - minRunnable + time.Duration(r.IntN(900))*time.Millisecond
+		case KindHostKill:
+			p.delay = time.Duration(r.IntN(1500)) * time.Millisecond
+		case KindHostStop:
+			p.delay = time.Duration(r.IntN(1000)) * time.Millisecond
+			p.outage = time.Second + time.Duration(r.IntN(9000))*time.Millisecond
+		case KindEtcdKill:
+			p.delay = time.Duration(r.IntN(1000)) * time.Millisecond
+			p.outage = time.Second + time.Duration(r.IntN(3000))*time.Millisecond
+			p.member = r.IntN(3)
 		}
 		out[i] = p
 	}

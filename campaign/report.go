@@ -23,6 +23,16 @@ type Report struct {
 	// Remedied counts invocations re-resolved on the sidecar holding their tickets after their
 	// job settled; each is also a "custody" Violation.
 	Remedied int
+	// Failover campaigns only: Hosts host processes; the shared journal's etcd endpoints and
+	// prefix; Sent invocations seen leaving a host (SEND lines) and MaxSends the most SEND lines
+	// of one invocation; Assigned invocations handed to a worker according to the sidecars' own
+	// logs (SidecarLogs of them, one per sidecar incarnation) and MaxAssigned the most handovers
+	// of one invocation. A passing campaign has both maxima ≤ 1.
+	Hosts                     int
+	EtcdEndpoints, EtcdPrefix string
+	Sent, MaxSends            int
+	Assigned, MaxAssigned     int
+	SidecarLogs               int
 	// LeftoverProcesses and LeftoverCgroups after teardown.
 	LeftoverProcesses, LeftoverCgroups int
 	// Findings are product issues the campaign saw and worked around the way a host could.
@@ -47,6 +57,16 @@ type KindCounts struct {
 	Committed, NotCommitted, Unknown, Open int
 	// Resolved counts jobs settled by index.resolve; Noop IF-condition no-ops (COMMITTED).
 	Resolved, Noop int
+}
+
+// row is the row of kind k, or an empty one.
+func (r *Report) row(k string) KindCounts {
+	for _, row := range r.Kinds {
+		if row.Kind == k {
+			return *row
+		}
+	}
+	return KindCounts{Kind: k}
 }
 
 // Total is the number of jobs of the kind.
@@ -85,9 +105,10 @@ func (r *Report) Faulted() int {
 	return n
 }
 
-func newReport(cfg Config) *Report {
+// newReport has one row per kind of kinds, in that order.
+func newReport(cfg Config, kinds []string) *Report {
 	r := &Report{Seed: cfg.Seed, Mutations: cfg.Mutations}
-	for _, k := range Kinds() {
+	for _, k := range kinds {
 		r.Kinds = append(r.Kinds, &KindCounts{Kind: k})
 	}
 	return r
@@ -109,7 +130,12 @@ func (r *Report) kind(k string) *KindCounts {
 // findings, violations and durations.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "steward fault campaign — seed %d, %d mutations (%d faulted)\n\n", r.Seed, r.Mutations, r.Faulted())
+	if r.Hosts > 0 {
+		fmt.Fprintf(&b, "steward failover campaign — seed %d, %d mutations (%d faulted), %d host processes, 3 etcd members\n\n",
+			r.Seed, r.Mutations, r.Faulted(), r.Hosts)
+	} else {
+		fmt.Fprintf(&b, "steward fault campaign — seed %d, %d mutations (%d faulted)\n\n", r.Seed, r.Mutations, r.Faulted())
+	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fault kind\tjobs\tCOMMITTED\tNOT_COMMITTED\tUNKNOWN\topen\tvia resolve\tIF no-op\tdelivered\t")
 	var total KindCounts
@@ -133,6 +159,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw.Flush()
 	fmt.Fprintf(&b, "\nstorage    %d manifests (%d fences), %d objects: %d referenced, %d owned by tickets, %d orphans\n",
 		r.Versions, r.Fences, r.Objects, r.Objects-r.Owned-r.Orphans, r.Owned, r.Orphans)
+	if r.Hosts > 0 {
+		fmt.Fprintf(&b, "sends      %d invocations left a host, max %d SEND per invocation; %d reached a worker (%d sidecar logs), max %d per invocation\n",
+			r.Sent, r.MaxSends, r.Assigned, r.SidecarLogs, r.MaxAssigned)
+		fmt.Fprintf(&b, "kills      host SIGKILL %d (%d with a job RUNNING), host SIGSTOP %d (%d), etcd member SIGKILL %d, MinIO stop %d (delivered)\n",
+			r.row(KindHostKill).Delivered, r.row(KindHostKill).Busy, r.row(KindHostStop).Delivered, r.row(KindHostStop).Busy,
+			r.row(KindEtcdKill).Delivered, r.row(KindMinIOOutage).Delivered)
+	}
 	fmt.Fprintf(&b, "leftovers  %d processes, %d cgroups (parent %s)\n", r.LeftoverProcesses, r.LeftoverCgroups, r.CgroupParent)
 	d := r.Durations
 	fmt.Fprintf(&b, "durations  setup %s, drive %s, converge %s, check %s, teardown %s, total %s\n",

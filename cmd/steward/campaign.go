@@ -12,12 +12,21 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/campaign"
+	"github.com/hashicorp/go-hclog"
 )
 
 // runCampaign runs a randomized fault campaign against real sidecars (this executable) and a
 // MinIO it starts, prints the outcome table and the checker's verdict, and exits non-zero on any
 // violation.
+//
+// With --failover it runs the failover campaign instead: --hosts host processes ("steward
+// campaign node", re-runs of this executable, each a dispatcher with its own sidecar) on one
+// journal in a 3-member etcd cluster it starts (etcd from --etcd-bin), SIGKILLing and SIGSTOPping
+// hosts and killing etcd members.
 func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "node" {
+		return runCampaignNode(ctx, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("campaign", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mutations := fs.Int("mutations", 200, "randomized mutations to submit")
@@ -29,7 +38,11 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	datasets := fs.Int("datasets", 3, "datasets the mutations spread over")
 	rows := fs.Int64("rows", 20000, "rows of each generated dataset")
 	deadline := fs.Duration("deadline", 8*time.Second, "execute deadline of every job (must fund the kill budget "+campaign.KillBudget.String()+")")
-	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+strings.Join(campaign.Kinds(), ",")+")")
+	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+strings.Join(campaign.Kinds(), ",")+
+		"; with --failover: "+strings.Join(campaign.FailoverKinds(), ",")+")")
+	failover := fs.Bool("failover", false, "the failover campaign: host processes on a shared etcd journal, killed and stopped")
+	hosts := fs.Int("hosts", 3, "with --failover: host processes, each with its own sidecar")
+	etcdBin := fs.String("etcd-bin", ".tools/etcd", "with --failover: etcd executable (scripts/etcd.sh install builds it)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -50,8 +63,14 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
 	}
-	fmt.Fprintf(stderr, "steward campaign: %d mutations, seed %d, %d sidecars, MinIO %s\n", *mutations, *seed, *sidecars, *minioBin)
-	rep, err := campaign.Run(ctx, cfg)
+	run := campaign.Run
+	if *failover {
+		cfg.Hosts, cfg.EtcdBinary, run = *hosts, *etcdBin, campaign.RunFailover
+		fmt.Fprintf(stderr, "steward campaign --failover: %d mutations, seed %d, %d hosts, MinIO %s, etcd %s\n", *mutations, *seed, *hosts, *minioBin, *etcdBin)
+	} else {
+		fmt.Fprintf(stderr, "steward campaign: %d mutations, seed %d, %d sidecars, MinIO %s\n", *mutations, *seed, *sidecars, *minioBin)
+	}
+	rep, err := run(ctx, cfg)
 	if rep.Jobs > 0 || len(rep.Violations) > 0 {
 		if werr := rep.WriteTable(stdout); werr != nil {
 			fmt.Fprintln(stderr, "steward campaign:", werr)
@@ -70,6 +89,23 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	return 0
 }
 
+// runCampaignNode is one host process of a failover campaign, started by the campaign with its
+// NodeConfig in the environment; it logs JSON to stderr and speaks the campaign's line protocol on
+// stdin and stdout.
+func runCampaignNode(ctx context.Context, stdout, stderr io.Writer) int {
+	cfg, err := campaign.NodeConfigFromEnv()
+	if err != nil {
+		fmt.Fprintln(stderr, "steward campaign node:", err)
+		return 2
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: cfg.Name, Level: hclog.Info, Output: stderr, JSONFormat: true})
+	if err := campaign.RunNode(ctx, cfg, os.Stdin, stdout, log); err != nil {
+		log.Error("host process failed", "error", err)
+		return 1
+	}
+	return 0
+}
+
 // progressPrinter redraws one status line on a terminal, and prints one line per phase change
 // and every 10% of submissions elsewhere.
 func progressPrinter(w io.Writer) func(campaign.Progress) {
@@ -82,6 +118,8 @@ func progressPrinter(w io.Writer) func(campaign.Progress) {
 		defer mu.Unlock()
 		var line string
 		switch p.Phase {
+		case "setup":
+			line = "setup     " + p.Detail
 		case "drive":
 			line = fmt.Sprintf("drive     %d/%d submitted", p.Submitted, p.Total)
 		default:

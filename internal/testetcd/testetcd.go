@@ -112,6 +112,11 @@ func New(dir string, n int) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	return NewFrom(bin, dir, n)
+}
+
+// NewFrom is New with the etcd binary bin (a campaign's --etcd-bin) instead of the cached one.
+func NewFrom(bin, dir string, n int) (*Cluster, error) {
 	for attempt := 1; ; attempt++ {
 		c, err := start(bin, filepath.Join(dir, fmt.Sprint(attempt)), n)
 		if err == nil || !errors.Is(err, ErrExited) || attempt == 3 {
