@@ -130,10 +130,31 @@ func (r results) rows() []row {
 			out = append(out, row{"ledger on the upload path (" + size + ")", fmt.Sprintf("%.0f µs reserve+put+accept", led), fmt.Sprintf("%.0f µs put", put), fmt.Sprintf("%+.1f%%", v), "≤ +1%"})
 		}
 	}
+	out = append(out, r.jobLifecycle()...)
 	if v, ok := r.get("CleanupThroughput", "ratio"); ok {
 		raw, _ := r.get("CleanupThroughput", "raw-obj/s")
 		led, _ := r.get("CleanupThroughput", "ledger-obj/s")
 		out = append(out, row{"cleanup throughput", fmt.Sprintf("%.0f obj/s via ledger", led), fmt.Sprintf("%.0f obj/s RemoveObjects", raw), fmt.Sprintf("%.2f×", v), "≥ 0.9×"})
+	}
+	return out
+}
+
+// jobLifecycle compares BenchmarkJobLifecycle's etcd run with its bbolt run (host/dispatch, the
+// same run): jobs driven to COMMITTED per second, and write transactions per job (on etcd each is
+// one write round trip; the goal is no more than bbolt's).
+func (r results) jobLifecycle() []row {
+	etcd, ok1 := r.get("JobLifecycle/etcd", "jobs/s")
+	bolt, ok2 := r.get("JobLifecycle/bolt", "jobs/s")
+	if !ok1 || !ok2 || bolt == 0 {
+		return nil
+	}
+	out := []row{{"job lifecycle, no-op jobs", fmt.Sprintf("%.0f jobs/s  etcd (3 members)", etcd), fmt.Sprintf("%.0f jobs/s  bbolt", bolt),
+		fmt.Sprintf("%.2f×", etcd/bolt), "—"}}
+	ew, ok1 := r.get("JobLifecycle/etcd", "writes/job")
+	bw, ok2 := r.get("JobLifecycle/bolt", "writes/job")
+	if ok1 && ok2 && bw > 0 {
+		out = append(out, row{"journal writes per job", fmt.Sprintf("%.2f  etcd transactions", ew), fmt.Sprintf("%.2f  bbolt transactions", bw),
+			fmt.Sprintf("%.2f×", ew/bw), "≤ 1×"})
 	}
 	return out
 }
