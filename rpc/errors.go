@@ -33,6 +33,8 @@ const (
 	CodeNameOwned          Code = -32012 // an object name is already owned by another owner
 	CodeStorageUnavailable Code = -32013 // object storage did not answer; try again later
 	CodeNotFound           Code = -32014 // a named entity (dataset, invocation) does not exist
+
+	CodeConditionalWritesIgnored Code = -32015 // the store accepts a second put-if-absent: no commit or fence on it
 )
 
 // Sentinel is a wire error class. Domain code wraps a sentinel (fmt.Errorf("...: %w",
@@ -75,6 +77,10 @@ var (
 	ErrNameOwned            = newSentinel(CodeNameOwned, "object name owned by another owner")
 	ErrStorageUnavailable   = newSentinel(CodeStorageUnavailable, "storage unavailable")
 	ErrNotFound             = newSentinel(CodeNotFound, "not found")
+	// ErrConditionalWritesIgnored: the store ignores If-None-Match: * (a probe's second
+	// put-if-absent succeeded), so commits at pinned+1 and fences cannot be made safe on it. The
+	// sidecar refuses every index.mutate on that store for the rest of its life.
+	ErrConditionalWritesIgnored = newSentinel(CodeConditionalWritesIgnored, "store ignores conditional writes")
 )
 
 // Errors of the wire contract's own decoders, wrapped with the detail. DecodeParams wraps a

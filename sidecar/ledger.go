@@ -30,7 +30,7 @@ func (s *Server) openLedger() error {
 		s.log.Warn("a legacy invocation-records file is no longer read: invocation records live in the ledger's journal now; "+
 			"invocations recorded only there are settled by index.resolve", "file", path+".invocations")
 	}
-	c, err := custody.Open(custody.Config{Path: path, Capacity: s.cfg.LedgerCapacity, OpenStore: s.openStore,
+	c, err := custody.Open(custody.Config{Path: path, Capacity: s.cfg.LedgerCapacity, OpenStore: s.openFencingStore,
 		Redact: s.sanitizeCreds, Logger: s.log.Named("ledger")})
 	if errors.Is(err, ledger.ErrCorrupt) {
 		lock.Close()

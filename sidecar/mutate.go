@@ -51,6 +51,10 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not enabled on this sidecar", rpc.ErrInvalidParams, p.Fault)
 	}
+	if err := s.admitStore(ctx, p.Dataset.Store, p.Credentials); err != nil {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, err
+	}
 	dup, full := s.dedup.admit(p.InvocationID, deadline.Add(s.cfg.DedupRetention))
 	if full {
 		s.metrics.outcome("rejected_at_receive")

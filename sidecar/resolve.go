@@ -28,6 +28,9 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 		}
 		return res, fmt.Errorf("%w: open store: %s", rpc.ErrInvalidParams, s.sanitizeCreds(p.Credentials, err.Error()))
 	}
+	if err := s.requireCondWrites(ctx, p.Dataset.Store, p.Credentials, st); err != nil {
+		return s.unfenceable(res, p.Credentials, err)
+	}
 	out, err := dataset.ResolveSlot(ctx, st, p.Dataset.Path, p.PinnedVersion, p.InvocationID)
 	switch {
 	case errors.Is(err, storage.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

@@ -39,6 +39,7 @@ type Server struct {
 	iso        *isolation.Supervisor // nil: isolation did not verify, mutations are refused
 	isoReport  isolation.Report
 	dedup      *dedup
+	condWrites *condWrites      // per-store verdicts on put-if-absent (condwrite.go)
 	custody    *custody.Custody // nil only while New fails
 	ledgerLock *os.File         // the journal slot's lock, held while custody is open
 
@@ -86,6 +87,7 @@ func New(cfg Config) (*Server, error) {
 	s.queue = make(chan *job, cfg.QueueCapacity)
 	s.spares = map[*warm]struct{}{}
 	s.dedup = newDedup(cfg.DedupCapacity)
+	s.condWrites = newCondWrites(s.log.Named("condwrite"), s.metrics.reg)
 	s.startIsolation()
 	if err := s.openLedger(); err != nil {
 		_ = s.Close()
