@@ -75,6 +75,10 @@ type Config struct {
 	// LedgerCapacity bounds the object tickets held at once (reserved, in transfer or awaiting
 	// deletion); a reservation past it is refused before any upload. Default 65,536.
 	LedgerCapacity int
+	// MetricsListen, if set, serves the metrics.get registry at http://ADDR/metrics for a
+	// Prometheus scraper (ResolveMetricsAddr: a bare port, ":PORT" and "localhost:PORT" bind
+	// 127.0.0.1; any other host only as given). New fails if it cannot bind. Default "": off.
+	MetricsListen string
 }
 
 func (c Config) withDefaults() Config {

@@ -53,6 +53,8 @@ type Server struct {
 	spareMu      sync.Mutex
 	spares       map[*warm]struct{} // idle prestarted workers
 	sparesClosed bool
+
+	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
 }
 
 // MinMaxFrame is the smallest frame bound a sidecar accepts.
@@ -93,6 +95,10 @@ func New(cfg Config) (*Server, error) {
 		_ = s.Close()
 		return nil, err
 	}
+	if err := s.startMetricsListener(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	// Without a verified supervisor nothing is ever launched: no executor, no spare worker;
 	// index.mutate is refused at receive.
 	if s.iso != nil {
@@ -129,6 +135,7 @@ func (s *Server) startIsolation() {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.Shutdown("closing")
+		s.stopMetricsListener()
 		var err error
 		if s.iso != nil {
 			s.closeSpares()
