@@ -7,7 +7,7 @@
 //	steward ledger     quarantine a corrupt ledger slot, the audited way out
 //	steward demo       the quickstart: index builds through the sidecar, with an OOM kill on purpose
 //	steward campaign   randomized fault campaign with an outcome-truth checker
-//	steward version    print the build version
+//	steward version    print the build version, module version, commit and platform
 //
 // The worker mode that isolated mutations run in is an explicit subcommand too, chosen here and
 // never by an init hook.
@@ -57,8 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "campaign":
 		return runCampaign(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, buildVersion())
-		return 0
+		return runVersion(stdout)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -79,7 +78,7 @@ commands:
   jobs       list | show | release | quarantine: inspect a dispatcher's durable job store
   ledger     quarantine: move a corrupt ledger slot aside, audited
   campaign   randomized fault campaign against MinIO with an outcome-truth checker
-  version    print the build version
+  version    print the build version, module version, commit and platform
 
 Run "steward <command> -h" for a command's flags.
 `)
