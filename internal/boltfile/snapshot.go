@@ -61,12 +61,21 @@ func snapshotOnce(path string) (*bolt.DB, bool, error) {
 		return nil, false, err
 	}
 	defer os.Remove(name) // the open copy stays readable until closed
-	if err := Check(name, 0); err != nil {
+	// A copy that fails the check was either torn by commits during the copy or copied from a
+	// damaged file. Only an unchanged head (meta pages, and then some) says it is the file: else
+	// it is a torn copy, to be taken again, and never reported as a corrupt file.
+	torn := func(err error) (*bolt.DB, bool, error) {
+		if stable, serr := sameHead(src, name, tornHead); serr == nil && !stable {
+			return nil, false, nil
+		}
 		return nil, false, relabel(err, path)
+	}
+	if err := Check(name, 0); err != nil {
+		return torn(err)
 	}
 	db, err := open(name, 0, &bolt.Options{ReadOnly: true})
 	if err != nil {
-		return nil, false, relabel(err, path)
+		return torn(err)
 	}
 	stable, err := sameHead(src, name, 2*db.Info().PageSize)
 	if err != nil {
@@ -75,6 +84,10 @@ func snapshotOnce(path string) (*bolt.DB, bool, error) {
 	}
 	return db, stable, nil
 }
+
+// tornHead is how much of the head of a file is compared to tell a torn copy from a damaged
+// file when the page size cannot be read: two meta pages of the largest page size bbolt uses here.
+const tornHead = 2 * 64 << 10
 
 // copyToTemp copies src (the file at path) into a new temporary file and returns its name.
 func copyToTemp(path string, src io.Reader) (string, error) {
