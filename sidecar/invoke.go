@@ -30,11 +30,12 @@ type session struct {
 	toW    *os.File // sidecar → worker
 	frames chan frameOrErr
 
-	requested bool // the request frame was written: from here on, the engine may have run
-	result    *workerproto.Result
-	violation string
-	deadline  bool
-	progress  *progressSender
+	requested  bool   // the request frame was written: from here on, the engine may have run
+	reserveSeq uint64 // the last reserve's seq: they count 1, 2, … in order
+	result     *workerproto.Result
+	violation  string
+	deadline   bool
+	progress   *progressSender
 }
 
 type frameOrErr struct {
@@ -248,7 +249,14 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			// travel only in this frame.
 			req.Credentials = &rpc.Credentials{AccessKey: ss.s.cfg.S3AccessKey, SecretKey: ss.s.cfg.S3SecretKey}
 		}
-		err := workerproto.Write(ss.toW, &workerproto.Frame{T: workerproto.TypeRequest, Request: &req}, workerproto.MaxRequestFrame)
+		if err := f.Engine.Check(); err != nil {
+			ss.violation = "hello: " + err.Error()
+			return true
+		}
+		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req})
+		if err == nil {
+			err = workerproto.Write(ss.toW, frame, workerproto.MaxRequestFrame)
+		}
 		if errors.Is(err, workerproto.ErrFrameTooLarge) {
 			ss.violation = "request frame too large: " + err.Error() // nothing was written
 			return true
@@ -261,8 +269,12 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 	case f.T == workerproto.TypeProgress && ss.requested && ss.result == nil:
 		ss.progress.send(f.Stage, f.Done, f.Total)
 	case f.T == workerproto.TypeReserve && ss.requested && ss.result == nil:
+		if ss.reserveSeq++; f.Seq != ss.reserveSeq {
+			ss.violation = fmt.Sprintf("reserve seq %d, want %d", f.Seq, ss.reserveSeq)
+			return true
+		}
 		errText := ""
-		if err := ss.s.reserve(ss.j, f.Keys); err != nil {
+		if err := ss.s.reserve(ss.j, f.Keys, f.Prefixes); err != nil {
 			errText = err.Error()
 		}
 		if err := workerproto.Write(ss.toW, &workerproto.Frame{T: workerproto.TypeReserved, Seq: f.Seq, Error: errText}, workerproto.MaxRequestFrame); err != nil {

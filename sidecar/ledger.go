@@ -83,7 +83,10 @@ func invocationOf(j *job) custody.Invocation {
 }
 
 // reserve takes custody of keys for the job's invocation before the worker uploads them.
-func (s *Server) reserve(j *job, keys []string) error {
+func (s *Server) reserve(j *job, keys, prefixes []string) error {
+	if len(prefixes) > 0 {
+		return errors.New("prefix reservations are not supported by this sidecar yet")
+	}
 	if s.custody == nil {
 		return nil
 	}

@@ -3,8 +3,10 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/enginesdk"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
@@ -15,8 +17,9 @@ func rejected(code int, msg string, latest int64) *workerproto.Result {
 	return &workerproto.Result{Phase: rpc.PhasePreInvocationRejected, Code: code, Message: msg, ObservedLatest: latest}
 }
 
-// execute runs the prechecks on the pinned snapshot and then exactly one engine call.
-func (w *worker) execute(ctx context.Context, req *rpc.MutateParams) *workerproto.Result {
+// Mutate runs the prechecks on the pinned snapshot and then exactly one engine call.
+func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, mreq *workerproto.MutateRequest) *workerproto.Result {
+	req := &mreq.MutateParams
 	cfg, err := storecfg.FromSpec(req.Dataset.Store, req.Credentials)
 	if err != nil {
 		return rejected(rpc.ReasonInvalidRequest, err.Error(), 0)
@@ -25,7 +28,7 @@ func (w *worker) execute(ctx context.Context, req *rpc.MutateParams) *workerprot
 	if err != nil {
 		return rejected(rpc.ReasonDatasetUnavailable, "open store: "+err.Error(), 0)
 	}
-	store = w.faultStore(store, req.Fault)
+	store = faultStore(store, req.Fault)
 	latest, err := dataset.LatestVersion(ctx, store, req.Dataset.Path)
 	if err != nil {
 		return rejected(rpc.ReasonDatasetUnavailable, "read versions: "+err.Error(), 0)
@@ -73,8 +76,8 @@ func (w *worker) execute(ctx context.Context, req *rpc.MutateParams) *workerprot
 	// precheck failure (exists, not found, bad column) is the engine's to report.
 	mres, err := ds.Mutate(ctx, spec, dataset.MutateOptions{
 		InvocationID: req.InvocationID,
-		BeforeUpload: w.reserve,
-		Progress:     w.progress,
+		BeforeUpload: func(ctx context.Context, key string) error { return c.Reserve(ctx, []string{key}, nil) },
+		Progress:     func(done, total int64) { c.Progress("build", done, total) },
 	})
 	res := &workerproto.Result{
 		Phase: rpc.PhaseNativeReturn, Code: wireNative(dataset.NativeCode(err)), ObservedLatest: latest,
@@ -92,4 +95,38 @@ func (w *worker) execute(ctx context.Context, req *rpc.MutateParams) *workerprot
 		res.Message = err.Error()
 	}
 	return res
+}
+
+// Settle fences the invocation's slot pinned+1 (or finds what holds it), exactly as the
+// sidecar's index.resolve does for this engine's datasets.
+func (builtin) Settle(ctx context.Context, _ *enginesdk.Conn, req *workerproto.SettleRequest) *workerproto.Settled {
+	out := &workerproto.Settled{Outcome: rpc.OutcomeUnknown, Version: req.PinnedVersion + 1}
+	cfg, err := storecfg.FromSpec(req.Dataset.Store, req.Credentials)
+	if err != nil {
+		out.Reason = "store: " + err.Error()
+		return out
+	}
+	store, err := storage.OpenStore(ctx, cfg)
+	if err != nil {
+		out.Reason = "storage unreachable: " + err.Error()
+		return out
+	}
+	slot, err := dataset.ResolveSlot(ctx, store, req.Dataset.Path, req.PinnedVersion, req.InvocationID)
+	if err != nil {
+		out.Reason = "resolve: " + err.Error()
+		return out
+	}
+	out.Version = slot.Version
+	out.Holder = workerproto.Holder{Kind: "commit", Invocation: slot.Holder}
+	if slot.Op == dataset.OpFence {
+		out.Holder.Kind = "fence"
+	}
+	out.Fenced = slot.FenceWritten || (slot.Op == dataset.OpFence && slot.Holder == req.InvocationID)
+	if slot.Committed {
+		out.Outcome, out.Reason = rpc.OutcomeCommitted, "the slot holds this invocation's commit"
+		return out
+	}
+	out.Outcome = rpc.OutcomeNotCommitted
+	out.Reason = fmt.Sprintf("slot %d holds %s by %q", slot.Version, slot.Op, slot.Holder)
+	return out
 }

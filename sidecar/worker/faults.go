@@ -10,12 +10,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cba1309c/steward/sidecar/enginesdk"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage"
 )
 
 // earlyFault acts out faults that happen instead of the engine call. stop says Run must return.
-func (w *worker) earlyFault(fault string) (exit int, stop bool) {
+func earlyFault(c *enginesdk.Conn, fault string) (exit int, stop bool) {
 	switch fault {
 	case workerproto.FaultHang:
 		select {}
@@ -25,8 +26,8 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 	case workerproto.FaultSkipResult:
 		return 0, true
 	case workerproto.FaultGarbage:
-		_, _ = w.out.Write([]byte{0, 0, 0, 12})
-		_, _ = io.WriteString(w.out, "not json at!")
+		_, _ = c.Out().Write([]byte{0, 0, 0, 12})
+		_, _ = io.WriteString(c.Out(), "not json at!")
 		select {}
 	case workerproto.FaultFlood:
 		go func() {
@@ -36,7 +37,7 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 			}
 		}()
 		for i := int64(0); ; i++ {
-			if w.send(&workerproto.Frame{T: workerproto.TypeProgress, Stage: "flood", Done: i, Total: i + 1}) != nil {
+			if workerproto.Write(c.Out(), &workerproto.Frame{T: workerproto.TypeProgress, Stage: "flood", Done: i, Total: i + 1}, workerproto.MaxWorkerFrame) != nil {
 				select {}
 			}
 		}
@@ -52,7 +53,7 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 	case workerproto.FaultExitWithChildren:
 		// Like native code that forks without close-on-exec: the children keep the worker's
 		// end of the protocol pipe open after the worker is gone.
-		if f, ok := w.out.(*os.File); ok {
+		if f, ok := c.Out().(*os.File); ok {
 			for i := 0; i < 3; i++ {
 				cmd := exec.Command("/bin/sleep", "3600")
 				cmd.ExtraFiles = []*os.File{f}
@@ -72,7 +73,7 @@ func (w *worker) earlyFault(fault string) (exit int, stop bool) {
 }
 
 // faultStore wraps store to die around the manifest commit, for the crash faults.
-func (w *worker) faultStore(store storage.Store, fault string) storage.Store {
+func faultStore(store storage.Store, fault string) storage.Store {
 	switch fault {
 	case workerproto.FaultCrashBeforeCommit, workerproto.FaultCrashAfterCommit:
 		return &crashStore{Store: store, after: fault == workerproto.FaultCrashAfterCommit}

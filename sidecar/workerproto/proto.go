@@ -1,14 +1,18 @@
-// Package workerproto is the private protocol between the sidecar and one isolated worker, on the
-// worker's own pipes (fd 3: sidecar → worker, fd 4: worker → sidecar), never on the host
-// transport. Frames are a 4-byte big-endian length followed by one JSON object with a "t" type.
+// Package workerproto is engine protocol v1 (docs/ENGINE.md): the frames between the sidecar and
+// one engine process in its worker domain, on the engine's own pipes (fd 3: sidecar → engine,
+// fd 4: engine → sidecar), never on the host transport. Frames are a 4-byte big-endian length
+// followed by one JSON object with a "t" type.
 //
-//	worker → sidecar: hello (first, before the worker reads anything), progress, reserve (custody
-//	                  of an object name before its upload), result (exactly one)
-//	sidecar → worker: request (exactly one, after hello; the only place per-call credentials
-//	                  travel), reserved (the answer to a reserve)
+//	engine → sidecar: hello (first, before the engine reads anything; its declaration), progress,
+//	                  reserve (custody of object keys and prefixes before writing them), and
+//	                  exactly one answer: result (mutate) or settled (settle)
+//	sidecar → engine: request (exactly one, after hello; kind mutate or settle; the only place
+//	                  per-call credentials travel), reserved (the answer to a reserve)
 //
 // Both directions are bounded; a malformed, oversized or out-of-order frame is a protocol
-// violation for which the sidecar kills the worker.
+// violation for which the sidecar kills the domain. The package owns the frame shapes and their
+// validation only: what the sidecar enforces across frames lives in the sidecar, what an engine
+// does with them in sidecar/enginesdk.
 package workerproto
 
 import (
@@ -17,14 +21,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/cba1309c/steward/rpc"
 )
 
+// Protocol is the engine protocol version this package speaks.
+const Protocol = 1
+
 // Frame bounds.
 const (
-	MaxRequestFrame = 1 << 20  // sidecar → worker
-	MaxWorkerFrame  = 64 << 10 // worker → sidecar
+	MaxRequestFrame = 1 << 20  // sidecar → engine
+	MaxWorkerFrame  = 64 << 10 // engine → sidecar
+	// MaxReserveNames bounds the keys, and separately the prefixes, of one reserve frame.
+	MaxReserveNames = 1000
 )
 
 // Frame types.
@@ -33,8 +43,28 @@ const (
 	TypeProgress = "progress"
 	TypeReserve  = "reserve"
 	TypeResult   = "result"
+	TypeSettled  = "settled"
 	TypeRequest  = "request"
 	TypeReserved = "reserved"
+)
+
+// Request kinds.
+const (
+	KindMutate = "mutate"
+	KindSettle = "settle"
+)
+
+// Settle guarantees an engine declares (docs/ENGINE.md §3.1).
+const (
+	// SettleFence: commits only at pinned+1 with put-if-absent against every writer, tagged with
+	// the invocation in the same write, and settle can fence pinned+1.
+	SettleFence = "fence"
+	// SettleClaimFence: as fence among steward's writers (commits and fences claim the version
+	// with put-if-absent first); a non-steward writer racing the check-then-write window can be
+	// overwritten.
+	SettleClaimFence = "claim-fence"
+	// SettleNone: no fencing; an UNKNOWN outcome is left to a person.
+	SettleNone = "none"
 )
 
 // Errors.
@@ -48,10 +78,13 @@ type Frame struct {
 	T string `json:"t"`
 
 	// hello
-	Pid int `json:"pid,omitempty"`
+	Pid    int     `json:"pid,omitempty"`
+	Engine *Engine `json:"engine,omitempty"`
 
-	// request
-	Request *rpc.MutateParams `json:"request,omitempty"`
+	// request: Kind ("" = mutate) and its body, a MutateRequest or a SettleRequest (decode it
+	// with Mutate or Settle).
+	Kind    string          `json:"kind,omitempty"`
+	Request json.RawMessage `json:"request,omitempty"`
 
 	// progress
 	Stage string `json:"stage,omitempty"`
@@ -59,15 +92,60 @@ type Frame struct {
 	Total int64  `json:"total,omitempty"`
 
 	// reserve / reserved
-	Seq   uint64   `json:"seq,omitempty"`
-	Keys  []string `json:"keys,omitempty"`
-	Error string   `json:"error,omitempty"`
+	Seq      uint64   `json:"seq,omitempty"`
+	Keys     []string `json:"keys,omitempty"`
+	Prefixes []string `json:"prefixes,omitempty"`
+	Error    string   `json:"error,omitempty"`
 
-	// result
-	Result *Result `json:"result,omitempty"`
+	// result / settled
+	Result  *Result  `json:"result,omitempty"`
+	Settled *Settled `json:"settled,omitempty"`
 }
 
-// Result is the worker's account of its single engine call.
+// Engine is an engine's declaration in its hello (docs/ENGINE.md §3.1).
+type Engine struct {
+	// Name is the engine's own name, for logs.
+	Name string `json:"name"`
+	// Protocol is the engine protocol version it speaks (Protocol).
+	Protocol int `json:"protocol"`
+	// IndexTypes are the index.type values it builds.
+	IndexTypes []string `json:"index_types"`
+	// Settle is how an UNKNOWN outcome of this engine settles: SettleFence, SettleClaimFence or
+	// SettleNone.
+	Settle string `json:"settle"`
+	// Custody optionally says when the engine reserves the prefix of an index type's folder.
+	Custody *Custody `json:"custody,omitempty"`
+}
+
+// Custody lists the index types whose folder prefix is reserved before the build and those
+// reserved only after it (the engine cannot choose the folder name up front).
+type Custody struct {
+	PrefixBeforeBuild []string `json:"prefix_before_build,omitempty"`
+	PrefixAfterBuild  []string `json:"prefix_after_build,omitempty"`
+}
+
+// MutateRequest is the body of a mutate request: the index.mutate params (engine selection
+// removed, credentials included) and the domain's private temp dir.
+type MutateRequest struct {
+	rpc.MutateParams
+	// TempDir is the private directory of the domain (also TMPDIR and HOME), removed after the
+	// domain is reaped.
+	TempDir string `json:"temp_dir,omitempty"`
+}
+
+// SettleRequest is the body of a settle request: settle the invocation's slot pinned+1.
+type SettleRequest struct {
+	InvocationID  string           `json:"invocation_id"`
+	Dataset       rpc.DatasetRef   `json:"dataset"`
+	PinnedVersion int64            `json:"pinned_version"`
+	Credentials   *rpc.Credentials `json:"credentials,omitempty"`
+	// DomainReaped: the sidecar itself reaped the invocation's domain, so it can no longer write.
+	DomainReaped bool `json:"domain_reaped,omitempty"`
+	// TempDir is the settle domain's own private directory.
+	TempDir string `json:"temp_dir,omitempty"`
+}
+
+// Result is the engine's account of its single mutation.
 type Result struct {
 	Phase            string   `json:"phase"` // PRE_INVOCATION_REJECTED or NATIVE_RETURN
 	Code             int      `json:"code"`
@@ -79,6 +157,54 @@ type Result struct {
 	Created          []string `json:"created,omitempty"` // object keys the call wrote (store-relative)
 }
 
+// Settled is the engine's answer to a settle request.
+type Settled struct {
+	Outcome string `json:"outcome"` // rpc.OutcomeCommitted, OutcomeNotCommitted or OutcomeUnknown
+	Version int64  `json:"version"`
+	Fenced  bool   `json:"fenced"`
+	Reason  string `json:"reason,omitempty"`
+	Holder  Holder `json:"holder"`
+}
+
+// Holder says what occupies a slot.
+type Holder struct {
+	Kind       string `json:"kind,omitempty"` // commit, fence, foreign or claim
+	Invocation string `json:"invocation,omitempty"`
+}
+
+// Mutate decodes a mutate request's body.
+func (f *Frame) Mutate() (*MutateRequest, error) {
+	if f.T != TypeRequest || (f.Kind != "" && f.Kind != KindMutate) {
+		return nil, fmt.Errorf("%w: %q frame of kind %q is not a mutate request", ErrMalformed, f.T, f.Kind)
+	}
+	var r MutateRequest
+	if err := json.Unmarshal(f.Request, &r); err != nil {
+		return nil, fmt.Errorf("%w: mutate request: %v", ErrMalformed, err)
+	}
+	return &r, nil
+}
+
+// Settle decodes a settle request's body.
+func (f *Frame) Settle() (*SettleRequest, error) {
+	if f.T != TypeRequest || f.Kind != KindSettle {
+		return nil, fmt.Errorf("%w: %q frame of kind %q is not a settle request", ErrMalformed, f.T, f.Kind)
+	}
+	var r SettleRequest
+	if err := json.Unmarshal(f.Request, &r); err != nil {
+		return nil, fmt.Errorf("%w: settle request: %v", ErrMalformed, err)
+	}
+	return &r, nil
+}
+
+// NewRequest builds a request frame of kind with body (a *MutateRequest or *SettleRequest).
+func NewRequest(kind string, body any) (*Frame, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("workerproto: marshal request: %w", err)
+	}
+	return &Frame{T: TypeRequest, Kind: kind, Request: b}, nil
+}
+
 // Validate checks a frame's type and the fields its type requires.
 func (f *Frame) Validate() error {
 	switch f.T {
@@ -86,37 +212,78 @@ func (f *Frame) Validate() error {
 		if f.Pid <= 0 {
 			return fmt.Errorf("%w: hello without pid", ErrMalformed)
 		}
+		if f.Engine == nil {
+			return fmt.Errorf("%w: hello without the engine declaration", ErrMalformed)
+		}
 	case TypeRequest:
-		if f.Request == nil {
-			return fmt.Errorf("%w: request without body", ErrMalformed)
+		if f.Kind != "" && f.Kind != KindMutate && f.Kind != KindSettle {
+			return fmt.Errorf("%w: request kind %q", ErrMalformed, f.Kind)
+		}
+		if len(f.Request) == 0 || f.Request[0] != '{' {
+			return fmt.Errorf("%w: request without an object body", ErrMalformed)
 		}
 	case TypeProgress:
 		if f.Done < 0 || f.Total < 0 {
 			return fmt.Errorf("%w: negative progress", ErrMalformed)
 		}
 	case TypeReserve:
-		if len(f.Keys) == 0 || len(f.Keys) > 1000 {
-			return fmt.Errorf("%w: reserve needs 1-1000 keys", ErrMalformed)
-		}
+		return f.validateReserve()
 	case TypeReserved:
 	case TypeResult:
-		if f.Result == nil {
-			return fmt.Errorf("%w: result without body", ErrMalformed)
+		return f.validateResult()
+	case TypeSettled:
+		if f.Settled == nil {
+			return fmt.Errorf("%w: settled without body", ErrMalformed)
 		}
-		switch f.Result.Phase {
-		case rpc.PhasePreInvocationRejected:
-			if f.Result.Code >= 0 {
-				return fmt.Errorf("%w: pre-invocation result with native code %d", ErrMalformed, f.Result.Code)
-			}
-		case rpc.PhaseNativeReturn:
-			if f.Result.Code < 0 {
-				return fmt.Errorf("%w: native result with steward code %d", ErrMalformed, f.Result.Code)
-			}
+		switch f.Settled.Outcome {
+		case rpc.OutcomeCommitted, rpc.OutcomeNotCommitted, rpc.OutcomeUnknown:
 		default:
-			return fmt.Errorf("%w: result phase %q", ErrMalformed, f.Result.Phase)
+			return fmt.Errorf("%w: settled outcome %q", ErrMalformed, f.Settled.Outcome)
 		}
 	default:
 		return fmt.Errorf("%w: unknown frame type %q", ErrMalformed, f.T)
+	}
+	return nil
+}
+
+func (f *Frame) validateReserve() error {
+	if len(f.Keys)+len(f.Prefixes) == 0 || len(f.Keys) > MaxReserveNames || len(f.Prefixes) > MaxReserveNames {
+		return fmt.Errorf("%w: reserve needs 0-%d keys and 0-%d prefixes, at least one name", ErrMalformed, MaxReserveNames, MaxReserveNames)
+	}
+	if f.Seq == 0 {
+		return fmt.Errorf("%w: reserve without seq", ErrMalformed)
+	}
+	for _, k := range f.Keys {
+		if k == "" || strings.HasSuffix(k, "/") {
+			return fmt.Errorf("%w: reserve key %q (a key must not be empty or end in /)", ErrMalformed, k)
+		}
+	}
+	for _, p := range f.Prefixes {
+		if len(p) < 2 || !strings.HasSuffix(p, "/") {
+			return fmt.Errorf("%w: reserve prefix %q does not end in /", ErrMalformed, p)
+		}
+	}
+	return nil
+}
+
+func (f *Frame) validateResult() error {
+	if f.Result == nil {
+		return fmt.Errorf("%w: result without body", ErrMalformed)
+	}
+	switch f.Result.Phase {
+	case rpc.PhasePreInvocationRejected:
+		if f.Result.Code >= 0 {
+			return fmt.Errorf("%w: pre-invocation result with native code %d", ErrMalformed, f.Result.Code)
+		}
+	case rpc.PhaseNativeReturn:
+		if f.Result.Code < 0 {
+			return fmt.Errorf("%w: native result with steward code %d", ErrMalformed, f.Result.Code)
+		}
+	default:
+		return fmt.Errorf("%w: result phase %q", ErrMalformed, f.Result.Phase)
+	}
+	if f.Result.CommittedVersion < 0 || f.Result.ObservedLatest < 0 {
+		return fmt.Errorf("%w: negative version in result", ErrMalformed)
 	}
 	return nil
 }

@@ -12,9 +12,11 @@ import (
 func TestRoundTripAndBounds(t *testing.T) {
 	var buf bytes.Buffer
 	frames := []*Frame{
-		{T: TypeHello, Pid: 7},
+		{T: TypeHello, Pid: 7, Engine: &Engine{Name: "x", Protocol: 1, IndexTypes: []string{"BTREE"}, Settle: SettleFence}},
 		{T: TypeProgress, Stage: "build", Done: 1, Total: 2},
 		{T: TypeReserve, Seq: 1, Keys: []string{"a"}},
+		{T: TypeReserve, Seq: 2, Prefixes: []string{"ds/_indices/u/"}},
+		{T: TypeSettled, Settled: &Settled{Outcome: rpc.OutcomeNotCommitted, Version: 3, Fenced: true, Holder: Holder{Kind: "fence", Invocation: "i"}}},
 		{T: TypeResult, Result: &Result{Phase: rpc.PhaseNativeReturn, Code: 8, ObservedLatest: 3}},
 	}
 	for _, f := range frames {
@@ -36,12 +38,17 @@ func TestRoundTripAndBounds(t *testing.T) {
 		t.Fatalf("oversized write: %v", err)
 	}
 	for name, raw := range map[string][]byte{
-		"oversized header": {0xff, 0xff, 0xff, 0xff},
-		"zero length":      {0, 0, 0, 0},
-		"truncated body":   {0, 0, 0, 9, '{'},
-		"bad json":         append([]byte{0, 0, 0, 3}, "{x}"...),
-		"unknown type":     append([]byte{0, 0, 0, 10}, `{"t":"zz"}`...),
-		"native < 0":       append([]byte{0, 0, 0, 50}, `{"t":"result","result":{"phase":"NATIVE_RETURN","code":-1}}`[:50]...),
+		"oversized header":     {0xff, 0xff, 0xff, 0xff},
+		"zero length":          {0, 0, 0, 0},
+		"truncated body":       {0, 0, 0, 9, '{'},
+		"bad json":             append([]byte{0, 0, 0, 3}, "{x}"...),
+		"unknown type":         append([]byte{0, 0, 0, 10}, `{"t":"zz"}`...),
+		"hello without engine": append([]byte{0, 0, 0, 21}, `{"t":"hello","pid":1}`...),
+		"prefix without slash": append([]byte{0, 0, 0, 38}, `{"t":"reserve","seq":1,"prefixes":["a"]}`[:38]...),
+		"key ending in slash":  append([]byte{0, 0, 0, 36}, `{"t":"reserve","seq":1,"keys":["a/"]}`[:36]...),
+		"settled outcome":      append([]byte{0, 0, 0, 38}, `{"t":"settled","settled":{"outcome":"X"}}`[:38]...),
+		"request kind":         append([]byte{0, 0, 0, 37}, `{"t":"request","kind":"x","request":{}}`[:37]...),
+		"native < 0":           append([]byte{0, 0, 0, 50}, `{"t":"result","result":{"phase":"NATIVE_RETURN","code":-1}}`[:50]...),
 	} {
 		_, err := Read(bytes.NewReader(raw), MaxWorkerFrame)
 		if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrFrameTooLarge) {
@@ -51,7 +58,10 @@ func TestRoundTripAndBounds(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add([]byte(`{"t":"hello","pid":1}`))
+	f.Add([]byte(`{"t":"hello","pid":1,"engine":{"name":"x","protocol":1,"index_types":["BTREE"],"settle":"fence"}}`))
+	f.Add([]byte(`{"t":"reserve","seq":1,"prefixes":["a/b/"]}`))
+	f.Add([]byte(`{"t":"settled","settled":{"outcome":"UNKNOWN","version":2,"holder":{}}}`))
+	f.Add([]byte(`{"t":"request","kind":"settle","request":{"invocation_id":"x"}}`))
 	f.Add([]byte(`{"t":"result","result":{"phase":"NATIVE_RETURN","code":0}}`))
 	f.Add([]byte(`{"t":"reserve","seq":1,"keys":["a","b"]}`))
 	f.Add([]byte(`{"t":"request","request":{"invocation_id":"x"}}`))
@@ -66,5 +76,68 @@ func FuzzDecode(f *testing.F) {
 		if err := fr.Validate(); err != nil {
 			t.Fatalf("decoded frame fails validation: %v", err)
 		}
+		if fr.T == TypeRequest {
+			// A request body that validated decodes as its kind, or fails with a typed error.
+			if _, err := fr.Mutate(); err != nil && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("untyped mutate error %v", err)
+			}
+			if _, err := fr.Settle(); err != nil && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("untyped settle error %v", err)
+			}
+		}
+		if fr.Engine != nil {
+			_ = fr.Engine.Check()
+		}
 	})
+}
+
+func TestEngineCheck(t *testing.T) {
+	good := Engine{Name: "lance", Protocol: 1, IndexTypes: []string{"BTREE", "IVF_PQ"}, Settle: SettleClaimFence}
+	if err := good.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Engine){
+		"protocol 2":     func(e *Engine) { e.Protocol = 2 },
+		"settle unknown": func(e *Engine) { e.Settle = "maybe" },
+		"no types":       func(e *Engine) { e.IndexTypes = nil },
+		"lower case":     func(e *Engine) { e.IndexTypes = []string{"btree"} },
+	} {
+		e := good
+		mut(&e)
+		if err := e.Check(); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for s, want := range map[string]bool{"lance": true, "a-b_9": true, "": false, "Lance": false, "a b": false, "x234567890123456789012345678901234": false} {
+		if ValidEngineName(s) != want {
+			t.Errorf("ValidEngineName(%q) != %v", s, want)
+		}
+	}
+}
+
+func TestRequestKinds(t *testing.T) {
+	f, err := NewRequest(KindSettle, &SettleRequest{InvocationID: "i", PinnedVersion: 2, DomainReaped: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := Write(&buf, f, MaxRequestFrame); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(&buf, MaxRequestFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := got.Mutate(); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a settle request decoded as mutate: %v", err)
+	}
+	s, err := got.Settle()
+	if err != nil || s.InvocationID != "i" || !s.DomainReaped {
+		t.Errorf("settle %+v %v", s, err)
+	}
+	m, _ := NewRequest("", &MutateRequest{MutateParams: rpc.MutateParams{InvocationID: "m"}, TempDir: "/tmp/x"})
+	mr, err := m.Mutate()
+	if err != nil || mr.InvocationID != "m" || mr.TempDir != "/tmp/x" {
+		t.Errorf("mutate %+v %v", mr, err)
+	}
 }
