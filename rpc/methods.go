@@ -32,5 +32,6 @@ const (
 	CapResolve  = "index.resolve"
 	CapObjects  = "objects"
 	CapSweep    = "objects.sweep"
+	CapEngines  = "engines" // steward.hello lists engines; index.mutate and index.resolve take engine
 	CapProgress = "progress"
 )

@@ -24,6 +24,8 @@ const (
 	FieldInt64   = "int64"
 	FieldFloat64 = "float64"
 	FieldString  = "string"
+	// FieldListString is a list of strings (engines with nested types, e.g. Lance's LABEL_LIST).
+	FieldListString = "list<string>"
 )
 
 // Phase says how far an invocation got; it decides what a host may conclude.
@@ -145,6 +147,8 @@ type MutateParams struct {
 	Limits         *WorkerLimits   `json:"limits,omitempty"`
 	// Fault injects a test fault; refused unless the sidecar was started with faults enabled.
 	Fault string `json:"fault,omitempty"`
+	// Engine names the registered engine that runs the mutation; "" is the built-in one.
+	Engine string `json:"engine,omitempty"`
 }
 
 // ValidID reports whether s is a usable invocation, job or owner id: 1-128 bytes of
@@ -170,8 +174,8 @@ func (p MutateParams) Validate() error {
 		if len(p.Index.Columns) == 0 {
 			return errors.New("index.columns is required for " + p.Op)
 		}
-		if p.Index.Type != IndexBTree && p.Index.Type != IndexBitmap {
-			return fmt.Errorf("index.type %q: want BTREE or BITMAP", p.Index.Type)
+		if !validToken(p.Index.Type, 32, false) {
+			return fmt.Errorf("index.type %q: want 1-32 of [A-Z0-9_], one the engine declares (BTREE or BITMAP for the built-in engine)", p.Index.Type)
 		}
 	case OpDrop:
 	default:
@@ -184,11 +188,12 @@ func (p MutateParams) Validate() error {
 		return errors.New("if_exists applies to DROP only")
 	}
 	for _, f := range p.Schema {
-		switch f.Type {
-		case FieldInt64, FieldFloat64, FieldString:
-		default:
+		if !validFieldType(f.Type) {
 			return fmt.Errorf("schema field %q: type %q unknown", f.Name, f.Type)
 		}
+	}
+	if err := validEngine(p.Engine); err != nil {
+		return err
 	}
 	if p.Limits != nil && (p.Limits.MemoryBytes < 0 || p.Limits.Pids < 0) {
 		return errors.New("limits must not be negative")
@@ -221,11 +226,63 @@ type ResolveParams struct {
 	Dataset       DatasetRef   `json:"dataset"`
 	PinnedVersion int64        `json:"pinned_version"`
 	Credentials   *Credentials `json:"credentials,omitempty"`
+	// Engine names the engine the invocation ran on (it knows the dataset's format and how to
+	// settle its slot); "" is the built-in one.
+	Engine string `json:"engine,omitempty"`
 }
 
 // Validate implements Validator.
 func (p ResolveParams) Validate() error {
+	if err := validEngine(p.Engine); err != nil {
+		return err
+	}
 	return validateSlot(p.InvocationID, p.Dataset, p.PinnedVersion, p.Credentials)
+}
+
+// validEngine: "" or a registered-engine name, 1-32 of [a-z0-9_-].
+func validEngine(name string) error {
+	if name != "" && !validToken(name, 32, true) {
+		return errors.New("engine must be 1-32 characters of [a-z0-9_-]")
+	}
+	return nil
+}
+
+// validToken: 1-max bytes of [A-Z0-9_] (upper) or [a-z0-9_-] (lower, for engine names).
+func validToken(s string, max int, lower bool) bool {
+	if len(s) < 1 || len(s) > max {
+		return false
+	}
+	for _, c := range []byte(s) {
+		ok := c >= '0' && c <= '9' || c == '_'
+		if lower {
+			ok = ok || c >= 'a' && c <= 'z' || c == '-'
+		} else {
+			ok = ok || c >= 'A' && c <= 'Z'
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// validFieldType: the schema types of docs/PROTOCOL.md §3.1 (int64, float64, string; and for
+// engines with nested types, list<string> and vector<float32,N>).
+func validFieldType(t string) bool {
+	switch t {
+	case FieldInt64, FieldFloat64, FieldString, FieldListString:
+		return true
+	}
+	n, ok := strings.CutPrefix(t, "vector<float32,")
+	if n, ok = strings.CutSuffix(n, ">"); !ok || len(n) == 0 || len(n) > 6 || n[0] == '0' {
+		return false
+	}
+	for _, c := range []byte(n) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // validateSlot checks what index.mutate and index.resolve share: the invocation, the dataset, the

@@ -41,7 +41,30 @@ type HelloResult struct {
 	Isolation *IsolationReport `json:"isolation,omitempty"`
 	// Limits are the admission limits this sidecar enforces.
 	Limits *Limits `json:"limits,omitempty"`
+	// Engines are the registered engines, the built-in one first (docs/ENGINE.md).
+	Engines []EngineInfo `json:"engines,omitempty"`
 }
+
+// EngineInfo is one registered engine as its probe's hello declared it.
+type EngineInfo struct {
+	Name       string   `json:"name"`        // the registered name, what index.mutate's engine selects
+	Protocol   int      `json:"protocol"`    // engine protocol version (1)
+	IndexTypes []string `json:"index_types"` // the index.type values it builds
+	// Settle is how an UNKNOWN outcome of this engine settles: SettleFence, SettleClaimFence or
+	// SettleNone.
+	Settle string `json:"settle"`
+}
+
+// Settle guarantees of an engine (EngineInfo.Settle): what index.resolve can do for it.
+const (
+	// SettleFence: index.resolve settles UNKNOWN by fencing the slot against every writer.
+	SettleFence = "fence"
+	// SettleClaimFence: as SettleFence among steward's writers; a non-steward writer committing
+	// the same version in the engine's check-then-write window can be overwritten.
+	SettleClaimFence = "claim-fence"
+	// SettleNone: no fencing; index.resolve cannot settle, UNKNOWN is left to a person.
+	SettleNone = "none"
+)
 
 // IsolationReport is the wire form of the worker-isolation preflight.
 type IsolationReport struct {

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"os"
 	"time"
 
 	"github.com/cba1309c/steward/isolation"
@@ -56,6 +57,12 @@ type Config struct {
 	// (KEY=VALUE). Nothing of the sidecar's or host's environment is passed. Default
 	// PATH=/usr/bin:/bin and LANG=C.UTF-8.
 	WorkerEnv []string
+	// Engines registers engines besides the built-in one (docs/ENGINE.md §1); each is probed once
+	// at New, and one whose probe fails is left out (logged). Default none.
+	Engines []EngineSpec
+	// TempDir is where each worker domain's private temp dir (its TMPDIR and HOME) is created,
+	// mode 0700, and removed once the domain is reaped. Default os.TempDir().
+	TempDir string
 	// TestFaults lets index.mutate carry a fault to inject (tests and the fault campaign only).
 	// Default false: a request with a fault is invalid.
 	TestFaults bool
@@ -117,6 +124,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WorkerEnv == nil {
 		c.WorkerEnv = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
+	}
+	if c.TempDir == "" {
+		c.TempDir = os.TempDir()
 	}
 	if c.Isolation.WorkerPath == "" {
 		c.Isolation.WorkerPath = "/proc/self/exe"

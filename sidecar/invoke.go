@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/cba1309c/steward/isolation"
@@ -30,6 +31,7 @@ type session struct {
 	toW    *os.File // sidecar → worker
 	frames chan frameOrErr
 
+	tempDir    string // the domain's private temp dir (temp_dir in the request)
 	requested  bool   // the request frame was written: from here on, the engine may have run
 	reserveSeq uint64 // the last reserve's seq: they count 1, 2, … in order
 	result     *workerproto.Result
@@ -47,15 +49,27 @@ type frameOrErr struct {
 // paid its exec and init, announced itself, and waits for the one request it will ever serve.
 // Taking it hides the launch from the host without sharing anything between invocations.
 type warm struct {
-	dom    *isolation.Domain
-	toW    *os.File // sidecar → worker
-	fromW  *os.File // worker → sidecar
-	frames chan frameOrErr
-	logw   *workerLog
+	eng     *engine
+	dom     *isolation.Domain
+	toW     *os.File // sidecar → worker
+	fromW   *os.File // worker → sidecar
+	frames  chan frameOrErr
+	logw    *workerLog
+	tempDir string // the domain's private TMPDIR and HOME, removed once the domain is reaped
 }
 
-// launch starts one worker domain with the given limits; its frames are read in the background.
-func (s *Server) launch(id string, memory, pids int64) (*warm, error) {
+// launch starts one domain of engine e with the given limits and a fresh private temp dir; its
+// frames are read in the background.
+func (s *Server) launch(e *engine, id string, memory, pids int64) (_ *warm, retErr error) {
+	tmp, err := os.MkdirTemp(s.cfg.TempDir, "steward-"+domainID(id)+"-")
+	if err != nil {
+		return nil, fmt.Errorf("private temp dir: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
 	toWR, toWW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -66,9 +80,11 @@ func (s *Server) launch(id string, memory, pids int64) (*warm, error) {
 		toWW.Close()
 		return nil, err
 	}
-	logw := newWorkerLog(s.log.Named("worker"))
+	logw := newWorkerLog(s.log.Named("engine").Named(e.name))
+	path, args := s.command(e)
+	env := append(slices.Clip(s.cfg.WorkerEnv), "TMPDIR="+tmp, "HOME="+tmp)
 	dom, err := s.iso.Start(context.Background(), isolation.Spec{
-		ID: domainID(id), Path: s.cfg.Isolation.WorkerPath, Args: s.cfg.Isolation.WorkerArgs, Env: s.cfg.WorkerEnv,
+		ID: domainID(id), Path: path, Args: args, Env: env,
 		ExtraFiles: []*os.File{toWR, fromWW}, Stderr: logw, MemoryLimit: memory, PidsLimit: pids,
 	})
 	toWR.Close() // the worker holds its own copies now
@@ -78,7 +94,7 @@ func (s *Server) launch(id string, memory, pids int64) (*warm, error) {
 		fromWR.Close()
 		return nil, err
 	}
-	w := &warm{dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw}
+	w := &warm{eng: e, dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw, tempDir: tmp}
 	go readFrames(fromWR, w.frames)
 	return w, nil
 }
@@ -91,7 +107,7 @@ func (s *Server) prestart() *warm {
 	if s.sparesClosed {
 		return nil
 	}
-	w, err := s.launch("spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit)
+	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit)
 	if err != nil {
 		s.log.Warn("could not start a spare worker", "error", err)
 		return nil
@@ -136,6 +152,7 @@ func (w *warm) discard() {
 	_ = w.dom.Close()
 	w.toW.Close()
 	w.fromW.Close()
+	_ = os.RemoveAll(w.tempDir)
 }
 
 // invoke runs j on the spare worker when it fits (default limits, still alive), else on a fresh
@@ -155,7 +172,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	}
 	if w == nil {
 		var err error
-		if w, err = s.launch(j.p.InvocationID, memory, pids); err != nil {
+		if w, err = s.launch(j.eng, j.p.InvocationID, memory, pids); err != nil {
 			s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
 			return launchFailed(err)
 		}
@@ -172,11 +189,16 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	}()
 	w.logw.bind(j.p.InvocationID, j.p.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
 	s.log.Info("worker assigned", "invocation", j.p.InvocationID, "domain", w.dom.ID(), "prestarted", w == spare)
-	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames,
+	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir,
 		progress: newProgressSender(j.peer, j.p.InvocationID)}
 	defer ss.progress.stop()
 	ss.run()
 	out := ss.teardown()
+	// The domain is dead and reaped: nothing can still write into its temp dir (lance#8992
+	// leaves IVF shuffle files there even on success).
+	if err := os.RemoveAll(w.tempDir); err != nil {
+		s.log.Error("removing the domain's temp dir failed", "invocation", j.p.InvocationID, "error", err)
+	}
 	res := ss.classify(out)
 	res.WallMs = time.Since(start).Milliseconds()
 	return res
@@ -249,11 +271,13 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			// travel only in this frame.
 			req.Credentials = &rpc.Credentials{AccessKey: ss.s.cfg.S3AccessKey, SecretKey: ss.s.cfg.S3SecretKey}
 		}
-		if err := f.Engine.Check(); err != nil {
-			ss.violation = "hello: " + err.Error()
+		if err := f.Engine.Check(); err != nil || f.Engine.Settle != ss.j.eng.decl.Settle {
+			ss.violation = fmt.Sprintf("hello of engine %s does not match its registration (settle %q, registered %q): %v",
+				ss.j.eng.name, f.Engine.Settle, ss.j.eng.decl.Settle, err)
 			return true
 		}
-		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req})
+		req.Engine = "" // the engine is the one running; ENGINE.md §4.1
+		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req, TempDir: ss.tempDir})
 		if err == nil {
 			err = workerproto.Write(ss.toW, frame, workerproto.MaxRequestFrame)
 		}

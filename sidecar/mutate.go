@@ -14,6 +14,7 @@ import (
 // job is one admitted mutation on its way through the queue and an executor.
 type job struct {
 	p        rpc.MutateParams
+	eng      *engine // the registered engine that runs it
 	received time.Time
 	deadline time.Time // local monotonic deadline, converted once at receive
 	runUntil time.Time // deadline minus the kill budget: the kill ladder starts here
@@ -47,6 +48,11 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: %s", rpc.ErrIsolationUnavailable, s.isoReport.Reason)
 	}
+	eng, err := s.admitEngine(&p)
+	if err != nil {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, err
+	}
 	if p.Fault != "" && (!s.cfg.TestFaults || !slices.Contains(workerproto.Faults, p.Fault)) {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not enabled on this sidecar", rpc.ErrInvalidParams, p.Fault)
@@ -70,7 +76,7 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 			Message: "duplicate invocation id: this request was not executed; an earlier one with this id was admitted",
 		}, nil
 	}
-	j := &job{p: p, received: now, deadline: deadline, runUntil: deadline.Add(-s.killBudget()),
+	j := &job{p: p, eng: eng, received: now, deadline: deadline, runUntil: deadline.Add(-s.killBudget()),
 		peer: rpc.PeerFrom(ctx), done: make(chan rpc.MutateResult, 1)}
 	if err := s.enqueue(j); err != nil {
 		s.dedup.forget(p.InvocationID)
@@ -168,6 +174,11 @@ func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) 
 	}
 	s.metrics.workers.Inc()
 	defer s.metrics.workers.Dec()
+	if !j.eng.builtin() {
+		// Spares are the built-in engine's only (Config.Executors of them): another engine starts
+		// cold and leaves the spare for the next built-in job.
+		return s.invoke(j, nil), false
+	}
 	return s.invoke(j, spare), true
 }
 

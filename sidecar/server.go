@@ -50,6 +50,9 @@ type Server struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	engines     map[string]*engine // registered engines by name, fixed after New
+	engineOrder []string           // their names, builtin first, in registration order
+
 	spareMu      sync.Mutex
 	spares       map[*warm]struct{} // idle prestarted workers
 	sparesClosed bool
@@ -91,6 +94,7 @@ func New(cfg Config) (*Server, error) {
 	s.dedup = newDedup(cfg.DedupCapacity)
 	s.condWrites = newCondWrites(s.log.Named("condwrite"), s.metrics.reg)
 	s.startIsolation()
+	s.registerEngines()
 	if err := s.openLedger(); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -246,7 +250,8 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 		Epoch:           s.epoch,
 		Pid:             os.Getpid(),
 		Version:         s.cfg.Version,
-		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapProgress, rpc.CapObjects, rpc.CapSweep},
+		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapProgress, rpc.CapObjects, rpc.CapSweep, rpc.CapEngines},
+		Engines:         s.wireEngines(),
 		Isolation:       wireReport(s.isoReport),
 		Limits: &rpc.Limits{
 			MaxFrameBytes:   s.cfg.MaxFrame,

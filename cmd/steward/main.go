@@ -44,6 +44,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// The isolated worker mode: only the sidecar starts it, through /proc/self/exe, with its
 		// protocol pipes on fds 3 and 4.
 		return worker.Main()
+	case "engine-exec":
+		// The trampoline of every other engine (steward serve --engine): only the sidecar starts
+		// it, through /proc/self/exe, in the engine's worker domain.
+		return worker.ExecEngine(args[1:])
 	case "doctor":
 		return runDoctor(ctx, args[1:], stdout, stderr)
 	case "dataset":

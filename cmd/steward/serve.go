@@ -37,6 +37,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	ledgerPath := fs.String("ledger-path", "", "pin the object ledger's journal to this file instead of a free slot of --state-dir")
 	ledgerCap := fs.Int("ledger-capacity", 65536, "object tickets the ledger may hold at once")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics: PORT or localhost:PORT (loopback), or HOST:PORT as given; default off")
+	var engines []sidecar.EngineSpec
+	fs.Func("engine", "register an engine, NAME=COMMAND [ARG…] (COMMAND an absolute path; repeatable; builtin is always there)", func(v string) error {
+		spec, err := sidecar.ParseEngineFlag(v)
+		engines = append(engines, spec)
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -59,7 +65,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	srv, err := sidecar.New(sidecar.Config{
 		Logger: logger, Version: buildVersion(), Framing: fr, MaxFrame: *maxFrame, ShutdownGrace: *grace,
 		Isolation: iso, Executors: *executors, QueueCapacity: *queue, ClockSkew: *skew, MinRunnable: *minRun,
-		TestFaults: *faults, StateDir: *stateDir, LedgerPath: *ledgerPath, LedgerCapacity: *ledgerCap,
+		TestFaults: *faults, Engines: engines, StateDir: *stateDir, LedgerPath: *ledgerPath, LedgerCapacity: *ledgerCap,
 		MetricsListen: *metricsListen,
 		// The sidecar's own S3 credentials (index.resolve, cleanup) come from its environment and
 		// are never passed to a worker or logged.

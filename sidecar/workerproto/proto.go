@@ -54,17 +54,11 @@ const (
 	KindSettle = "settle"
 )
 
-// Settle guarantees an engine declares (docs/ENGINE.md §3.1).
+// Settle guarantees an engine declares (docs/ENGINE.md §3.1), the same values hello reports.
 const (
-	// SettleFence: commits only at pinned+1 with put-if-absent against every writer, tagged with
-	// the invocation in the same write, and settle can fence pinned+1.
-	SettleFence = "fence"
-	// SettleClaimFence: as fence among steward's writers (commits and fences claim the version
-	// with put-if-absent first); a non-steward writer racing the check-then-write window can be
-	// overwritten.
-	SettleClaimFence = "claim-fence"
-	// SettleNone: no fencing; an UNKNOWN outcome is left to a person.
-	SettleNone = "none"
+	SettleFence      = rpc.SettleFence
+	SettleClaimFence = rpc.SettleClaimFence
+	SettleNone       = rpc.SettleNone
 )
 
 // Errors.
