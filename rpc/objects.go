@@ -269,6 +269,10 @@ type LedgerFigures struct {
 	// Unsettled counts worker invocations whose tickets await a verdict (index.resolve, or the
 	// sidecar's own recovery after a restart).
 	Unsettled int `json:"unsettled"`
+	// Prefixes counts the prefix tickets among Used: each owns every object under its prefix.
+	Prefixes int `json:"prefixes"`
+	// PrefixObjectsDeleted counts the objects deleted under abandoned prefix tickets.
+	PrefixObjectsDeleted uint64 `json:"prefix_objects_deleted"`
 }
 
 // ObjectTicket is one ticket in objects.status.

@@ -27,7 +27,7 @@ func TestCloseStopsPendingSelfFence(t *testing.T) {
 	}
 	j := &job{p: rpc.MutateParams{InvocationID: "inv-fence", PinnedVersion: 1,
 		Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://bucket", Endpoint: endpoint}, Path: "ds"}}}
-	if err := s.custody.Reserve(context.Background(), invocationOf(j), []string{"ds/data/a.parquet"}); err != nil {
+	if err := s.custody.Reserve(context.Background(), invocationOf(j), []string{"ds/data/a.parquet"}, nil); err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
 	s.settleCustody(j, rpc.MutateResult{Phase: rpc.PhaseIndeterminate, Code: rpc.ReasonWorkerLost})

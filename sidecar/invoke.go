@@ -160,6 +160,7 @@ func (w *warm) discard() {
 // classified answer. It consumes spare either way.
 func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	start := time.Now()
+	j.launched = start
 	memory := lower(s.cfg.Isolation.MemoryLimit, limit(j.p.Limits, true))
 	pids := lower(s.cfg.Isolation.PidsLimit, limit(j.p.Limits, false))
 	w := spare

@@ -79,18 +79,22 @@ func (s *Server) ledgerSlot() (string, *os.File, error) {
 
 // invocationOf is the job as custody sees it.
 func invocationOf(j *job) custody.Invocation {
-	return custody.Invocation{ID: j.p.InvocationID, Dataset: j.p.Dataset, Pinned: j.p.PinnedVersion, Creds: j.p.Credentials}
+	inv := custody.Invocation{ID: j.p.InvocationID, Dataset: j.p.Dataset, Pinned: j.p.PinnedVersion, Creds: j.p.Credentials,
+		Launched: j.launched}
+	if j.eng != nil {
+		inv.Engine = j.eng.name
+	}
+	return inv
 }
 
-// reserve takes custody of keys for the job's invocation before the worker uploads them.
+// reserve takes custody of keys and prefixes for the job's invocation before its engine writes them.
 func (s *Server) reserve(j *job, keys, prefixes []string) error {
-	if len(prefixes) > 0 {
-		return errors.New("prefix reservations are not supported by this sidecar yet")
-	}
 	if s.custody == nil {
 		return nil
 	}
-	return s.custody.Reserve(context.Background(), invocationOf(j), keys)
+	ctx, cancel := context.WithTimeout(context.Background(), custody.ResolveTimeout)
+	defer cancel()
+	return s.custody.Reserve(ctx, invocationOf(j), keys, prefixes)
 }
 
 // settleCustody settles the job's tickets from its answer, before the answer is sent.

@@ -14,7 +14,8 @@ import (
 // job is one admitted mutation on its way through the queue and an executor.
 type job struct {
 	p        rpc.MutateParams
-	eng      *engine // the registered engine that runs it
+	eng      *engine   // the registered engine that runs it
+	launched time.Time // when its domain was started (set by invoke)
 	received time.Time
 	deadline time.Time // local monotonic deadline, converted once at receive
 	runUntil time.Time // deadline minus the kill budget: the kill ladder starts here

@@ -150,6 +150,7 @@ func (s *Server) objectsStatus(ctx context.Context, p rpc.ObjectsStatusParams) (
 	res := rpc.ObjectsStatusResult{Ledger: rpc.LedgerFigures{
 		Used: st.Used, HighWater: st.HighWater, Capacity: st.Capacity, AdmissionFailures: st.AdmissionFailures,
 		PendingDelete: st.PendingDelete, PendingRetry: st.PendingRetry, OldestRetryAgeMs: st.OldestRetryAge.Milliseconds(),
+		Prefixes: st.Prefixes, PrefixObjectsDeleted: st.PrefixObjectsDeleted,
 		DeleteFailures: st.DeleteFailures, Deleted: st.Deleted, Owners: st.Owners, Unsettled: unsettled,
 	}}
 	if p.Owner == nil {

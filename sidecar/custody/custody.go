@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,11 @@ type Invocation struct {
 	Dataset rpc.DatasetRef
 	Pinned  int64
 	Creds   *rpc.Credentials // per-call credentials, nil for the sidecar's own; never stored
+	// Engine is the registered engine that runs it ("" or "builtin": the built-in engine, whose
+	// slot custody reads itself); recorded, so that recovery settles it through the same engine.
+	Engine string
+	// Launched is when its domain was started: objects under a prefix it reserves must be younger.
+	Launched time.Time
 }
 
 // Custody is the sidecar's custodian. Safe for concurrent use.
@@ -130,19 +136,29 @@ func StoreName(spec rpc.StoreSpec) (string, error) {
 	return p.Name(), nil
 }
 
-// Reserve takes custody of keys of the invocation's store before its worker uploads them. The
-// invocation's record (store, dataset, pinned version) is the owner's note, durable in the same
-// commit as its first ticket, so a restarted sidecar can always settle what it finds.
-func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys []string) error {
+// Reserve takes custody of keys and prefixes (each ending in "/": a prefix ticket owns every
+// object under it) of the invocation's store before its engine writes them. Only new names under
+// the invocation's own dataset are reservable (ErrForeignName otherwise). The invocation's
+// record (store, dataset, pinned version, engine) is the owner's note, durable in the same commit
+// as its first ticket, so a restarted sidecar can always settle what it finds.
+func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys, prefixes []string) error {
 	p, err := inv.Dataset.Store.Parse()
 	if err != nil {
 		return err
 	}
-	note, err := record{Store: p.Spec(), Path: inv.Dataset.Path, Pinned: inv.Pinned, At: time.Now().UnixMilli()}.encode()
+	if err := checkNames(inv.Dataset.Path, keys, prefixes); err != nil {
+		return err
+	}
+	if len(prefixes) > 0 {
+		if err := c.checkNewPrefixes(ctx, inv, prefixes); err != nil {
+			return err
+		}
+	}
+	note, err := record{Store: p.Spec(), Path: inv.Dataset.Path, Pinned: inv.Pinned, Engine: inv.Engine, At: time.Now().UnixMilli()}.encode()
 	if err != nil {
 		return err
 	}
-	return c.l.ReserveNoted(ctx, Owner(inv.ID), note, p.Name(), keys)
+	return c.l.ReserveNoted(ctx, Owner(inv.ID), note, p.Name(), append(slices.Clip(keys), prefixes...))
 }
 
 // Finish settles a finished invocation's tickets from its answer, before the answer is sent:

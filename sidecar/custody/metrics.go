@@ -25,6 +25,8 @@ var ledgerMetricHelp = map[string]string{
 	"steward_ledger_delete_failures_total":         "Failed delete attempts, counted per object name.",
 	"steward_ledger_deleted_total":                 "Object names deleted and released by the cleanup worker.",
 	"steward_ledger_owners":                        "Owners (invocations, host transactions, sweeps) holding tickets.",
+	"steward_ledger_prefix_tickets":                "Prefix tickets among the tickets held (each owns every object under its prefix).",
+	"steward_ledger_prefix_objects_deleted_total":  "Objects deleted under abandoned prefix tickets.",
 	"steward_ledger_unsettled_invocations":         "Invocations from before a restart whose outcome recovery could not decide yet.",
 	"steward_ledger_unverified_failed_invocations": "Failed invocations whose commit slot could not be read yet; their tickets are kept.",
 }
@@ -66,6 +68,8 @@ func (lc *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("steward_ledger_delete_failures_total", float64(st.DeleteFailures))
 	counter("steward_ledger_deleted_total", float64(st.Deleted))
 	gauge("steward_ledger_owners", float64(st.Owners))
+	gauge("steward_ledger_prefix_tickets", float64(st.Prefixes))
+	counter("steward_ledger_prefix_objects_deleted_total", float64(st.PrefixObjectsDeleted))
 	gauge("steward_ledger_unsettled_invocations", float64(unsettled))
 	gauge("steward_ledger_unverified_failed_invocations", float64(unverified))
 }

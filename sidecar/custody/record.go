@@ -14,7 +14,10 @@ type record struct {
 	Store  rpc.StoreSpec `json:"store"` // canonical
 	Path   string        `json:"path"`
 	Pinned int64         `json:"pinned"`
-	At     int64         `json:"at_unix_ms"` // when the first reservation arrived
+	// Engine is the registered engine of the invocation; "" (records before engines) and
+	// "builtin" are the built-in engine.
+	Engine string `json:"engine,omitempty"`
+	At     int64  `json:"at_unix_ms"` // when the first reservation arrived
 }
 
 const recordVersion = 1

@@ -63,7 +63,13 @@ func (l *Ledger) worker(ctx context.Context) {
 				continue
 			}
 		}
-		results, err := l.deleteKeys(ctx, store, keys)
+		var results []storage.DeleteResult
+		var err error
+		if len(keys) == 1 && IsPrefix(keys[0]) {
+			results, err = l.deletePrefix(ctx, store, keys[0])
+		} else {
+			results, err = l.deleteKeys(ctx, store, keys)
+		}
 		failed := l.finishBatch(t, batch, keys, results, err)
 		if ctx.Err() != nil {
 			return
@@ -91,12 +97,21 @@ func (l *Ledger) nextBatch() (*task, []uint32, []string, string) {
 	l.clean.queue[0] = nil
 	l.clean.queue = l.clean.queue[1:]
 	l.clean.inflight = t
-	batch := t.slots[:min(l.cfg.BatchSize, len(t.slots))]
-	keys := make([]string, len(batch))
-	for i, id := range batch {
-		keys[i] = l.idx.key(id)
+	// A prefix ticket is a batch of its own (its objects are listed and deleted in batches);
+	// a batch of names stops before the next prefix.
+	n := 0
+	var keys []string
+	for _, id := range t.slots[:min(l.cfg.BatchSize, len(t.slots))] {
+		k := l.idx.key(id)
+		if IsPrefix(k) && n > 0 {
+			break
+		}
+		keys = append(keys, k)
+		if n++; IsPrefix(k) {
+			break
+		}
 	}
-	return t, batch, keys, l.stores[t.store]
+	return t, t.slots[:n], keys, l.stores[t.store]
 }
 
 // deleteKeys deletes keys through the named store.

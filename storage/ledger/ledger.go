@@ -92,6 +92,8 @@ type counters struct {
 	admissionFailures uint64
 	deleteFailures    uint64
 	deleted           uint64
+
+	prefixObjectsDeleted uint64
 }
 
 // Open loads the journal at cfg.Path (if any) and starts the cleanup worker, which at once
@@ -146,7 +148,8 @@ func (l *Ledger) Close() error {
 	return nil
 }
 
-// Reserve takes a ticket for each key of store for owner, before the objects are uploaded.
+// Reserve takes a ticket for each key of store for owner, before the objects are uploaded. A
+// key ending in "/" is a prefix ticket (prefix.go): it owns every object under it.
 // It is all or nothing: ErrCapacity when the ledger would exceed its capacity, ErrNameOwned
 // when another owner (or the cleanup worker) holds one of the names. Keys the owner already
 // holds are accepted again (idempotent). When Reserve returns nil the tickets are durable.
@@ -214,6 +217,10 @@ func (l *Ledger) reserveAsync(ctx context.Context, owner Owner, note []byte, sto
 				return nil, keyErr("reserve", store, k, ErrNameOwned)
 			}
 			continue
+		}
+		if l.conflictsLocked(sid, k, oid, exists) {
+			l.mu.Unlock()
+			return nil, keyErr("reserve", store, k, ErrNameOwned)
 		}
 		fresh++
 	}
@@ -602,7 +609,7 @@ func checkArgs(ctx context.Context, owner Owner, store string, keys []string, al
 		return fmt.Errorf("%w: store name %q", ErrInvalid, store)
 	}
 	for _, k := range keys {
-		if len(k) > MaxKeyLen || !storage.ValidKey(k) {
+		if !validName(k) {
 			return keyErr("check", store, k, ErrInvalid)
 		}
 	}

@@ -18,6 +18,10 @@ type Stats struct {
 	DeleteFailures    uint64        // names whose delete attempt failed (each attempt counts)
 	Deleted           uint64        // names deleted and released by the cleanup worker
 	Owners            int           // owners with tickets or offers
+	// Prefixes counts the prefix tickets among Used (each owns every object under it).
+	Prefixes int
+	// PrefixObjectsDeleted counts the objects deleted under abandoned prefix tickets.
+	PrefixObjectsDeleted uint64
 }
 
 // Stats returns current counters.
@@ -27,7 +31,10 @@ func (l *Ledger) Stats() Stats {
 	s := Stats{
 		Used: l.idx.count, HighWater: l.stats.highWater, Capacity: l.cfg.Capacity,
 		AdmissionFailures: l.stats.admissionFailures, DeleteFailures: l.stats.deleteFailures,
-		Deleted: l.stats.deleted, Owners: len(l.own.ids),
+		Deleted: l.stats.deleted, Owners: len(l.own.ids), PrefixObjectsDeleted: l.stats.prefixObjectsDeleted,
+	}
+	for _, n := range l.idx.prefixes {
+		s.Prefixes += n
 	}
 	now := l.cfg.Now()
 	count := func(t *task) {

@@ -227,7 +227,8 @@ func (l *Ledger) claim(ctx context.Context, owner Owner, store string, sizes map
 	var ops []jop
 	var oid uint32
 	for k := range sizes {
-		if _, owned := l.idx.lookup(sid, k); owned {
+		_, owned := l.idx.lookup(sid, k)
+		if _, under := l.heldAbove(sid, k); owned || under {
 			rep.SkippedOwned++
 			continue
 		}

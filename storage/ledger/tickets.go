@@ -40,10 +40,13 @@ type index struct {
 	table  []uint32 // slot+1; len is a power of two
 	shift  uint     // 64 - log2(len(table))
 	count  int      // live tickets
+	// prefixes counts the live prefix tickets (names ending in "/") per store id: zero lets the
+	// reservation path skip every prefix check.
+	prefixes map[uint16]int
 }
 
 func newIndex() *index {
-	x := &index{seed: maphash.MakeSeed()}
+	x := &index{seed: maphash.MakeSeed(), prefixes: map[uint16]int{}}
 	x.table, x.shift = make([]uint32, 64), 64-6
 	return x
 }
@@ -106,6 +109,9 @@ func (x *index) insert(store uint16, key string, owner uint32, state uint8) (uin
 	}
 	x.table[i] = id + 1
 	x.count++
+	if key[len(key)-1] == '/' {
+		x.prefixes[store]++
+	}
 	return id, true
 }
 
@@ -141,6 +147,9 @@ func (x *index) remove(id uint32) {
 	}
 	x.table[i] = 0
 	s := x.slot(id)
+	if n := x.name(s); len(n) > 0 && n[len(n)-1] == '/' {
+		x.prefixes[s.store]--
+	}
 	x.names.release(int(s.nlen))
 	*s = slot{next: x.free}
 	x.free = id + 1

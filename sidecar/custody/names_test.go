@@ -1,0 +1,32 @@
+package custody
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestCheckNames(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		keys, prefixes []string
+		ok             bool
+	}{
+		{"data file", []string{"wh/ev/data/a.parquet"}, nil, true},
+		{"index folder and txn", []string{"wh/ev/_transactions/1-u.txn"}, []string{"wh/ev/_indices/u/"}, true},
+		{"another dataset", []string{"wh/other/data/a"}, nil, false},
+		{"a sibling sharing the name", []string{"wh/ev2/data/a"}, nil, false},
+		{"the version chain", []string{"wh/ev/_versions/3.manifest"}, nil, false},
+		{"steward's claims", nil, []string{"wh/ev/_steward/slots/"}, false},
+		{"a whole folder", nil, []string{"wh/ev/_indices/"}, false},
+		{"the dataset itself", nil, []string{"wh/ev/"}, false},
+		{"a top-level key", []string{"wh/ev/latest_version_hint.json"}, nil, false},
+		{"dot dot", []string{"wh/ev/data/../../x/a"}, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkNames("wh/ev", tc.keys, tc.prefixes)
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrForeignName)) {
+				t.Errorf("%v", err)
+			}
+		})
+	}
+}
