@@ -66,6 +66,7 @@ const (
 	ReasonDuplicate          = -20 // (indeterminate) this invocation id was already admitted
 	ReasonWorkerLost         = -21 // (indeterminate) the worker died, hung or broke protocol
 	ReasonDeadline           = -22 // (indeterminate) the deadline killed the worker
+	ReasonUnconfirmedCommit  = -23 // (indeterminate) the engine claimed a commit that storage does not confirm
 )
 
 // Completion reasons explain a NATIVE_RETURN OK that committed nothing.

@@ -200,7 +200,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	if err := os.RemoveAll(w.tempDir); err != nil {
 		s.log.Error("removing the domain's temp dir failed", "invocation", j.p.InvocationID, "error", err)
 	}
-	res := ss.classify(out)
+	res := s.confirmed(j, ss.classify(out))
 	res.WallMs = time.Since(start).Milliseconds()
 	return res
 }

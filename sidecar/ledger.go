@@ -9,6 +9,7 @@ import (
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/custody"
+	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage/ledger"
 )
 
@@ -31,7 +32,7 @@ func (s *Server) openLedger() error {
 			"invocations recorded only there are settled by index.resolve", "file", path+".invocations")
 	}
 	c, err := custody.Open(custody.Config{Path: path, Capacity: s.cfg.LedgerCapacity, OpenStore: s.openFencingStore,
-		Redact: s.sanitizeCreds, Logger: s.log.Named("ledger")})
+		Redact: s.sanitizeCreds, Logger: s.log.Named("ledger"), EngineSettle: s.custodySettle})
 	if errors.Is(err, ledger.ErrCorrupt) {
 		lock.Close()
 		return fmt.Errorf("sidecar: ledger: %w; %s", err, s.corruptLedgerHint())
@@ -119,4 +120,19 @@ func defaultStateDir() string {
 		return filepath.Join(h, ".local", "state", "steward")
 	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("steward-%d", os.Geteuid()))
+}
+
+// custodySettle is custody's EngineSettle: the invocation's engine settles its slot in a fresh
+// domain, told that the invocation's domain is reaped (custody only settles those).
+func (s *Server) custodySettle(ctx context.Context, engine string, slot custody.Slot, creds *rpc.Credentials) (string, error) {
+	e, err := s.engineNamed(engine)
+	if err != nil {
+		return "", err
+	}
+	out, err := s.settleIn(ctx, e, workerproto.SettleRequest{InvocationID: slot.Invocation, Dataset: rpc.DatasetRef{Store: slot.Store, Path: slot.Path},
+		PinnedVersion: slot.Pinned, Credentials: creds, DomainReaped: true})
+	if err != nil {
+		return "", err
+	}
+	return out.Outcome, nil
 }

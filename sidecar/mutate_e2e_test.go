@@ -160,6 +160,9 @@ func TestMutateFaultsAreClassifiedAndCleanedUp(t *testing.T) {
 		// lost (not left to the 30 s deadline), and the children are killed and reaped with the
 		// domain before the answer (the harness checks the domain is gone).
 		{fault: "exit_with_children", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost},
+		// The engine claims a commit it never made: the sidecar reads the slot before the answer
+		// leaves and answers indeterminate; the slot is fenced.
+		{fault: "claim_commit", phase: rpc.PhaseIndeterminate, code: rpc.ReasonUnconfirmedCommit, resolved: rpc.OutcomeNotCommitted},
 	}
 	for _, tc := range cases {
 		t.Run(tc.fault, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 )
@@ -17,6 +18,13 @@ const resolveTimeout = 15 * time.Second
 // resolve settles an invocation by fencing its commit slot pinned+1 (ARCHITECTURE §5). It needs no
 // proof that the worker is dead: once the fence is in the slot, the worker can never commit.
 func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveResult, error) {
+	e, err := s.engineNamed(p.Engine)
+	if err != nil {
+		return rpc.ResolveResult{}, err
+	}
+	if !e.builtin() {
+		return s.resolveThrough(ctx, e, p)
+	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
 	res := rpc.ResolveResult{InvocationID: p.InvocationID, Version: p.PinnedVersion + 1, Outcome: rpc.OutcomeUnknown}
@@ -67,4 +75,36 @@ func (s *Server) sanitizeCreds(c *rpc.Credentials, msg string) string {
 		secrets = append(secrets, c.SecretKey, c.AccessKey, c.SessionToken)
 	}
 	return redact(msg, secrets)
+}
+
+// engineResolveTimeout bounds index.resolve through another engine's settle: a fresh domain and
+// the engine's start (an interpreter, a library) come on top of the storage requests.
+const engineResolveTimeout = 2 * resolveTimeout
+
+// resolveThrough settles through engine e's settle in a fresh domain (docs/ENGINE.md §5). The
+// sidecar cannot prove here that the invocation's domain is gone (it may be another sidecar's),
+// so domain_reaped is false. A settle that does not answer leaves the outcome UNKNOWN.
+func (s *Server) resolveThrough(ctx context.Context, e *engine, p rpc.ResolveParams) (rpc.ResolveResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, engineResolveTimeout)
+	defer cancel()
+	res := rpc.ResolveResult{InvocationID: p.InvocationID, Version: p.PinnedVersion + 1, Outcome: rpc.OutcomeUnknown}
+	if e.decl.Settle == rpc.SettleNone {
+		res.Reason = fmt.Sprintf("engine %s declares no settle guarantee: the outcome stays unknown for a person", e.name)
+		return res, nil
+	}
+	out, err := s.settleIn(ctx, e, workerproto.SettleRequest{InvocationID: p.InvocationID, Dataset: p.Dataset,
+		PinnedVersion: p.PinnedVersion, Credentials: p.Credentials})
+	if err != nil {
+		res.Reason = "engine " + e.name + ": " + s.sanitizeCreds(p.Credentials, err.Error())
+		return res, nil
+	}
+	res.Outcome, res.Fenced, res.Reason = out.Outcome, out.Fenced, out.Reason
+	if out.Version != 0 {
+		res.Version = out.Version
+	}
+	s.log.Info("resolved", "invocation", p.InvocationID, "engine", e.name, "outcome", res.Outcome, "version", res.Version)
+	if s.custody != nil {
+		s.custody.Settle(ctx, p.InvocationID, res.Outcome)
+	}
+	return res, nil
 }

@@ -51,6 +51,7 @@ type Server struct {
 	closeErr  error
 
 	engines     map[string]*engine // registered engines by name, fixed after New
+	settleSem   chan struct{}      // bounds the settle domains running at once (Executors)
 	engineOrder []string           // their names, builtin first, in registration order
 
 	spareMu      sync.Mutex
@@ -90,6 +91,7 @@ func New(cfg Config) (*Server, error) {
 		Track:       s.track,
 	})
 	s.queue = make(chan *job, cfg.QueueCapacity)
+	s.settleSem = make(chan struct{}, cfg.Executors)
 	s.spares = map[*warm]struct{}{}
 	s.dedup = newDedup(cfg.DedupCapacity)
 	s.condWrites = newCondWrites(s.log.Named("condwrite"), s.metrics.reg)

@@ -89,3 +89,34 @@ func errorClass(err error) string {
 	}
 	return ErrorTransport
 }
+
+// SettleGuarantee is what sc's hello declares for engine ("" = builtin): rpc.SettleFence,
+// rpc.SettleClaimFence, rpc.SettleNone, or "" when the sidecar does not list the engine. A sidecar
+// that reports no hello (a test fake) is taken to run the built-in engine only, which fences.
+func SettleGuarantee(sc Sidecar, engine string) string {
+	if engine == "" {
+		engine = "builtin"
+	}
+	info, ok := sc.(interface{ Info() rpc.HelloResult })
+	if !ok {
+		if engine == "builtin" {
+			return rpc.SettleFence
+		}
+		return ""
+	}
+	for _, e := range info.Info().Engines {
+		if e.Name == engine {
+			return e.Settle
+		}
+	}
+	if engine == "builtin" && len(info.Info().Engines) == 0 {
+		return rpc.SettleFence // a sidecar from before engines: the built-in engine fences
+	}
+	return ""
+}
+
+// Resolvable reports whether index.resolve settles an UNKNOWN outcome of an engine with settle
+// guarantee g: fence and claim-fence do (claim-fence: among steward's writers; a host that lets
+// other writers commit to the dataset accepts their window, docs/ENGINE.md §3.1); none, and any
+// guarantee this host does not know, leave UNKNOWN to a person.
+func Resolvable(g string) bool { return g == rpc.SettleFence || g == rpc.SettleClaimFence }

@@ -54,3 +54,34 @@ func TestFoldName(t *testing.T) {
 		t.Error("distinct names fold together")
 	}
 }
+
+// helloSidecar is a Sidecar with a hello listing engines.
+type helloSidecar struct {
+	Sidecar
+	hello rpc.HelloResult
+}
+
+func (h helloSidecar) Info() rpc.HelloResult { return h.hello }
+
+// TestSettleGuarantee: UNKNOWN is settled through index.resolve only for an engine whose hello
+// declares a fence; none, an engine the sidecar does not list, or a guarantee this host does not
+// know leave it for a person.
+func TestSettleGuarantee(t *testing.T) {
+	sc := helloSidecar{hello: rpc.HelloResult{Engines: []rpc.EngineInfo{
+		{Name: "builtin", Settle: rpc.SettleFence}, {Name: "lance", Settle: rpc.SettleClaimFence},
+		{Name: "loose", Settle: rpc.SettleNone}, {Name: "future", Settle: "quorum"}}}}
+	for _, tc := range []struct {
+		engine     string
+		resolvable bool
+	}{
+		{"", true}, {"builtin", true}, {"lance", true}, {"loose", false}, {"future", false}, {"absent", false},
+	} {
+		if got := Resolvable(SettleGuarantee(sc, tc.engine)); got != tc.resolvable {
+			t.Errorf("engine %q: resolvable %v, want %v", tc.engine, got, tc.resolvable)
+		}
+	}
+	old := helloSidecar{} // a sidecar from before engines lists none: its built-in engine fences
+	if !Resolvable(SettleGuarantee(old, "")) || Resolvable(SettleGuarantee(old, "lance")) {
+		t.Error("a sidecar without engines in its hello")
+	}
+}

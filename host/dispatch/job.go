@@ -128,6 +128,9 @@ type Job struct {
 	Limits          *rpc.WorkerLimits   `json:"limits,omitempty"`
 	// Fault is a test-only fault passed through to a sidecar started with --test-faults.
 	Fault string `json:"fault,omitempty"`
+	// Engine is the registered engine that runs the job ("" = the built-in one); its settle
+	// guarantee in the sidecar's hello decides whether UNKNOWN is settled by index.resolve.
+	Engine string `json:"engine,omitempty"`
 	// ExecuteDeadline overrides Config.ExecuteDeadline for this job (0: the default).
 	ExecuteDeadline time.Duration `json:"execute_deadline_ns,omitempty"`
 

@@ -230,6 +230,13 @@ func (d *Dispatcher) driveResolve(ctx context.Context, st *RoundStats) error {
 		if e == nil {
 			break
 		}
+		if g := SettleGuarantee(e.sc, j.Engine); !Resolvable(g) {
+			// Never silently weaker: an engine without a fence (or one this sidecar does not
+			// list) cannot settle UNKNOWN; the job stays UNKNOWN for a person (Release).
+			d.log.Warn("job stays UNKNOWN: its engine cannot settle it through index.resolve", "job", j.ID,
+				"invocation", j.InvocationID, "engine", j.Engine, "settle", g)
+			continue
+		}
 		tried++
 		res, err := d.resolve(ctx, e, j)
 		if err != nil {
@@ -254,7 +261,7 @@ func (d *Dispatcher) resolveDue(id string, now time.Time) bool {
 }
 
 func (d *Dispatcher) resolve(ctx context.Context, e *sidecarEntry, j Job) (rpc.ResolveResult, error) {
-	p := rpc.ResolveParams{InvocationID: j.InvocationID, Dataset: j.Dataset, PinnedVersion: j.AdmittedVersion}
+	p := rpc.ResolveParams{InvocationID: j.InvocationID, Dataset: j.Dataset, PinnedVersion: j.AdmittedVersion, Engine: j.Engine}
 	if d.cfg.Credentials != nil {
 		c, err := d.cfg.Credentials(ctx, j.Dataset)
 		if err != nil {

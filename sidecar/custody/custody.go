@@ -33,6 +33,19 @@ type Config struct {
 	Logger hclog.Logger
 	// RecoverInterval paces the retries of what could not be settled yet. Default: 30s.
 	RecoverInterval time.Duration
+	// EngineSettle settles an invocation of an engine other than the built-in one through that
+	// engine's settle, in a fresh domain, telling it the invocation's domain is reaped (custody
+	// settles only invocations whose domain is gone). It answers rpc.OutcomeCommitted,
+	// OutcomeNotCommitted or OutcomeUnknown. Default: none (such invocations stay unsettled).
+	EngineSettle func(ctx context.Context, engine string, slot Slot, creds *rpc.Credentials) (string, error)
+}
+
+// Slot is where an invocation may have committed: slot Pinned+1 of the dataset at Path.
+type Slot struct {
+	Invocation string
+	Store      rpc.StoreSpec
+	Path       string
+	Pinned     int64
 }
 
 // Invocation is one index mutation as custody sees it.
@@ -244,11 +257,15 @@ func (c *Custody) record(inv string) (record, error) {
 }
 
 // readSlot reads slot pinned+1 without writing: Committed when it holds the invocation's
-// commit, NotCommitted when it is empty or holds anything else.
+// commit, NotCommitted when it is empty or holds anything else. Another engine's slot is read
+// through its settle (which may fence an empty slot: the invocation's domain is gone).
 func (c *Custody) readSlot(ctx context.Context, inv string, creds *rpc.Credentials) (ledger.Verdict, error) {
 	rec, err := c.record(inv)
 	if err != nil {
 		return ledger.Unknown, err
+	}
+	if !rec.builtin() {
+		return c.engineVerdict(ctx, inv, rec, creds)
 	}
 	st, err := c.cfg.OpenStore(ctx, rec.Store, creds)
 	if err != nil {

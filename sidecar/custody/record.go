@@ -22,6 +22,9 @@ type record struct {
 
 const recordVersion = 1
 
+// builtin: the invocation ran on the built-in engine, whose slots custody reads and fences itself.
+func (r record) builtin() bool { return r.Engine == "" || r.Engine == "builtin" }
+
 func (r record) encode() ([]byte, error) {
 	r.V = recordVersion
 	return json.Marshal(r)

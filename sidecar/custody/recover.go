@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/cba1309c/steward/storage/ledger"
@@ -111,6 +112,9 @@ func (c *Custody) settleRecovered(ctx context.Context, o ledger.Owner, note []by
 	}
 	ctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	defer cancel()
+	if !rec.builtin() {
+		return c.engineVerdict(ctx, o.ID, rec, nil)
+	}
 	st, err := c.cfg.OpenStore(ctx, rec.Store, nil)
 	if err != nil {
 		return ledger.Unknown, fmt.Errorf("open store: %s", c.cfg.Redact(nil, err.Error()))
@@ -127,4 +131,21 @@ func (c *Custody) settleRecovered(ctx context.Context, o ledger.Owner, note []by
 		return ledger.Committed, nil
 	}
 	return ledger.NotCommitted, nil
+}
+
+// engineVerdict settles an invocation of another engine through Config.EngineSettle.
+func (c *Custody) engineVerdict(ctx context.Context, inv string, rec record, creds *rpc.Credentials) (ledger.Verdict, error) {
+	if c.cfg.EngineSettle == nil {
+		return ledger.Unknown, fmt.Errorf("invocation %s ran on engine %q, which this sidecar cannot settle", inv, rec.Engine)
+	}
+	out, err := c.cfg.EngineSettle(ctx, rec.Engine, Slot{Invocation: inv, Store: rec.Store, Path: rec.Path, Pinned: rec.Pinned}, creds)
+	switch {
+	case err != nil:
+		return ledger.Unknown, fmt.Errorf("engine %s settle: %s", rec.Engine, c.cfg.Redact(creds, err.Error()))
+	case out == rpc.OutcomeCommitted:
+		return ledger.Committed, nil
+	case out == rpc.OutcomeNotCommitted:
+		return ledger.NotCommitted, nil
+	}
+	return ledger.Unknown, fmt.Errorf("engine %s settle: the outcome is still unknown", rec.Engine)
 }

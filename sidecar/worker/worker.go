@@ -54,6 +54,11 @@ func Run(ctx context.Context, c *enginesdk.Conn) int {
 	}
 	if f.Kind != workerproto.KindSettle {
 		if req, err := f.Mutate(); err == nil {
+			if req.Fault == workerproto.FaultClaimCommit {
+				_ = c.Result(&workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeOK, CompletionReason: rpc.CompletionCommitted,
+					CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1})
+				return 0
+			}
 			if exit, stop := earlyFault(c, req.Fault); stop {
 				return exit
 			}

@@ -14,8 +14,9 @@ const (
 	FaultOOM               = "oom"                 // allocate without bound
 	FaultForkBomb          = "fork_bomb"           // fork without bound
 	FaultExitWithChildren  = "exit_with_children"  // exit without a result, leaving children that hold the pipe
+	FaultClaimCommit       = "claim_commit"        // answer COMMITTED at pinned+1 without committing (a lying engine)
 )
 
 // Faults lists every fault name.
 var Faults = []string{FaultHang, FaultIgnoreSIGTERM, FaultSkipResult, FaultGarbage, FaultFlood,
-	FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb, FaultExitWithChildren}
+	FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb, FaultExitWithChildren, FaultClaimCommit}

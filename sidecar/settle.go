@@ -1,0 +1,160 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage/dataset"
+)
+
+// ErrSettleFailed: an engine's settle domain ended without a valid answer (it died, hung past the
+// bound, or broke protocol). The outcome is still unknown.
+var errSettleFailed = errors.New("engine settle failed")
+
+// settleIn runs one settle of engine e in a fresh domain (docs/ENGINE.md §5) and returns its
+// answer. It is bounded by ctx; the domain is always killed, reaped and its temp dir removed
+// before it returns. Settles run at most Executors at a time.
+func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.SettleRequest) (_ workerproto.Settled, retErr error) {
+	if s.iso == nil {
+		return workerproto.Settled{}, fmt.Errorf("%w: %s", rpc.ErrIsolationUnavailable, s.isoReport.Reason)
+	}
+	select {
+	case s.settleSem <- struct{}{}:
+		defer func() { <-s.settleSem }()
+	case <-ctx.Done():
+		return workerproto.Settled{}, fmt.Errorf("%w: waiting for a settle slot: %w", errSettleFailed, ctx.Err())
+	}
+	if req.Credentials == nil && s.cfg.S3AccessKey != "" {
+		req.Credentials = &rpc.Credentials{AccessKey: s.cfg.S3AccessKey, SecretKey: s.cfg.S3SecretKey}
+	}
+	w, err := s.launch(e, "settle-"+req.InvocationID, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit)
+	if err != nil {
+		return workerproto.Settled{}, fmt.Errorf("%w: launch: %w", errSettleFailed, err)
+	}
+	w.logw.bind(req.InvocationID, req.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
+	defer func() {
+		// Whatever happened, the domain goes down before the answer is used.
+		kctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)
+		defer cancel()
+		select {
+		case <-w.dom.Done():
+		case <-time.After(resultGrace):
+		}
+		if _, err := w.dom.Terminate(kctx); err != nil {
+			s.log.Error("settle domain teardown incomplete", "invocation", req.InvocationID, "error", err)
+		}
+		_ = w.dom.Close()
+		w.toW.Close()
+		w.fromW.Close()
+		go func() {
+			for range w.frames {
+			}
+		}()
+		if err := os.RemoveAll(w.tempDir); err != nil && retErr == nil {
+			s.log.Error("removing the settle domain's temp dir failed", "invocation", req.InvocationID, "error", err)
+		}
+	}()
+	req.TempDir = w.tempDir
+	requested := false
+	for {
+		select {
+		case <-ctx.Done():
+			return workerproto.Settled{}, fmt.Errorf("%w: %w", errSettleFailed, ctx.Err())
+		case fe, ok := <-w.frames:
+			if !ok || fe.err != nil {
+				return workerproto.Settled{}, fmt.Errorf("%w: the engine ended without an answer (%v)", errSettleFailed, fe.err)
+			}
+			f := fe.f
+			switch {
+			case f.T == workerproto.TypeHello && !requested:
+				if f.Pid != w.dom.Pid() || f.Engine.Check() != nil || f.Engine.Settle != e.decl.Settle {
+					return workerproto.Settled{}, fmt.Errorf("%w: hello does not match the engine's registration", errSettleFailed)
+				}
+				frame, err := workerproto.NewRequest(workerproto.KindSettle, &req)
+				if err == nil {
+					err = workerproto.Write(w.toW, frame, workerproto.MaxRequestFrame)
+				}
+				if err != nil {
+					return workerproto.Settled{}, fmt.Errorf("%w: request: %w", errSettleFailed, err)
+				}
+				requested = true
+			case f.T == workerproto.TypeSettled && requested:
+				st := *f.Settled
+				if st.Version != req.PinnedVersion+1 {
+					return workerproto.Settled{}, fmt.Errorf("%w: protocol violation: settled version %d, the slot is %d", errSettleFailed, st.Version, req.PinnedVersion+1)
+				}
+				st.Reason = s.sanitizeCreds(req.Credentials, st.Reason)
+				return st, nil
+			default:
+				return workerproto.Settled{}, fmt.Errorf("%w: protocol violation: unexpected %q frame", errSettleFailed, f.T)
+			}
+		}
+	}
+}
+
+// confirmTimeout bounds the confirmation of one claimed commit.
+const confirmTimeout = 2 * resolveTimeout
+
+// confirmCommit checks in storage, with trusted code, that the slot pinned+1 holds this
+// invocation's commit before a NATIVE_RETURN 0 COMMITTED leaves (docs/ENGINE.md §4.2): the
+// built-in engine's by reading the manifest, any other engine's through its settle in a fresh
+// domain (domain_reaped: the invocation's domain is gone). It returns "" when confirmed, else why
+// not.
+func (s *Server) confirmCommit(j *job, res rpc.MutateResult) string {
+	slot := j.p.PinnedVersion + 1
+	if res.CommittedVersion != slot {
+		return fmt.Sprintf("the engine claims a commit at version %d; it may commit only at %d", res.CommittedVersion, slot)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	defer cancel()
+	if j.eng.builtin() {
+		st, err := s.openStore(ctx, j.p.Dataset.Store, j.p.Credentials)
+		if err != nil {
+			return "the slot could not be read: " + s.sanitize(j, err.Error())
+		}
+		d, err := dataset.Open(ctx, st, j.p.Dataset.Path, slot)
+		switch {
+		case errors.Is(err, dataset.ErrVersionNotFound):
+			return fmt.Sprintf("slot %d is empty", slot)
+		case err != nil:
+			return "the slot could not be read: " + s.sanitize(j, err.Error())
+		}
+		if m := d.Manifest(); m.IsFence() || m.Transaction.InvocationID != j.p.InvocationID {
+			return fmt.Sprintf("slot %d holds %s by %q", slot, m.Transaction.Op, m.Transaction.InvocationID)
+		}
+		return ""
+	}
+	out, err := s.settleIn(ctx, j.eng, workerproto.SettleRequest{InvocationID: j.p.InvocationID, Dataset: j.p.Dataset,
+		PinnedVersion: j.p.PinnedVersion, Credentials: j.p.Credentials, DomainReaped: true})
+	switch {
+	case err != nil:
+		return "the engine's settle could not confirm it: " + s.sanitize(j, err.Error())
+	case out.Outcome != rpc.OutcomeCommitted || out.Version != slot:
+		return fmt.Sprintf("the engine's settle answers %s at %d (%s)", out.Outcome, out.Version, out.Reason)
+	}
+	return ""
+}
+
+// confirmed turns a NATIVE_RETURN 0 that claims a commit into the answer the sidecar can stand
+// behind: unchanged when storage confirms it, INDETERMINATE -23 otherwise (index.resolve, and the
+// sidecar's own self-fence, settle it).
+func (s *Server) confirmed(j *job, res rpc.MutateResult) rpc.MutateResult {
+	if res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeOK || res.CommittedVersion == 0 {
+		return res
+	}
+	why := s.confirmCommit(j, res)
+	if why == "" {
+		return res
+	}
+	s.log.Error("the engine's commit claim is not confirmed in storage: answered indeterminate", "invocation", j.p.InvocationID,
+		"engine", j.eng.name, "claimed_version", res.CommittedVersion, "why", why)
+	res.Phase, res.Code, res.CompletionReason = rpc.PhaseIndeterminate, rpc.ReasonUnconfirmedCommit, ""
+	res.CommittedVersion = 0
+	res.Message = "the engine reported a commit that storage does not confirm: " + why
+	return res
+}
