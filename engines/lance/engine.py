@@ -62,12 +62,17 @@ def rejected(code, msg, **f):
 
 # -- where the dataset is --------------------------------------------------------------------
 class Target:
-    """The dataset's URI for Lance, its storage options, its store-relative key and the claim store."""
+    """The dataset's URI for Lance, its storage options, its keys and the claim store.
+
+    `key` is the dataset's key for the engine's own S3 client (bucket-relative: it includes an
+    s3://bucket/prefix store's prefix); `rel` is its key relative to the store as steward opens it
+    (the bucket's prefix is the store's root), which is what custody reservations name."""
 
     def __init__(self, req):
         ds = req.get("dataset") or {}
         store, path = ds.get("store") or {}, (ds.get("path") or "").strip("/")
         url = store.get("url", "")
+        self.rel = path
         if not path or path.startswith("/") or ".." in path.split("/"):
             raise rejected(se.INVALID_REQUEST, "dataset.path must be relative and non-empty")
         creds = req.get("credentials") or {}
@@ -221,7 +226,7 @@ def build(ch, target, ds, req, pinned, invocation):
     seg_uuid = None
     if itype not in UUID_AFTER_BUILD:
         seg_uuid = str(uuid.uuid4())
-        reserve(ch, prefixes=[f"{target.key}/_indices/{seg_uuid}/"])
+        reserve(ch, prefixes=[f"{target.rel}/_indices/{seg_uuid}/"])
         kwargs["index_uuid"] = seg_uuid
     ch.progress("build", 0, 1, last=True)
     try:
@@ -238,7 +243,7 @@ def build(ch, target, ds, req, pinned, invocation):
             raise native(se.INDEX, f"finalise: {e}", index_uuid=seg_uuid)
     ch.progress("build", 1, 1, last=True)
     if seg_uuid is None:
-        reserve(ch, prefixes=[f"{target.key}/_indices/{seg.uuid}/"])
+        reserve(ch, prefixes=[f"{target.rel}/_indices/{seg.uuid}/"])
     elif seg.uuid != seg_uuid:
         raise native(se.INTERNAL, f"Lance wrote segment {seg.uuid}, not the reserved {seg_uuid}", index_uuid=seg.uuid)
     return seg
@@ -299,7 +304,7 @@ def mutate(ch, req):
     txn_uuid = str(uuid.uuid4())
     # The transaction file is the last object this commit names itself; reserving it is also the
     # engine's last word before the commit point.
-    reserve(ch, keys=[f"{target.key}/_transactions/{pinned}-{txn_uuid}.txn"])
+    reserve(ch, keys=[f"{target.rel}/_transactions/{pinned}-{txn_uuid}.txn"])
     if req.get("fault") == "crash_before_commit":
         os.kill(os.getpid(), 9)
     try:
