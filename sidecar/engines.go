@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar/worker"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 )
 
@@ -72,7 +71,7 @@ func (s *Server) command(e *engine) (string, []string) {
 // fails is not registered (logged). Without isolation nothing is launched: only the built-in
 // engine is listed, since nothing can run anyway.
 func (s *Server) registerEngines() {
-	s.engines = map[string]*engine{workerproto.BuiltinName: {name: workerproto.BuiltinName, decl: worker.Declaration()}}
+	s.engines = map[string]*engine{workerproto.BuiltinName: {name: workerproto.BuiltinName, decl: workerproto.Builtin()}}
 	s.engineOrder = []string{workerproto.BuiltinName}
 	for _, spec := range s.cfg.Engines {
 		if err := spec.check(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar/worker"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 )
 
@@ -34,7 +33,7 @@ func TestParseEngineFlag(t *testing.T) {
 
 func TestAdmitEngine(t *testing.T) {
 	s := &Server{engines: map[string]*engine{
-		workerproto.BuiltinName: {name: workerproto.BuiltinName, decl: worker.Declaration()},
+		workerproto.BuiltinName: {name: workerproto.BuiltinName, decl: workerproto.Builtin()},
 		"lance":                 {name: "lance", argv: []string{"/x"}, decl: workerproto.Engine{Protocol: 1, IndexTypes: []string{"BTREE", "IVF_PQ"}, Settle: workerproto.SettleClaimFence}},
 	}, engineOrder: []string{workerproto.BuiltinName, "lance"}}
 	for _, tc := range []struct {

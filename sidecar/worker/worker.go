@@ -22,12 +22,6 @@ import (
 	"github.com/cba1309c/steward/sidecar/workerproto"
 )
 
-// Declaration is the built-in engine's hello declaration.
-func Declaration() workerproto.Engine {
-	return workerproto.Engine{Name: workerproto.BuiltinName, Protocol: workerproto.Protocol,
-		IndexTypes: []string{rpc.IndexBTree, rpc.IndexBitmap}, Settle: workerproto.SettleFence}
-}
-
 // Main is `steward worker`: it returns the process exit code.
 func Main() int {
 	if err := isolation.EnterWorker(); err != nil {
@@ -44,7 +38,7 @@ func Main() int {
 
 // Run serves one invocation over c and returns the exit code.
 func Run(ctx context.Context, c *enginesdk.Conn) int {
-	if err := c.Hello(Declaration()); err != nil {
+	if err := c.Hello(workerproto.Builtin()); err != nil {
 		return 3
 	}
 	f, err := c.Request()

@@ -3,10 +3,18 @@ package workerproto
 import (
 	"fmt"
 	"slices"
+
+	"github.com/cba1309c/steward/rpc"
 )
 
 // BuiltinName is the registered name of the built-in Go engine; no other engine may take it.
 const BuiltinName = "builtin"
+
+// Builtin is the built-in engine's declaration: the one its worker says in hello, and the one the
+// sidecar lists for it (the sidecar never links the worker, so the declaration lives here).
+func Builtin() Engine {
+	return Engine{Name: BuiltinName, Protocol: Protocol, IndexTypes: []string{rpc.IndexBTree, rpc.IndexBitmap}, Settle: SettleFence}
+}
 
 // MaxIndexTypes bounds the index types one engine declares.
 const MaxIndexTypes = 64
