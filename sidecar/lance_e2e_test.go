@@ -39,15 +39,11 @@ type lanceSidecar struct {
 
 func lancePython(t *testing.T) (python, dir string) {
 	t.Helper()
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	py, err := testbin.Tool(filepath.Join("lance", "bin", "python"), "scripts/lance.sh install")
+	py, dir, err := testbin.LanceTools()
 	if err != nil {
 		testenv.Unavailable(t, "Lance engine not installed: "+err.Error())
 	}
-	return py, filepath.Join(root, "engines", "lance")
+	return py, dir
 }
 
 // newLanceSidecar starts a sidecar with the Lance engine registered, on a local store or MinIO.

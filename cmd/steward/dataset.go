@@ -28,6 +28,12 @@ const datasetUsage = `usage:
   steward dataset describe --store STORE --path P [--version V]
   steward dataset versions --store STORE --path P
 
+  --format lance (each command): a real Lance dataset, made and read by Lance's own library through
+  engines/lance/lancectl.py (the Lance engine's venv: scripts/lance.sh install; found through
+  STEWARD_LANCE_PYTHON and STEWARD_LANCE_DIR, else .tools/lance and engines/lance under the working
+  directory). create takes --rows N [--seed S] [--dim D] (columns id, price, category, labels, text
+  and a D-dimensional float32 vector vec, D default 128, 0 for none); the answers are JSON.
+
 S3 stores read %s, %s, %s (and %s=1 for https).
 `
 
@@ -70,9 +76,10 @@ func runDataset(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 // datasetFlags holds the flags shared by every dataset command.
 type datasetFlags struct {
-	fs    *flag.FlagSet
-	store string
-	path  string
+	fs     *flag.FlagSet
+	store  string
+	path   string
+	format string
 }
 
 func newDatasetFlags(name string) *datasetFlags {
@@ -80,6 +87,7 @@ func newDatasetFlags(name string) *datasetFlags {
 	f.fs.SetOutput(io.Discard)
 	f.fs.StringVar(&f.store, "store", "", "local directory, file:///dir or s3://bucket/prefix")
 	f.fs.StringVar(&f.path, "path", "", "dataset path inside the store")
+	f.fs.StringVar(&f.format, "format", "steward", "dataset format: steward (the built-in engine's) or lance")
 	return f
 }
 
@@ -93,7 +101,23 @@ func (f *datasetFlags) parse(args []string) error {
 	if f.store == "" || f.path == "" {
 		return fmt.Errorf("%w: --store and --path are required", errUsage)
 	}
+	if f.format != "steward" && f.format != "lance" {
+		return fmt.Errorf("%w: --format %q: want steward or lance", errUsage, f.format)
+	}
 	return nil
+}
+
+// lance runs one lancectl command on the dataset (--format lance), its JSON answer to stdout.
+func (f *datasetFlags) lance(ctx context.Context, stdout io.Writer, cmd string, extra ...string) error {
+	spec, err := storeSpec(f.store)
+	if err != nil {
+		return err
+	}
+	uri, err := lanceURI(spec, f.path)
+	if err != nil {
+		return err
+	}
+	return lancectl(ctx, stdout, os.Stderr, append([]string{cmd, uri}, extra...)...)
 }
 
 func (f *datasetFlags) open(ctx context.Context) (storage.Store, error) {
@@ -114,8 +138,15 @@ func datasetCreate(ctx context.Context, args []string, stdout io.Writer) error {
 	seed := f.fs.Uint64("seed", 1, "generator seed")
 	csvPath := f.fs.String("csv", "", "CSV file with a header row to import")
 	perFrag := f.fs.Int("fragment-rows", 1<<20, "rows per fragment")
+	dim := f.fs.Int("dim", 128, "--format lance: dimension of the vec column (0: none)")
 	if err := f.parse(args); err != nil {
 		return err
+	}
+	if f.format == "lance" {
+		if *rows <= 0 || *csvPath != "" {
+			return fmt.Errorf("%w: --format lance takes --rows N", errUsage)
+		}
+		return f.lance(ctx, stdout, "create", "--rows", fmt.Sprint(*rows), "--seed", fmt.Sprint(*seed), "--dim", fmt.Sprint(*dim))
 	}
 	if (*rows > 0) == (*csvPath != "") {
 		return fmt.Errorf("%w: give exactly one of --rows N or --csv FILE", errUsage)
@@ -150,6 +181,12 @@ func datasetDescribe(ctx context.Context, args []string, stdout io.Writer) error
 	version := f.fs.Int64("version", 0, "version to describe (default: latest)")
 	if err := f.parse(args); err != nil {
 		return err
+	}
+	if f.format == "lance" {
+		if *version != 0 {
+			return fmt.Errorf("%w: --format lance describes the latest version only", errUsage)
+		}
+		return f.lance(ctx, stdout, "describe")
 	}
 	store, err := f.open(ctx)
 	if err != nil {
@@ -209,6 +246,9 @@ func datasetVersions(ctx context.Context, args []string, stdout io.Writer) error
 	f := newDatasetFlags("versions")
 	if err := f.parse(args); err != nil {
 		return err
+	}
+	if f.format == "lance" {
+		return f.lance(ctx, stdout, "versions")
 	}
 	store, err := f.open(ctx)
 	if err != nil {

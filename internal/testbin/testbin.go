@@ -112,3 +112,17 @@ func RandID(prefix string) string {
 	_, _ = rand.Read(b)
 	return prefix + hex.EncodeToString(b)
 }
+
+// LanceTools returns the Lance engine's venv python (installed by scripts/lance.sh into the tools
+// dir) and the repository's engines/lance folder, or an error naming the install command.
+func LanceTools() (python, dir string, err error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", "", err
+	}
+	py, err := Tool(filepath.Join("lance", "bin", "python"), "scripts/lance.sh install")
+	if err != nil {
+		return "", "", err
+	}
+	return py, filepath.Join(root, "engines", "lance"), nil
+}

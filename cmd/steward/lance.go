@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/cba1309c/steward/rpc"
+)
+
+// The Lance engine's tools, installed by scripts/lance.sh: the venv's python and engines/lance.
+// steward finds them through the environment, or relative to the working directory (a checkout).
+const (
+	envLancePython = "STEWARD_LANCE_PYTHON" // the venv's interpreter
+	envLanceDir    = "STEWARD_LANCE_DIR"    // engines/lance (engine.py, lancectl.py)
+	envTools       = "STEWARD_TOOLS"        // the tools dir scripts/lance.sh installs into
+)
+
+// errNoLance: the Lance engine is not installed where steward looks for it.
+var errNoLance = errors.New("the Lance engine is not installed (run scripts/lance.sh install, or set " + envLancePython + " and " + envLanceDir + ")")
+
+// lanceTools returns the venv python and the engine's folder.
+func lanceTools() (python, dir string, err error) {
+	python = os.Getenv(envLancePython)
+	if python == "" {
+		tools := os.Getenv(envTools)
+		if tools == "" {
+			tools = ".tools"
+		}
+		python = filepath.Join(tools, "lance", "bin", "python")
+	}
+	if dir = os.Getenv(envLanceDir); dir == "" {
+		dir = filepath.Join("engines", "lance")
+	}
+	if python, err = filepath.Abs(python); err == nil {
+		dir, err = filepath.Abs(dir)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	for _, p := range []string{python, filepath.Join(dir, "lancectl.py"), filepath.Join(dir, "engine.py")} {
+		if _, err := os.Stat(p); err != nil {
+			return "", "", fmt.Errorf("%w: %w", errNoLance, err)
+		}
+	}
+	return python, dir, nil
+}
+
+// lanceEngineFlag is the --engine value that registers the Lance engine with a sidecar.
+func lanceEngineFlag() (string, error) {
+	py, dir, err := lanceTools()
+	if err != nil {
+		return "", err
+	}
+	return "lance=" + py + " -B -s -E " + filepath.Join(dir, "engine.py"), nil
+}
+
+// lanceURI is the URI Lance's own library opens for the dataset at path in spec's store.
+func lanceURI(spec rpc.StoreSpec, path string) (string, error) {
+	p, err := spec.Parse()
+	if err != nil {
+		return "", err
+	}
+	if p.Kind == rpc.StoreS3 {
+		key := strings.Trim(path, "/")
+		if p.Prefix != "" {
+			key = p.Prefix + "/" + key
+		}
+		return "s3://" + p.Bucket + "/" + key, nil
+	}
+	return filepath.Join(p.Root, path), nil
+}
+
+// lancectl runs engines/lance/lancectl.py (Lance's own library, outside the sidecar) with an
+// allow-listed environment: the S3 settings and nothing else of steward's.
+func lancectl(ctx context.Context, stdout, stderr io.Writer, args ...string) error {
+	py, dir, err := lanceTools()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, py, append([]string{"-B", "-s", "-E", filepath.Join(dir, "lancectl.py")}, args...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + os.TempDir()}
+	for _, k := range []string{envS3Endpoint, envS3AccessKey, envS3SecretKey} {
+		if v := os.Getenv(k); v != "" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("lancectl %s: %w", args[0], err)
+	}
+	return nil
+}
