@@ -36,10 +36,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dir := fs.String("dir", "", "working directory (default: a new temporary directory, removed afterwards)")
 	s3 := fs.String("s3", "", "run against S3 instead of the local store: s3://bucket[/prefix]; endpoint and credentials from STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY, STEWARD_S3_SECRET_KEY")
 	oomLimit := fs.Int64("oom-limit", 24<<20, "memory limit (bytes) of the job that is meant to be OOM-killed")
+	vectors := fs.Int64("vectors", 200_000, "rows of 128-dimensional vectors in the Lance act (0: skip it)")
+	vecOOM := fs.Int64("vector-oom-limit", 256<<20, "memory limit (bytes) of the IVF_PQ build that is meant to be OOM-killed")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	d := &demo{out: stdout, rows: *rows, oomLimit: *oomLimit, bars: map[string]*bar{}}
+	d := &demo{out: stdout, rows: *rows, oomLimit: *oomLimit, vectors: *vectors, vecOOM: *vecOOM, bars: map[string]*bar{}}
 	if err := d.run(ctx, *dir, *s3); err != nil {
 		fmt.Fprintln(stderr, "steward demo:", err)
 		return 1
@@ -54,6 +56,10 @@ type demo struct {
 	out      io.Writer
 	rows     int64
 	oomLimit int64
+	vectors  int64  // rows of the Lance act's dataset (0: no Lance act)
+	vecOOM   int64  // memory limit of its IVF_PQ build meant to be OOM-killed
+	lance    string // the --engine flag of the Lance engine; "" when it is not installed
+	lanceErr error  // why not
 	ref      rpc.DatasetRef
 	store    storage.Store
 	creds    *rpc.Credentials
@@ -104,6 +110,9 @@ func (d *demo) run(ctx context.Context, dir, s3 string) error {
 		return err
 	}
 	if err := d.lookups(ctx); err != nil {
+		return err
+	}
+	if err := d.vectorAct(ctx, dir, s3); err != nil {
 		return err
 	}
 	d.jobsTable()
@@ -164,8 +173,14 @@ func (d *demo) launch(ctx context.Context, dir string) error {
 		return err
 	}
 	start := time.Now()
+	args := []string{"--state-dir", filepath.Join(dir, "state")}
+	if d.vectors > 0 {
+		if d.lance, d.lanceErr = lanceEngineFlag(); d.lanceErr == nil {
+			args = append(args, "--engine", d.lance)
+		}
+	}
 	d.client, err = host.Launch(ctx, host.Config{
-		Path: self, Args: []string{"--state-dir", filepath.Join(dir, "state")},
+		Path: self, Args: args,
 		Logger:   hclog.New(&hclog.LoggerOptions{Name: "demo", Level: hclog.Error}),
 		OnNotify: d.onProgress,
 	})
@@ -205,7 +220,9 @@ func (d *demo) launch(ctx context.Context, dir string) error {
 
 // job submits one job and follows it to a terminal state, drawing its progress.
 func (d *demo) job(ctx context.Context, r dispatch.Request) error {
-	r.Dataset = d.ref
+	if r.Dataset.Path == "" {
+		r.Dataset = d.ref
+	}
 	j, err := d.disp.Submit(ctx, r)
 	if err != nil {
 		return err
@@ -320,7 +337,7 @@ func (d *demo) jobsTable() {
 		return
 	}
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].Created.Before(jobs[b].Created) })
-	d.step(6, "jobs", "the dispatcher's durable journal (keep it with --dir D, then: steward jobs list --store D/jobs.db)")
+	d.step(7, "jobs", "the dispatcher's durable journal (keep it with --dir D, then: steward jobs list --store D/jobs.db)")
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "   JOB\tOP\tINDEX\tSTATE\tPHASE\tCODE\tVERSION\tOOM\tTRANSITIONS")
 	for _, j := range jobs {
@@ -339,7 +356,7 @@ func (d *demo) jobsTable() {
 func (d *demo) ledger(ctx context.Context) {
 	var st rpc.ObjectsStatusResult
 	err := d.client.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st)
-	d.step(7, "ledger", "custody of uploaded-but-unpublished objects")
+	d.step(8, "ledger", "custody of uploaded-but-unpublished objects")
 	if err != nil {
 		fmt.Fprintln(d.out, "   objects.status:", err)
 		return
@@ -352,5 +369,6 @@ func (d *demo) ledger(ctx context.Context) {
 	fmt.Fprintf(tw, "   delete failures\t%d\n", l.DeleteFailures)
 	fmt.Fprintf(tw, "   reservations refused\t%d\n", l.AdmissionFailures)
 	fmt.Fprintf(tw, "   invocations awaiting a verdict\t%d\n", l.Unsettled)
+	fmt.Fprintf(tw, "   prefix tickets held\t%d (%s objects deleted under them)\n", l.Prefixes, grouped(int64(l.PrefixObjectsDeleted)))
 	tw.Flush()
 }

@@ -16,7 +16,7 @@ import (
 func TestDemo(t *testing.T) {
 	testenv.NeedRoot(t)
 	bin := testbin.Steward(t)
-	cmd := exec.Command(bin, "demo", "--rows", "400000")
+	cmd := exec.Command(bin, "demo", "--rows", "400000", "--vectors", "0")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -34,6 +34,34 @@ func TestDemo(t *testing.T) {
 	}
 	if strings.Count(text, "→ COMMITTED") != 2 {
 		t.Errorf("want exactly two committed jobs")
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}
+
+// TestDemoVectors runs the demo's Lance act (small): IVF_PQ OOM-killed under a small limit and
+// resolved NOT_COMMITTED through the Lance engine, then COMMITTED, then a nearest-neighbour query
+// by Lance's own reader.
+func TestDemoVectors(t *testing.T) {
+	testenv.NeedRoot(t)
+	needLanceTools(t)
+	bin := testbin.Steward(t)
+	cmd := exec.Command(bin, "demo", "--rows", "100000", "--vectors", "20000", "--vector-oom-limit", "83886080")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("steward demo: %v\n%s", err, out)
+	}
+	text := string(out)
+	for _, want := range []string{
+		"20,000 rows × 128-dim", "ivf-pq-small-memory         CREATE  by_vec       NOT_COMMITTED  INDETERMINATE_AFTER_LAUNCH",
+		"ivf-pq                      CREATE  by_vec       COMMITTED", "nearest 10 neighbours", "listed true, planned true",
+		"tickets held now                0 of 65,536",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
 	}
 	if t.Failed() {
 		t.Log(text)

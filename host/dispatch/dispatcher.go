@@ -140,6 +140,8 @@ type Request struct {
 	ExecuteDeadline time.Duration
 	// Fault is test-only; the sidecar refuses it unless started with --test-faults.
 	Fault string
+	// Engine is the registered engine to run the job on ("" = the built-in one).
+	Engine string
 }
 
 // Submit admits a job as PENDING, or rejects it with ErrDisabled, ErrNameBusy, ErrDatasetQuota,
@@ -185,7 +187,7 @@ func (d *Dispatcher) newJob(r Request) (Job, error) {
 	p := rpc.MutateParams{
 		InvocationID: "validate", JobID: r.ID, DeadlineUnixMs: 1, Dataset: r.Dataset,
 		PinnedVersion: r.AdmittedVersion, Op: r.Op, Index: r.Index, IfNotExists: r.IfNotExists,
-		IfExists: r.IfExists, Schema: r.Schema, Limits: r.Limits, Fault: r.Fault,
+		IfExists: r.IfExists, Schema: r.Schema, Limits: r.Limits, Fault: r.Fault, Engine: r.Engine,
 	}
 	if err := p.Validate(); err != nil {
 		return Job{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
@@ -197,7 +199,7 @@ func (d *Dispatcher) newJob(r Request) (Job, error) {
 	j := Job{
 		ID: r.ID, Dataset: r.Dataset, Op: r.Op, Index: r.Index, AdmittedVersion: r.AdmittedVersion,
 		IfNotExists: r.IfNotExists, IfExists: r.IfExists, Schema: r.Schema, Limits: r.Limits,
-		Fault: r.Fault, ExecuteDeadline: r.ExecuteDeadline, State: StatePending, SlotHeld: true,
+		Fault: r.Fault, Engine: r.Engine, ExecuteDeadline: r.ExecuteDeadline, State: StatePending, SlotHeld: true,
 		Refresh: RefreshNotRequired, Created: now,
 	}
 	j.record(now, EventSubmit, "", "")
