@@ -14,15 +14,7 @@ import (
 // the story happened: two commits, an OOM kill classified and resolved, lookups that agree with a
 // scan, the jobs table and the ledger figures.
 func TestDemo(t *testing.T) {
-	testenv.NeedRoot(t)
-	bin := testbin.Steward(t)
-	cmd := exec.Command(bin, "demo", "--rows", "400000", "--vectors", "0")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("steward demo: %v\n%s", err, out)
-	}
-	text := string(out)
+	text := runDemoCmd(t, "--rows", "400000", "--vectors", "0")
 	for _, want := range []string{
 		"BTREE by_id(id)", "committed v2", "BITMAP by_category(category)", "committed v3",
 		"OOM-killed", "resolved NOT_COMMITTED", "build-by-name-small-memory  CREATE  by_name      NOT_COMMITTED",
@@ -44,16 +36,8 @@ func TestDemo(t *testing.T) {
 // resolved NOT_COMMITTED through the Lance engine, then COMMITTED, then a nearest-neighbour query
 // by Lance's own reader.
 func TestDemoVectors(t *testing.T) {
-	testenv.NeedRoot(t)
 	needLanceTools(t)
-	bin := testbin.Steward(t)
-	cmd := exec.Command(bin, "demo", "--rows", "100000", "--vectors", "20000", "--vector-oom-limit", "83886080")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("steward demo: %v\n%s", err, out)
-	}
-	text := string(out)
+	text := runDemoCmd(t, "--rows", "100000", "--vectors", "20000", "--vector-oom-limit", "83886080")
 	for _, want := range []string{
 		"20,000 rows × 128-dim", "ivf-pq-small-memory         CREATE  by_vec       NOT_COMMITTED  INDETERMINATE_AFTER_LAUNCH",
 		"ivf-pq                      CREATE  by_vec       COMMITTED", "nearest 10 neighbours", "listed true, planned true",
@@ -66,4 +50,17 @@ func TestDemoVectors(t *testing.T) {
 	if t.Failed() {
 		t.Log(text)
 	}
+}
+
+// runDemoCmd runs `steward demo` (as root) and returns its output.
+func runDemoCmd(t *testing.T, args ...string) string {
+	t.Helper()
+	testenv.NeedRoot(t)
+	cmd := exec.Command(testbin.Steward(t), append([]string{"demo"}, args...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("steward demo: %v\n%s", err, out)
+	}
+	return string(out)
 }
