@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -338,4 +339,10 @@ func TestLanceConcurrentCommitIsConflict(t *testing.T) {
 	}
 	l.settled()
 	l.noOrphanIndex(path)
+	// A fault the Lance engine does not act out is refused, never run as an unfaulted mutation.
+	p := l.lanceParams(randID("inv-"), path, pinned+1, rpc.OpCreate, "idx_cat", "category", "BITMAP", nil)
+	p.Fault = "hang"
+	if _, err := l.c.Mutate(context.Background(), p); !errors.Is(err, rpc.ErrInvalidParams) {
+		t.Errorf("a fault the engine does not declare: %v", err)
+	}
 }

@@ -58,6 +58,10 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not enabled on this sidecar", rpc.ErrInvalidParams, p.Fault)
 	}
+	if p.Fault != "" && !slices.Contains(eng.decl.Faults, p.Fault) {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not acted out by engine %s (it declares %v)", rpc.ErrInvalidParams, p.Fault, eng.name, eng.decl.Faults)
+	}
 	if err := s.admitStore(ctx, p.Dataset.Store, p.Credentials); err != nil {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err

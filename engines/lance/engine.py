@@ -40,7 +40,9 @@ PARAMS = {
 }
 ENGINE = {"name": "lance", "index_types": list(SCALAR + VECTOR), "settle": "claim-fence",
           "custody": {"prefix_before_build": [t for t in SCALAR + VECTOR if t not in UUID_AFTER_BUILD],
-                      "prefix_after_build": list(UUID_AFTER_BUILD)}}
+                      "prefix_after_build": list(UUID_AFTER_BUILD)},
+          # The test faults this engine acts out (the sidecar refuses others for it).
+          "faults": ["crash_before_commit", "crash_after_commit"]}
 PROP_INV, PROP_KIND = "steward.invocation", "steward.kind"
 
 

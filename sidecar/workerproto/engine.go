@@ -13,7 +13,8 @@ const BuiltinName = "builtin"
 // Builtin is the built-in engine's declaration: the one its worker says in hello, and the one the
 // sidecar lists for it (the sidecar never links the worker, so the declaration lives here).
 func Builtin() Engine {
-	return Engine{Name: BuiltinName, Protocol: Protocol, IndexTypes: []string{rpc.IndexBTree, rpc.IndexBitmap}, Settle: SettleFence}
+	return Engine{Name: BuiltinName, Protocol: Protocol, IndexTypes: []string{rpc.IndexBTree, rpc.IndexBitmap}, Settle: SettleFence,
+		Faults: slices.Clone(Faults)}
 }
 
 // MaxIndexTypes bounds the index types one engine declares.

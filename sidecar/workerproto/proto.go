@@ -109,6 +109,9 @@ type Engine struct {
 	Settle string `json:"settle"`
 	// Custody optionally says when the engine reserves the prefix of an index type's folder.
 	Custody *Custody `json:"custody,omitempty"`
+	// Faults lists the test faults (faults.go) the engine acts out; a sidecar with test faults
+	// refuses any other fault for this engine rather than run a "faulted" mutation that is not.
+	Faults []string `json:"faults,omitempty"`
 }
 
 // Custody lists the index types whose folder prefix is reserved before the build and those
