@@ -129,6 +129,10 @@ func (s *Server) custodySettle(ctx context.Context, engine string, slot custody.
 	if err != nil {
 		return "", err
 	}
+	if e.decl.Settle == rpc.SettleNone {
+		// Its settle is no guarantee: the tickets stay until a person decides.
+		return rpc.OutcomeUnknown, nil
+	}
 	out, err := s.settleIn(ctx, e, workerproto.SettleRequest{InvocationID: slot.Invocation, Dataset: rpc.DatasetRef{Store: slot.Store, Path: slot.Path},
 		PinnedVersion: slot.Pinned, Credentials: creds, DomainReaped: true})
 	if err != nil {

@@ -129,6 +129,9 @@ func (s *Server) confirmCommit(j *job, res rpc.MutateResult) string {
 		}
 		return ""
 	}
+	if j.eng.decl.Settle == rpc.SettleNone {
+		return "engine " + j.eng.name + " declares no settle guarantee: nothing can confirm its commit"
+	}
 	out, err := s.settleIn(ctx, j.eng, workerproto.SettleRequest{InvocationID: j.p.InvocationID, Dataset: j.p.Dataset,
 		PinnedVersion: j.p.PinnedVersion, Credentials: j.p.Credentials, DomainReaped: true})
 	switch {

@@ -1,0 +1,120 @@
+package sidecar_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cba1309c/steward/rpc"
+)
+
+// buildTestEngine builds internal/testengine, a toy engine written against the Go SDK.
+func buildTestEngine(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "testengine")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../internal/testengine")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build testengine: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestEngineRegistry: engines other than the built-in one, registered with --engine and written
+// against the Go SDK. hello lists each with its guarantee; a claimed commit that the engine's own
+// settle does not confirm is INDETERMINATE -23; the prefix the engine reserved is deleted with
+// what it wrote under it; its private TMPDIR is removed; an engine declaring settle none is never
+// settled by index.resolve; an engine that does not start is not registered.
+func TestEngineRegistry(t *testing.T) {
+	bin := buildTestEngine(t)
+	tmp := t.TempDir()
+	t.Cleanup(func() {
+		if left, _ := filepath.Glob(filepath.Join(tmp, "steward-*")); len(left) > 0 {
+			t.Errorf("domain temp dirs left: %v", left)
+		}
+	})
+	// Its own state dir: the loose engine's ticket stays in this journal (a person's to settle),
+	// and no later sidecar of this test process should adopt it.
+	e := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+tmp), "--state-dir", t.TempDir(),
+		"--engine", "toy="+bin+" --settle fence", "--engine", "loose="+bin+" --settle none", "--engine", "broken=/bin/false")
+	got := map[string]string{}
+	for _, eng := range e.c.Info().Engines {
+		got[eng.Name] = eng.Settle + " " + strings.Join(eng.IndexTypes, ",")
+	}
+	if len(got) != 3 || got["builtin"] != "fence BTREE,BITMAP" || got["toy"] != "fence TOY" || got["loose"] != "none TOY" {
+		t.Fatalf("hello engines %v", got)
+	}
+	e.makeDataset("ds", 100)
+	mut := func(engine, claim string) rpc.MutateResult {
+		p := e.params(randID("inv-"), "ds", 1, rpc.OpCreate, "ix", "name", "TOY")
+		p.Engine = engine
+		if claim != "" {
+			p.Index.Params = map[string]string{"claim": claim}
+		}
+		return e.mutate(p)
+	}
+	if res := mut("toy", ""); res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeNotSupported {
+		t.Errorf("toy: %+v", res)
+	}
+	lie := mut("toy", "commit")
+	if lie.Phase != rpc.PhaseIndeterminate || lie.Code != rpc.ReasonUnconfirmedCommit || lie.CommittedVersion != 0 {
+		t.Errorf("a claimed commit the slot does not hold: %+v", lie)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := e.c.Resolve(ctx, rpc.ResolveParams{InvocationID: lie.InvocationID, Engine: "toy", PinnedVersion: 1,
+		Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + e.root}, Path: "ds"}})
+	if err != nil || r.Outcome != rpc.OutcomeNotCommitted {
+		t.Errorf("resolve through the toy's settle: %+v %v", r, err)
+	}
+	loose := mut("loose", "")
+	r, err = e.c.Resolve(ctx, rpc.ResolveParams{InvocationID: loose.InvocationID, Engine: "loose", PinnedVersion: 1,
+		Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + e.root}, Path: "ds"}})
+	if err != nil || r.Outcome != rpc.OutcomeUnknown {
+		t.Errorf("resolve of an engine without a settle guarantee: %+v %v", r, err)
+	}
+	for name, p := range map[string]rpc.MutateParams{
+		"unknown engine": func() rpc.MutateParams {
+			p := e.params("inv-x1", "ds", 1, rpc.OpCreate, "ix", "name", "TOY")
+			p.Engine = "broken"
+			return p
+		}(),
+		"undeclared type": func() rpc.MutateParams {
+			p := e.params("inv-x2", "ds", 1, rpc.OpCreate, "ix", "name", "BTREE")
+			p.Engine = "toy"
+			return p
+		}(),
+		"builtin and TOY": e.params("inv-x3", "ds", 1, rpc.OpCreate, "ix", "name", "TOY"),
+		"undeclared fault": func() rpc.MutateParams {
+			p := e.params("inv-x4", "ds", 1, rpc.OpCreate, "ix", "name", "TOY")
+			p.Engine = "toy"
+			p.Fault = "hang"
+			return p
+		}(),
+	} {
+		if _, err := e.c.Mutate(ctx, p); !errors.Is(err, rpc.ErrInvalidParams) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Custody: the loose engine's tickets stay until a person settles them (its settle is never
+	// trusted); the toy's were abandoned and everything under its prefixes deleted.
+	var st rpc.ObjectsStatusResult
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if err := e.c.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Ledger.PendingDelete == 0 && st.Ledger.Used <= 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(e.root, "ds", "_indices", "toy-*", "*"))
+	t.Logf("ledger after the toy runs: %+v; objects left under toy prefixes: %v", st.Ledger, left)
+	if st.Ledger.PrefixObjectsDeleted != 2 || st.Ledger.Used != 1 || len(left) != 1 || !strings.Contains(left[0], loose.InvocationID) {
+		t.Errorf("want the toy's two prefixes deleted and only the loose engine's kept: %+v, left %v", st.Ledger, left)
+	}
+}
