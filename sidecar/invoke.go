@@ -385,7 +385,11 @@ func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 		default:
 			res.Message = fmt.Sprintf("the worker exited with code %d without a result", out.ExitCode)
 		}
-		res.ObservedLatestVersion = ss.s.observeLatest(ss.j)
+		if ss.j.eng.builtin() {
+			// Only the built-in engine's version chain is one the sidecar reads; for another
+			// engine's format the latest version stays unknown (0).
+			res.ObservedLatestVersion = ss.s.observeLatest(ss.j)
+		}
 	}
 	return res
 }

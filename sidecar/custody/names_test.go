@@ -30,3 +30,24 @@ func TestCheckNames(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordVersions: a built-in engine's record stays version 1 (older sidecars read it); another
+// engine's is version 2, which an older sidecar refuses rather than fence a foreign format.
+func TestRecordVersions(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		v      int
+	}{{"", 1}, {"builtin", 1}, {"lance", 2}} {
+		b, err := record{Path: "p", Pinned: 1, Engine: tc.engine}.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := decodeRecord(b)
+		if err != nil || r.V != tc.v || r.Engine != tc.engine {
+			t.Errorf("engine %q: %+v %v", tc.engine, r, err)
+		}
+	}
+	if _, err := decodeRecord([]byte(`{"v":1,"engine":"lance"}`)); err == nil {
+		t.Error("a version-1 record naming another engine was accepted")
+	}
+}

@@ -20,13 +20,22 @@ type record struct {
 	At     int64  `json:"at_unix_ms"` // when the first reservation arrived
 }
 
-const recordVersion = 1
+// Record versions. A built-in engine's record stays version 1, which every sidecar reads; a
+// record of another engine is version 2, so that a sidecar from before engines refuses it (and
+// keeps the tickets) instead of fencing a foreign format's slot with the built-in engine's fence.
+const (
+	recordVersion       = 1
+	recordVersionEngine = 2
+)
 
 // builtin: the invocation ran on the built-in engine, whose slots custody reads and fences itself.
 func (r record) builtin() bool { return r.Engine == "" || r.Engine == "builtin" }
 
 func (r record) encode() ([]byte, error) {
 	r.V = recordVersion
+	if !r.builtin() {
+		r.V = recordVersionEngine
+	}
 	return json.Marshal(r)
 }
 
@@ -35,8 +44,9 @@ func decodeRecord(b []byte) (record, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return record{}, fmt.Errorf("invocation record: %w", err)
 	}
-	if r.V != recordVersion {
-		return record{}, fmt.Errorf("invocation record version %d, this sidecar reads %d", r.V, recordVersion)
+	switch {
+	case r.V == recordVersion && r.builtin(), r.V == recordVersionEngine && !r.builtin():
+		return r, nil
 	}
-	return r, nil
+	return record{}, fmt.Errorf("invocation record version %d (engine %q), this sidecar reads %d and %d", r.V, r.Engine, recordVersion, recordVersionEngine)
 }
