@@ -133,6 +133,9 @@ func (s *Server) custodySettle(ctx context.Context, engine string, slot custody.
 		// Its settle is no guarantee: the tickets stay until a person decides.
 		return rpc.OutcomeUnknown, nil
 	}
+	if err := s.requireCondWrites(ctx, slot.Store, creds, nil); err != nil {
+		return "", err // a fence on a store that ignores put-if-absent would prove nothing
+	}
 	out, err := s.settleIn(ctx, e, workerproto.SettleRequest{InvocationID: slot.Invocation, Dataset: rpc.DatasetRef{Store: slot.Store, Path: slot.Path},
 		PinnedVersion: slot.Pinned, Credentials: creds, DomainReaped: true})
 	if err != nil {

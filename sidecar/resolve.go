@@ -92,6 +92,11 @@ func (s *Server) resolveThrough(ctx context.Context, e *engine, p rpc.ResolvePar
 		res.Reason = fmt.Sprintf("engine %s declares no settle guarantee: the outcome stays unknown for a person", e.name)
 		return res, nil
 	}
+	// The engine's fence (a Lance claim included) is a put-if-absent too: only on a store that
+	// honours it.
+	if err := s.requireCondWrites(ctx, p.Dataset.Store, p.Credentials, nil); err != nil {
+		return s.unfenceable(res, p.Credentials, err)
+	}
 	out, err := s.settleIn(ctx, e, workerproto.SettleRequest{InvocationID: p.InvocationID, Dataset: p.Dataset,
 		PinnedVersion: p.PinnedVersion, Credentials: p.Credentials})
 	if err != nil {
