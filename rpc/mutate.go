@@ -150,6 +150,9 @@ type MutateParams struct {
 	Fault string `json:"fault,omitempty"`
 	// Engine names the registered engine that runs the mutation; "" is the built-in one.
 	Engine string `json:"engine,omitempty"`
+	// TraceParent is an optional W3C traceparent: echoed in the answer and in $/progress, and
+	// its trace id is on the sidecar's and the worker's log lines of this invocation.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // ValidID reports whether s is a usable invocation, job or owner id: 1-128 bytes of
@@ -163,6 +166,11 @@ func (p MutateParams) Validate() error {
 	}
 	if p.JobID != "" && !ValidID(p.JobID) {
 		return errors.New("job_id must be 1-128 characters of [A-Za-z0-9._:-]")
+	}
+	if p.TraceParent != "" {
+		if err := ValidateTraceParent(p.TraceParent); err != nil {
+			return err
+		}
 	}
 	if p.DeadlineUnixMs <= 0 {
 		return errors.New("deadline_unix_ms is required")
@@ -219,6 +227,7 @@ type MutateResult struct {
 	PeakMemoryBytes  int64  `json:"peak_memory_bytes"`
 	OOMKilled        bool   `json:"oom_killed"`
 	Signal           string `json:"signal,omitempty"`
+	TraceParent      string `json:"traceparent,omitempty"` // the request's, echoed
 }
 
 // ResolveParams are the params of index.resolve.
@@ -331,4 +340,5 @@ type ProgressParams struct {
 	Stage        string `json:"stage"` // e.g. "build", "upload", "commit"
 	Done         int64  `json:"done"`
 	Total        int64  `json:"total"`
+	TraceParent  string `json:"traceparent,omitempty"` // the mutation's, if it had one
 }

@@ -188,10 +188,10 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 			}
 		}()
 	}()
-	w.logw.bind(j.p.InvocationID, j.p.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
-	s.log.Info("worker assigned", "invocation", j.p.InvocationID, "domain", w.dom.ID(), "prestarted", w == spare)
+	w.logw.bind(j.p.InvocationID, rpc.TraceID(j.p.TraceParent), j.p.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
+	s.jobLog(j).Info("worker assigned", "domain", w.dom.ID(), "prestarted", w == spare)
 	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir,
-		progress: newProgressSender(j.peer, j.p.InvocationID)}
+		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent)}
 	defer ss.progress.stop()
 	ss.run()
 	out := ss.teardown()

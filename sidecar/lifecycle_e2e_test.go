@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -156,5 +157,49 @@ func TestHelloReportsOwnCgroups(t *testing.T) {
 		if domains != 1 {
 			t.Errorf("%s holds %d domains, want the one spare", dir, domains)
 		}
+	}
+}
+
+// TestTraceParentCrossesTheBoundary: a mutation's W3C traceparent comes back in its answer and
+// in every $/progress, and its trace id is on the sidecar's log lines of the invocation; a
+// malformed one is refused at receive (-32602).
+func TestTraceParentCrossesTheBoundary(t *testing.T) {
+	e := newSidecar(t)
+	e.makeDataset("trace", 50000)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	p := e.params(randID("inv-"), "trace", 1, rpc.OpCreate, "ix", "id", rpc.IndexBTree)
+	p.TraceParent = tp
+	res := e.mutate(p)
+	expect(t, res, rpc.PhaseNativeReturn, rpc.NativeOK)
+	if res.TraceParent != tp {
+		t.Fatalf("answer traceparent %q, want %q", res.TraceParent, tp)
+	}
+	e.mu.Lock()
+	var mine int
+	for _, pr := range e.progress {
+		if pr.InvocationID == p.InvocationID {
+			mine++
+			if pr.TraceParent != tp {
+				t.Errorf("$/progress without the traceparent: %+v", pr)
+			}
+		}
+	}
+	e.mu.Unlock()
+	if mine == 0 {
+		t.Fatal("no $/progress for the traced mutation")
+	}
+	traced := 0
+	for _, line := range strings.Split(e.logs.String(), "\n") {
+		if strings.Contains(line, p.InvocationID) && strings.Contains(line, `"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`) {
+			traced++
+		}
+	}
+	if traced == 0 {
+		t.Fatalf("no sidecar log line of %s carries its trace id", p.InvocationID)
+	}
+	bad := e.params(randID("inv-"), "trace", 1, rpc.OpCreate, "ix2", "id", rpc.IndexBTree)
+	bad.TraceParent = "00-not-a-trace-01"
+	if _, err := e.c.Mutate(context.Background(), bad); !errors.Is(err, rpc.ErrInvalidParams) {
+		t.Fatalf("malformed traceparent: want -32602, got %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/hashicorp/go-hclog"
 )
 
 // job is one admitted mutation on its way through the queue and an executor.
@@ -130,7 +131,7 @@ func shuttingDown() rpc.MutateResult {
 
 // answer settles the job's custody from its answer and hands the answer to the waiting call.
 func (s *Server) answer(j *job, res rpc.MutateResult) {
-	res.InvocationID, res.Epoch = j.p.InvocationID, s.epoch
+	res.InvocationID, res.Epoch, res.TraceParent = j.p.InvocationID, s.epoch, j.p.TraceParent
 	s.settleCustody(j, res)
 	s.metrics.observeMutation(res, time.Since(j.received))
 	j.done <- res
@@ -194,4 +195,14 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// jobLog is the sidecar's logger for one invocation's lines: its id, and its trace id when the
+// host sent a traceparent.
+func (s *Server) jobLog(j *job) hclog.Logger {
+	l := s.log.With("invocation", j.p.InvocationID)
+	if id := rpc.TraceID(j.p.TraceParent); id != "" {
+		l = l.With("trace_id", id)
+	}
+	return l
 }

@@ -36,7 +36,7 @@ func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.Settle
 	if err != nil {
 		return workerproto.Settled{}, fmt.Errorf("%w: launch: %w", errSettleFailed, err)
 	}
-	w.logw.bind(req.InvocationID, req.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
+	w.logw.bind(req.InvocationID, "", req.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
 	defer func() {
 		// Whatever happened, the domain goes down before the answer is used.
 		kctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)

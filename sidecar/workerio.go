@@ -32,10 +32,13 @@ func newWorkerLog(log hclog.Logger) *workerLog { return &workerLog{log: log} }
 
 // bind names the invocation a (possibly pre-started) worker now serves and the credentials to
 // redact from its lines: the call's own and any the sidecar handed the worker (extra).
-func (w *workerLog) bind(invocation string, creds *rpc.Credentials, extra ...string) {
+func (w *workerLog) bind(invocation, traceID string, creds *rpc.Credentials, extra ...string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.log = w.log.With("invocation", invocation)
+	if traceID != "" {
+		w.log = w.log.With("trace_id", traceID)
+	}
 	w.secrets = append([]string(nil), extra...)
 	if creds != nil {
 		w.secrets = append(w.secrets, creds.SecretKey, creds.AccessKey, creds.SessionToken)
@@ -89,6 +92,7 @@ func (s *Server) sanitize(j *job, msg string) string { return s.sanitizeCreds(j.
 type progressSender struct {
 	peer   *rpc.Peer
 	inv    string
+	trace  string // the mutation's traceparent, carried on every notification
 	mu     sync.Mutex
 	latest *rpc.ProgressParams
 	wake   chan struct{}
@@ -96,15 +100,15 @@ type progressSender struct {
 	done   chan struct{}
 }
 
-func newProgressSender(peer *rpc.Peer, inv string) *progressSender {
-	p := &progressSender{peer: peer, inv: inv, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+func newProgressSender(peer *rpc.Peer, inv, traceParent string) *progressSender {
+	p := &progressSender{peer: peer, inv: inv, trace: traceParent, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go p.loop()
 	return p
 }
 
 func (p *progressSender) send(stage string, done, total int64) {
 	p.mu.Lock()
-	p.latest = &rpc.ProgressParams{InvocationID: p.inv, Stage: stage, Done: done, Total: total}
+	p.latest = &rpc.ProgressParams{InvocationID: p.inv, Stage: stage, Done: done, Total: total, TraceParent: p.trace}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:

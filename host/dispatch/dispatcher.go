@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sort"
@@ -142,6 +143,10 @@ type Request struct {
 	Fault string
 	// Engine is the registered engine to run the job on ("" = the built-in one).
 	Engine string
+	// TraceParent is the W3C traceparent of the host's work this job belongs to (its SQL
+	// statement, say); every send carries it to the sidecar, whose answer, progress and log
+	// lines (and the worker's) then name its trace id. "" = the dispatcher starts a new trace.
+	TraceParent string
 }
 
 // Submit admits a job as PENDING, or rejects it with ErrDisabled, ErrNameBusy, ErrDatasetQuota,
@@ -184,10 +189,14 @@ func (d *Dispatcher) newJob(r Request) (Job, error) {
 		}
 		r.ID = id.String()
 	}
+	if r.TraceParent == "" {
+		r.TraceParent = newTraceParent()
+	}
 	p := rpc.MutateParams{
 		InvocationID: "validate", JobID: r.ID, DeadlineUnixMs: 1, Dataset: r.Dataset,
 		PinnedVersion: r.AdmittedVersion, Op: r.Op, Index: r.Index, IfNotExists: r.IfNotExists,
 		IfExists: r.IfExists, Schema: r.Schema, Limits: r.Limits, Fault: r.Fault, Engine: r.Engine,
+		TraceParent: r.TraceParent,
 	}
 	if err := p.Validate(); err != nil {
 		return Job{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
@@ -199,7 +208,7 @@ func (d *Dispatcher) newJob(r Request) (Job, error) {
 	j := Job{
 		ID: r.ID, Dataset: r.Dataset, Op: r.Op, Index: r.Index, AdmittedVersion: r.AdmittedVersion,
 		IfNotExists: r.IfNotExists, IfExists: r.IfExists, Schema: r.Schema, Limits: r.Limits,
-		Fault: r.Fault, Engine: r.Engine, ExecuteDeadline: r.ExecuteDeadline, State: StatePending, SlotHeld: true,
+		Fault: r.Fault, Engine: r.Engine, TraceParent: r.TraceParent, ExecuteDeadline: r.ExecuteDeadline, State: StatePending, SlotHeld: true,
 		Refresh: RefreshNotRequired, Created: now,
 	}
 	j.record(now, EventSubmit, "", "")
@@ -408,4 +417,12 @@ func ForceRelease(s Store, id, by, reason string, at time.Time) (Job, error) {
 		return tx.Put(&j)
 	})
 	return j, err
+}
+
+// newTraceParent starts a W3C trace for a job the host gave none: a random trace id and parent
+// id, sampled.
+func newTraceParent() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("00-%x-%x-01", b[:16], b[16:])
 }

@@ -460,3 +460,38 @@ func TestRefreshHistoryBounded(t *testing.T) {
 		t.Fatalf("%d refresh entries of %d; first %s %s", n, len(j.History), j.History[0].Event, j.History[1].Event)
 	}
 }
+
+// TestTraceParentPassed: a job carries the host's traceparent to its send, or a new trace of
+// the dispatcher's own; a malformed one is refused at submit.
+func TestTraceParentPassed(t *testing.T) {
+	noLeaks(t)
+	e := newEnv(t, nil)
+	f := newFake()
+	e.d.AddSidecar("n1", f)
+	r := fakeRequest("traced")
+	r.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	j := e.submit(r)
+	e.waitJob(j.ID, "answered", func(j Job) bool { return j.Result != nil })
+	r2 := fakeRequest("untraced")
+	j2 := e.submit(r2)
+	e.waitJob(j2.ID, "answered", func(j Job) bool { return j.Result != nil })
+	f.mu.Lock()
+	sends := append([]rpc.MutateParams(nil), f.sends...)
+	f.mu.Unlock()
+	byJob := map[string]string{}
+	for _, p := range sends {
+		byJob[p.JobID] = p.TraceParent
+	}
+	if byJob[j.ID] != r.TraceParent {
+		t.Fatalf("the host's traceparent was not sent: %q", byJob[j.ID])
+	}
+	if err := rpc.ValidateTraceParent(byJob[j2.ID]); err != nil || byJob[j2.ID] == byJob[j.ID] {
+		t.Fatalf("a job without a traceparent was sent %q (%v)", byJob[j2.ID], err)
+	}
+	bad := fakeRequest("bad")
+	bad.TraceParent = "00-zz-01"
+	if _, err := e.d.Submit(context.Background(), bad); !errors.Is(err, ErrInvalidJob) {
+		t.Fatalf("malformed traceparent: %v", err)
+	}
+	e.close()
+}

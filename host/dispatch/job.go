@@ -131,6 +131,8 @@ type Job struct {
 	// Engine is the registered engine that runs the job ("" = the built-in one); its settle
 	// guarantee in the sidecar's hello decides whether UNKNOWN is settled by index.resolve.
 	Engine string `json:"engine,omitempty"`
+	// TraceParent is the job's W3C traceparent, carried by every send.
+	TraceParent string `json:"traceparent,omitempty"`
 	// ExecuteDeadline overrides Config.ExecuteDeadline for this job (0: the default).
 	ExecuteDeadline time.Duration `json:"execute_deadline_ns,omitempty"`
 

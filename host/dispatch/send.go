@@ -134,7 +134,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 		InvocationID: inv, JobID: j.ID, DeadlineUnixMs: deadline.UnixMilli(), Dataset: j.Dataset,
 		PinnedVersion: j.AdmittedVersion, Op: j.Op, Index: j.Index, IfNotExists: j.IfNotExists,
 		IfExists: j.IfExists, Schema: j.Schema, Credentials: creds, Limits: j.Limits, Fault: j.Fault,
-		Engine: j.Engine,
+		Engine: j.Engine, TraceParent: j.TraceParent,
 	}
 	c := &call{jobID: j.ID, invocation: inv, op: j.Op, sidecar: e, budget: budget}
 	d.mu.Lock()
