@@ -12,8 +12,10 @@ RELEASE_PLATFORMS := linux/amd64 linux/arm64
 # Fuzz targets run briefly in `make test`; FUZZTIME=1m for a longer look.
 FUZZTIME ?= 5s
 BENCH_ROWS ?= 10000000
+# make bench BENCH_ROUNDS=3: three interleaved rounds, each ratio the median of its rounds.
+BENCH_ROUNDS ?= 1
 
-.PHONY: all build release run test unit fuzz bench minio etcd lance clean
+.PHONY: all build release run test unit fuzz bench bench-round minio etcd lance clean
 
 all: build
 
@@ -81,6 +83,16 @@ fuzz:
 # (default 10M rows, generated once into $$TMPDIR/steward-bench).
 bench: minio etcd build
 	@rm -f bench.out
+	@for round in $$(seq 1 $(BENCH_ROUNDS)); do \
+	  echo "# bench round $$round of $(BENCH_ROUNDS)"; \
+	  $(MAKE) --no-print-directory bench-round || exit 1; \
+	done
+	@echo
+	@$(GO) run ./scripts/benchtable < bench.out
+
+# One round of every benchmark, appended to bench.out (make bench runs BENCH_ROUNDS of them,
+# interleaved, and benchtable keeps each ratio's median round).
+bench-round:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./host/ 2>/dev/null | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench JobLifecycle -benchtime 300x -count 1 ./host/dispatch/ | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./isolation/ | tee -a bench.out
@@ -88,8 +100,6 @@ bench: minio etcd build
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'TicketMemory|CleanupThroughput|Reserve' -count 1 -timeout 30m ./storage/ledger/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'UploadPath' -benchtime 200x -count 1 -timeout 30m ./storage/ledger/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 STEWARD_BENCH_ROWS=$(BENCH_ROWS) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./storage/dataset/ | tee -a bench.out
-	@echo
-	@$(GO) run ./scripts/benchtable < bench.out
 
 clean:
 	rm -rf bin dist

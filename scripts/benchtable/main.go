@@ -162,15 +162,118 @@ func (r results) jobLifecycle() []row {
 func main() {
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	rows := parse(sc).rows()
+	rows, n := medianRows(parseRounds(sc))
 	if len(rows) == 0 {
 		fmt.Fprintln(os.Stderr, "benchtable: no benchmark results on stdin")
 		os.Exit(1)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "HEADLINE\tFIGURE\tBASELINE (same run)\tRATIO\tGOAL")
+	head := "RATIO"
+	if n > 1 {
+		head = fmt.Sprintf("RATIO (median of %d rounds)", n)
+	}
+	fmt.Fprintf(tw, "HEADLINE\tFIGURE\tBASELINE (same run)\t%s\tGOAL\tVERDICT\n", head)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.headline, r.figure, r.baseline, r.ratio, r.goal)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.headline, r.figure, r.baseline, r.ratio, r.goal, verdict(r.ratio, r.goal))
 	}
 	tw.Flush()
+}
+
+// parseRounds splits concatenated benchmark output into rounds: a benchmark seen again starts
+// the next round (`make bench BENCH_ROUNDS=N` runs the whole suite N times, interleaved, so
+// each round's figures share their baseline's conditions).
+func parseRounds(sc *bufio.Scanner) []results {
+	var rounds []results
+	cur := results{}
+	for sc.Scan() {
+		m := line.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		name := strings.TrimPrefix(m[1], "Benchmark")
+		if _, seen := cur[name]; seen {
+			rounds, cur = append(rounds, cur), results{}
+		}
+		one := parse(bufio.NewScanner(strings.NewReader(sc.Text())))
+		cur[name] = one[name]
+	}
+	if len(cur) > 0 {
+		rounds = append(rounds, cur)
+	}
+	return rounds
+}
+
+// medianRows computes each round's rows and keeps, for every row, the round whose ratio is the
+// median (rows are matched by headline and position; the figure shown is that round's).
+func medianRows(rounds []results) ([]row, int) {
+	if len(rounds) == 0 {
+		return nil, 0
+	}
+	type key struct {
+		headline string
+		nth      int
+	}
+	by := map[key][]row{}
+	var order []key
+	for _, rd := range rounds {
+		seen := map[string]int{}
+		for _, r := range rd.rows() {
+			k := key{r.headline, seen[r.headline]}
+			seen[r.headline]++
+			if _, ok := by[k]; !ok {
+				order = append(order, k)
+			}
+			by[k] = append(by[k], r)
+		}
+	}
+	out := make([]row, 0, len(order))
+	for _, k := range order {
+		rs := by[k]
+		sort.SliceStable(rs, func(i, j int) bool {
+			a, _ := number(rs[i].ratio)
+			b, _ := number(rs[j].ratio)
+			return a < b
+		})
+		out = append(out, rs[len(rs)/2])
+	}
+	return out, len(rounds)
+}
+
+var numberRE = regexp.MustCompile(`[-+]?[0-9]+(\.[0-9]+)?`)
+
+// number reads the first number of a ratio or goal cell ("1.26×", "+3.3%", "143× faster").
+func number(s string) (float64, bool) {
+	m := numberRE.FindString(s)
+	if m == "" {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(m, 64)
+	return v, err == nil
+}
+
+// verdict compares a ratio with its goal ("≤ 1.5×", "≥ 100×", "≤ +1%", "< 1×"): "ok", "MISS",
+// or "" when the goal is not a bound ("—").
+func verdict(ratio, goal string) string {
+	v, ok1 := number(ratio)
+	g, ok2 := number(goal)
+	if !ok1 || !ok2 {
+		return ""
+	}
+	var met bool
+	switch {
+	case strings.HasPrefix(goal, "≤"):
+		met = v <= g
+	case strings.HasPrefix(goal, "≥"):
+		met = v >= g
+	case strings.HasPrefix(goal, "<"):
+		met = v < g
+	case strings.HasPrefix(goal, ">"):
+		met = v > g
+	default:
+		return ""
+	}
+	if met {
+		return "ok"
+	}
+	return "MISS"
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -37,5 +38,30 @@ BenchmarkJobLifecycle/etcd-2         	     300	   5031935 ns/op	       198.7 job
 	}
 	if len(rows) != len(want) {
 		t.Errorf("%d rows, want %d: %+v", len(rows), len(want), rows)
+	}
+}
+
+func TestVerdicts(t *testing.T) {
+	for _, tc := range []struct{ ratio, goal, want string }{
+		{"1.26×", "≤ 1.2×", "MISS"}, {"0.81×", "≤ 1.3×", "ok"}, {"143× faster", "≥ 100×", "ok"},
+		{"+3.3%", "≤ +1%", "MISS"}, {"+0.2%", "≤ +1%", "ok"}, {"0.49×", "< 1×", "ok"}, {"0.54×", "—", ""},
+	} {
+		if got := verdict(tc.ratio, tc.goal); got != tc.want {
+			t.Errorf("verdict(%q, %q) = %q, want %q", tc.ratio, tc.goal, got, tc.want)
+		}
+	}
+}
+
+// TestMedianOfRounds: the same benchmarks three times make three rounds; each row keeps the
+// round with the median ratio, computed within its round.
+func TestMedianOfRounds(t *testing.T) {
+	round := func(hello, raw int) string {
+		return "BenchmarkRoundTrip/stdio/raw-echo/inflight=1-2  100  " + strconv.Itoa(raw) + " ns/op\n" +
+			"BenchmarkRoundTrip/stdio/steward-hello/inflight=1-2  100  " + strconv.Itoa(hello) + " ns/op\n"
+	}
+	in := round(300, 100) + round(110, 100) + round(150, 100) // ratios 3.0, 1.1, 1.5 → median 1.5
+	rows, n := medianRows(parseRounds(bufio.NewScanner(strings.NewReader(in))))
+	if n != 3 || len(rows) != 1 || rows[0].ratio != "1.50×" {
+		t.Fatalf("%d rounds, rows %+v", n, rows)
 	}
 }
