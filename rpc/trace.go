@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// ErrTraceParent: a traceparent that is not a W3C Trace Context header value.
+// errTraceParent: a traceparent that is not a W3C Trace Context header value.
 var errTraceParent = errors.New(`traceparent must be a W3C Trace Context value "00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>" (lowercase, ids not all zero)`)
 
 // ValidateTraceParent checks a W3C traceparent (https://www.w3.org/TR/trace-context/#traceparent-header):
