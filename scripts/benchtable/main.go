@@ -22,20 +22,28 @@ var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 func parse(sc *bufio.Scanner) results {
 	r := results{}
 	for sc.Scan() {
-		m := line.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
+		if name, metrics, ok := parseLine(sc.Text()); ok {
+			r[name] = metrics
 		}
-		metrics := map[string]float64{}
-		f := strings.Fields(m[2])
-		for i := 0; i+1 < len(f); i += 2 {
-			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
-				metrics[f[i+1]] = v
-			}
-		}
-		r[strings.TrimPrefix(m[1], "Benchmark")] = metrics
 	}
 	return r
+}
+
+// parseLine reads one benchmark result line: its name (without "Benchmark" and the -GOMAXPROCS
+// suffix) and its metrics by unit.
+func parseLine(text string) (string, map[string]float64, bool) {
+	m := line.FindStringSubmatch(text)
+	if m == nil {
+		return "", nil, false
+	}
+	metrics := map[string]float64{}
+	f := strings.Fields(m[2])
+	for i := 0; i+1 < len(f); i += 2 {
+		if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+			metrics[f[i+1]] = v
+		}
+	}
+	return strings.TrimPrefix(m[1], "Benchmark"), metrics, true
 }
 
 type row struct{ headline, figure, baseline, ratio, goal string }
@@ -186,16 +194,14 @@ func parseRounds(sc *bufio.Scanner) []results {
 	var rounds []results
 	cur := results{}
 	for sc.Scan() {
-		m := line.FindStringSubmatch(sc.Text())
-		if m == nil {
+		name, metrics, ok := parseLine(sc.Text())
+		if !ok {
 			continue
 		}
-		name := strings.TrimPrefix(m[1], "Benchmark")
 		if _, seen := cur[name]; seen {
 			rounds, cur = append(rounds, cur), results{}
 		}
-		one := parse(bufio.NewScanner(strings.NewReader(sc.Text())))
-		cur[name] = one[name]
+		cur[name] = metrics
 	}
 	if len(cur) > 0 {
 		rounds = append(rounds, cur)
