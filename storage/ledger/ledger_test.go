@@ -65,9 +65,10 @@ func TestReserveAcceptAbandon(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			local := storagetest.NewLocal(t)
-			l := openLedger(t, ledger.Config{Stores: stores(map[string]storage.Store{"s": local, "t": local})}, false)
+			held := &heldStore{Store: storagetest.NewLocal(t), release: make(chan struct{})}
+			l := openLedger(t, ledger.Config{Stores: stores(map[string]storage.Store{"s": held, "t": held})}, false)
 			err := tc.run(t, l)
+			close(held.release)
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
@@ -80,6 +81,22 @@ func TestReserveAcceptAbandon(t *testing.T) {
 			}
 		})
 	}
+}
+
+// heldStore keeps the cleanup worker's deletes waiting until release closes, so a name being
+// deleted is still being deleted when a test looks at it (the worker is otherwise free to finish
+// first, and the test would race it).
+type heldStore struct {
+	storage.Store
+	release chan struct{}
+}
+
+func (h *heldStore) DeleteBatch(ctx context.Context, keys []string) []storage.DeleteResult {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+	}
+	return h.Store.DeleteBatch(ctx, keys)
 }
 
 func TestStatusAndTickets(t *testing.T) {
