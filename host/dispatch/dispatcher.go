@@ -36,6 +36,7 @@ type Dispatcher struct {
 	byEpoch   map[string]*sidecarEntry // epoch → sidecar, kept after replacement until it exits
 	inflight  map[string]*call         // job id → its send
 	resolveAt map[string]time.Time     // job id → last index.resolve attempt (memory only)
+	unsent    map[string]unsentNote    // job id → its journaled invocation this dispatcher never sent (unsent.go)
 	closed    bool
 
 	ctx    context.Context // cancelled by Close: abandons calls in flight
@@ -69,7 +70,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
 		sidecars: map[string]*sidecarEntry{}, byEpoch: map[string]*sidecarEntry{},
-		inflight: map[string]*call{}, resolveAt: map[string]time.Time{},
+		inflight: map[string]*call{}, resolveAt: map[string]time.Time{}, unsent: map[string]unsentNote{},
 		ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
 	}
 	d.cluster, _ = cfg.Store.(Cluster)

@@ -11,7 +11,9 @@
 // Separately from its outcome, a job holds a slot (the same-name fence and the quotas) for as long
 // as a worker might still be running for it: the slot is released by an answer from the sidecar
 // (which answers only after its worker's domain is dead), by a refusal at receive, by proof that
-// the recorded sidecar epoch is gone, or by force-release. A deadline never releases it.
+// the recorded sidecar epoch is gone, by this dispatcher's knowledge that it journaled the send
+// and never made it (unsent.go: the job is then NOT_COMMITTED), or by force-release. A deadline
+// never releases it.
 //
 // On a shared journal each node sends only through its own sidecars, and journals a send only in
 // the transaction that proves its claim (lease) still holds. A node that dies or is cut off

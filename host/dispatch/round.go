@@ -11,6 +11,7 @@ import (
 
 // RoundStats counts what one round did.
 type RoundStats struct {
+	Unsent     int // jobs journaled RUNNING that this dispatcher never sent: NOT_COMMITTED, slot released
 	Expired    int // RUNNING jobs turned UNKNOWN by the deadline sweep
 	Freed      int // slots released because the recorded sidecar epoch is gone (or, on a shared store, its node)
 	Resolved   int // UNKNOWN jobs settled by index.resolve
@@ -19,9 +20,10 @@ type RoundStats struct {
 	Pruned     int // finished jobs deleted (see Config.PruneAge)
 }
 
-// Round runs one dispatcher round, in a fixed order: deadline sweep, possible-live sweep, resolve
-// driver, vanished-node sweep (shared store only), refresh driver, PENDING dispatch, and at most every Config.PruneInterval the pruning of
-// finished jobs. Sends are started and not waited for; their answers
+// Round runs one dispatcher round, in a fixed order: unsent sweep (sends journaled and never made,
+// unsent.go), deadline sweep, possible-live sweep, resolve driver, vanished-node sweep (shared
+// store only), refresh driver, PENDING dispatch, and at most every Config.PruneInterval the
+// pruning of finished jobs. Sends are started and not waited for; their answers
 // are journaled when they arrive. A round with nothing to do writes nothing to the store.
 func (d *Dispatcher) Round(ctx context.Context) (RoundStats, error) {
 	d.roundMu.Lock()
@@ -34,7 +36,7 @@ func (d *Dispatcher) Round(ctx context.Context) (RoundStats, error) {
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)() // Close cuts a round's resolve and refresh calls short
 	steps := []func(context.Context, *RoundStats) error{
-		d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.sweepNodes, d.driveRefresh, d.dispatchPending, d.prune,
+		d.sweepUnsent, d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.sweepNodes, d.driveRefresh, d.dispatchPending, d.prune,
 	}
 	for _, step := range steps {
 		if err := step(ctx, &st); err != nil {

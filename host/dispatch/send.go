@@ -83,11 +83,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 		}
 		creds = c
 	}
-	id, err := uuid.NewV7()
+	u, err := uuid.NewV7()
 	if err != nil {
 		return false, err
 	}
-	inv := id.String()
+	inv := u.String()
 	now := d.cfg.Now()
 	budget := d.cfg.ExecuteDeadline
 	if j.ExecuteDeadline > 0 {
@@ -100,7 +100,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 		node, claim = d.cluster.Node()
 	}
 	// On a shared store this commit also proves that the node still holds claim.
-	j, changed, err := d.modify(j.ID, func(x *Job) bool {
+	id := j.ID
+	j, changed, err := d.modify(id, func(x *Job) bool {
 		if x.State != StatePending {
 			return false
 		}
@@ -114,20 +115,27 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 		return true
 	})
 	if errors.Is(err, ErrClaimLost) {
-		d.log.Warn("node claim lost; job stays PENDING, nothing sent", "job", j.ID, "error", err)
+		d.log.Warn("node claim lost; job stays PENDING, nothing sent", "job", id, "error", err)
 		return false, nil
 	}
-	if err != nil || !changed {
+	if err != nil {
+		// A shared store can fail after the commit landed: the record may be RUNNING with inv.
+		d.noteUnsent(id, inv, "journaling RUNNING failed: "+err.Error())
 		return false, err
 	}
-	// Recheck: the record is ours and the sidecar is the one journaled. Otherwise the job stays
-	// RUNNING unsent; the sweeps turn it UNKNOWN and index.resolve fences it. Never a resend.
+	if !changed {
+		return false, nil
+	}
+	// Recheck: the record is ours and the sidecar is the one journaled. Otherwise nothing is sent
+	// (never a resend), and the record is journaled as never sent.
 	cur, err := Get(d.store, j.ID)
 	if err != nil {
+		d.noteUnsent(j.ID, inv, "recheck failed: "+err.Error())
 		return false, err
 	}
 	if cur.State != StateRunning || cur.InvocationID != inv || exited(e.sc) || e.sc.Epoch() != e.epoch {
 		d.log.Warn("recheck failed after journaling RUNNING; not sending", "job", j.ID, "invocation", inv)
+		d.noteUnsent(j.ID, inv, fmt.Sprintf("recheck failed: job %s invocation %s, sidecar %s exited %t", cur.State, cur.InvocationID, e.name, exited(e.sc)))
 		return false, nil
 	}
 	p := rpc.MutateParams{
