@@ -28,8 +28,10 @@ type Config struct {
 	// sidecar's kill budget (clock skew + term grace + reap bound, 22s by default) plus a runnable
 	// window, or the sidecar refuses the call at receive. Default 10m.
 	ExecuteDeadline time.Duration
-	// AnswerGrace is how long past the deadline the dispatcher still waits for an answer before it
-	// abandons the call (the job is UNKNOWN by then; a late answer still settles it). Default 30s.
+	// AnswerGrace is how long past the deadline a call may stay unanswered before the job is
+	// journaled overdue (the job is UNKNOWN by then). The dispatcher keeps waiting after that:
+	// only the answer (or the sidecar's exit) frees the slot and the call's in-flight place, and a
+	// late answer still settles the job. Default 30s.
 	AnswerGrace time.Duration
 	// MaxPerRound caps the sends a round starts, and separately the resolves it tries. Default 8.
 	MaxPerRound int

@@ -48,6 +48,7 @@ const (
 	EventDispatch     = "dispatch"      // journaled RUNNING before the send
 	EventAnswer       = "answer"        // the sidecar answered (result or refusal) or the call failed
 	EventDeadline     = "deadline"      // the deadline passed with no answer
+	EventOverdue      = "overdue"       // no answer by the deadline + AnswerGrace; still waited for
 	EventUnsent       = "unsent"        // journaled RUNNING, then never sent: NOT_COMMITTED, slot released
 	EventEpochGone    = "epoch-gone"    // the recorded sidecar epoch is gone: slot released
 	EventNodeGone     = "node-gone"     // settled, and no live node announces its epoch: slot released

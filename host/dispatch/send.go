@@ -154,13 +154,17 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 	return true, nil
 }
 
-// send makes the one call and journals its answer. The call's own bound is the execute deadline
-// plus AnswerGrace, on the monotonic clock.
+// send makes the one call and journals its answer. It waits for the answer for as long as the
+// connection lives (Close abandons it): a sidecar answers every call it received, once the
+// worker's domain is dead, and that answer is what frees the slot. A call that gave up at a bound
+// would drop an answer that is merely late — a host stopped (SIGSTOP, a VM pause) past the bound
+// finds it buffered on resume — and leave the slot held for as long as the sidecar lives. Past the
+// execute deadline plus AnswerGrace (monotonic clock) the job is journaled overdue, once.
 func (d *Dispatcher) send(c *call, p rpc.MutateParams) {
 	defer d.wg.Done()
-	ctx, cancel := context.WithTimeout(d.ctx, c.budget+d.cfg.AnswerGrace)
-	res, err := c.sidecar.sc.Mutate(ctx, p)
-	cancel()
+	stop := d.watchOverdue(c)
+	res, err := c.sidecar.sc.Mutate(d.ctx, p)
+	stop()
 	abandoned := d.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 	if !abandoned {
 		d.journalAnswer(c, res, err)
@@ -170,6 +174,51 @@ func (d *Dispatcher) send(c *call, p rpc.MutateParams) {
 	c.sidecar.inflight--
 	d.mu.Unlock()
 	d.kickRound()
+}
+
+// watchOverdue journals call c overdue once its execute deadline plus AnswerGrace has passed
+// without an answer. The returned stop ends the watch and waits for it, so an overdue entry never
+// follows the answer's.
+func (d *Dispatcher) watchOverdue(c *call) (stop func()) {
+	answered, done := make(chan struct{}), make(chan struct{})
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer close(done)
+		t := time.NewTimer(c.budget + d.cfg.AnswerGrace)
+		defer t.Stop()
+		select {
+		case <-answered:
+		case <-d.ctx.Done():
+		case <-t.C:
+			d.journalOverdue(c)
+		}
+	}()
+	return func() {
+		close(answered)
+		<-done
+	}
+}
+
+// journalOverdue records that call c is still unanswered past its deadline plus AnswerGrace.
+// Nothing else changes: the deadline sweep has made the job UNKNOWN, and the slot waits for the
+// answer or the sidecar's exit.
+func (d *Dispatcher) journalOverdue(c *call) {
+	now := d.cfg.Now()
+	_, changed, err := d.modify(c.jobID, func(j *Job) bool {
+		if j.InvocationID != c.invocation || j.hasEvent(EventAnswer) || j.hasEvent(EventOverdue) {
+			return false
+		}
+		j.record(now, EventOverdue, j.State, fmt.Sprintf("no answer from sidecar %s %s past the deadline; still waiting for it",
+			c.sidecar.name, d.cfg.AnswerGrace))
+		return true
+	})
+	switch {
+	case err != nil:
+		d.log.Warn("cannot journal an overdue call; still waiting for its answer", "job", c.jobID, "invocation", c.invocation, "error", err)
+	case changed:
+		d.log.Warn("call overdue; still waiting for its answer", "job", c.jobID, "invocation", c.invocation, "sidecar", c.sidecar.name)
+	}
 }
 
 // answerRetryBound bounds the retries of journaling one answer after the store failed.
