@@ -12,6 +12,10 @@ var (
 	// reserved; the caller must not upload. Work already owned is unaffected.
 	ErrCapacity = errors.New("ledger: capacity exhausted")
 
+	// ErrQuota: the reservation would take its owner past the quota it was reserved under
+	// (ReserveWithin). Nothing was reserved; the owner's other tickets are unaffected.
+	ErrQuota = errors.New("ledger: owner's ticket quota exhausted")
+
 	// ErrNameOwned: another owner (or the cleanup worker) holds a ticket for the name.
 	// Nothing was reserved.
 	ErrNameOwned = errors.New("ledger: name owned by another owner")

@@ -90,6 +90,7 @@ type Ledger struct {
 type counters struct {
 	highWater         int
 	admissionFailures uint64
+	quotaRefusals     uint64
 	deleteFailures    uint64
 	deleted           uint64
 
@@ -164,7 +165,16 @@ func (l *Ledger) Reserve(ctx context.Context, owner Owner, store string, keys []
 // committed) can never be missing while its tickets exist, nor outlive them. An owner that
 // already has a note keeps it; nil adds none.
 func (l *Ledger) ReserveNoted(ctx context.Context, owner Owner, note []byte, store string, keys []string) error {
-	p, err := l.reserveAsync(ctx, owner, note, store, keys)
+	return l.ReserveWithin(ctx, owner, 0, note, store, keys)
+}
+
+// ReserveWithin is ReserveNoted for an owner bounded to quota tickets held at once (its held
+// names, offered ones included; abandoned names awaiting deletion do not count): a reservation
+// whose new names would take the owner past quota is refused with ErrQuota, all or nothing, and
+// counted in Stats.QuotaRefusals. quota <= 0 is no bound. The ledger's capacity applies too, so
+// one owner can never take what the others need.
+func (l *Ledger) ReserveWithin(ctx context.Context, owner Owner, quota int, note []byte, store string, keys []string) error {
+	p, err := l.reserveAsync(ctx, owner, quota, note, store, keys)
 	if err != nil {
 		return err
 	}
@@ -188,10 +198,10 @@ func (l *Ledger) Note(owner Owner) ([]byte, bool) {
 // first (GuardReader holds back the end of the body until then), so the journal's fsync hides
 // behind the transfer instead of adding to it.
 func (l *Ledger) ReserveAsync(ctx context.Context, owner Owner, store string, keys []string) (*Pending, error) {
-	return l.reserveAsync(ctx, owner, nil, store, keys)
+	return l.reserveAsync(ctx, owner, 0, nil, store, keys)
 }
 
-func (l *Ledger) reserveAsync(ctx context.Context, owner Owner, note []byte, store string, keys []string) (*Pending, error) {
+func (l *Ledger) reserveAsync(ctx context.Context, owner Owner, quota int, note []byte, store string, keys []string) (*Pending, error) {
 	if err := checkArgs(ctx, owner, store, keys, false); err != nil {
 		return nil, err
 	}
@@ -223,6 +233,11 @@ func (l *Ledger) reserveAsync(ctx context.Context, owner Owner, note []byte, sto
 			return nil, keyErr("reserve", store, k, ErrNameOwned)
 		}
 		fresh++
+	}
+	if held := l.heldBy(oid, exists); quota > 0 && held+fresh > quota {
+		l.stats.quotaRefusals++
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: %v holds %d tickets, %d requested, quota %d", ErrQuota, owner, held, fresh, quota)
 	}
 	if l.idx.count+fresh > l.cfg.Capacity {
 		l.stats.admissionFailures++

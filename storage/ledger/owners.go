@@ -135,3 +135,12 @@ func slotsOf(x *index, r *ownerRec, state uint8, store uint16, anyStore bool) []
 	}
 	return out
 }
+
+// heldBy is the number of names owner oid holds (0 for an owner not interned yet). Called with
+// l.mu held.
+func (l *Ledger) heldBy(oid uint32, exists bool) int {
+	if !exists {
+		return 0
+	}
+	return int(l.own.rec(oid).held)
+}

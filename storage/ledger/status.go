@@ -12,6 +12,7 @@ type Stats struct {
 	HighWater         int           // most tickets ever used at once since Open
 	Capacity          int           // Config.Capacity
 	AdmissionFailures uint64        // reservations refused with ErrCapacity
+	QuotaRefusals     uint64        // reservations refused with ErrQuota (an owner at its quota)
 	PendingDelete     int           // abandoned names not yet deleted
 	PendingRetry      int           // cleanup tasks whose last attempt failed
 	OldestRetryAge    time.Duration // age of the oldest failure streak among them; 0 if none
@@ -30,7 +31,7 @@ func (l *Ledger) Stats() Stats {
 	defer l.mu.Unlock()
 	s := Stats{
 		Used: l.idx.count, HighWater: l.stats.highWater, Capacity: l.cfg.Capacity,
-		AdmissionFailures: l.stats.admissionFailures, DeleteFailures: l.stats.deleteFailures,
+		AdmissionFailures: l.stats.admissionFailures, QuotaRefusals: l.stats.quotaRefusals, DeleteFailures: l.stats.deleteFailures,
 		Deleted: l.stats.deleted, Owners: len(l.own.ids), PrefixObjectsDeleted: l.stats.prefixObjectsDeleted,
 	}
 	for _, n := range l.idx.prefixes {
