@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
@@ -24,6 +25,10 @@ type Config struct {
 	Path string
 	// Capacity bounds the tickets held at once. Default: ledger.DefaultCapacity.
 	Capacity int
+	// Quota bounds the tickets one invocation may hold at once, so that one engine cannot take
+	// the capacity the others need (Reserve refuses past it with ErrQuota). Default: no bound
+	// besides Capacity.
+	Quota int
 	// OpenStore opens a store with per-call credentials, or the sidecar's own when creds is nil.
 	OpenStore func(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) (storage.Store, error)
 	// Redact removes the given per-call credentials and the sidecar's own keys from a message.
@@ -78,6 +83,8 @@ type Custody struct {
 	fence     map[string]struct{} // indeterminate invocations whose self-fence must be retried
 	unsettled int                 // invocations left Unknown by the last recovery pass
 	closed    bool                // Close began: no new self-fence starts
+
+	existsRefusals atomic.Uint64 // keys refused because they already existed (ErrNameExists)
 }
 
 // Open opens the ledger's journal and starts the recovery loop, which at once settles the
@@ -151,9 +158,12 @@ func StoreName(spec rpc.StoreSpec) (string, error) {
 
 // Reserve takes custody of keys and prefixes (each ending in "/": a prefix ticket owns every
 // object under it) of the invocation's store before its engine writes them. Only new names under
-// the invocation's own dataset are reservable (ErrForeignName otherwise). The invocation's
-// record (store, dataset, pinned version, engine) is the owner's note, durable in the same commit
-// as its first ticket, so a restarted sidecar can always settle what it finds.
+// the invocation's own dataset's data and index folders are reservable: ErrForeignName for a name
+// outside them, ErrNameExists for a key already in the store (checked in storage before anything
+// is journaled), ErrQuota past the invocation's quota; a refused call reserves nothing and
+// leaves what the invocation already holds as it was. The invocation's record (store, dataset,
+// pinned version, engine) is the owner's note, durable in the same commit as its first ticket,
+// so a restarted sidecar can always settle what it finds.
 func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys, prefixes []string) error {
 	p, err := inv.Dataset.Store.Parse()
 	if err != nil {
@@ -167,11 +177,18 @@ func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys, prefixes []
 			return err
 		}
 	}
+	if err := c.checkAbsent(ctx, inv, keys); err != nil {
+		return err
+	}
 	note, err := record{Store: p.Spec(), Path: inv.Dataset.Path, Pinned: inv.Pinned, Engine: inv.Engine, At: time.Now().UnixMilli()}.encode()
 	if err != nil {
 		return err
 	}
-	return c.l.ReserveNoted(ctx, Owner(inv.ID), note, p.Name(), append(slices.Clip(keys), prefixes...))
+	err = c.l.ReserveWithin(ctx, Owner(inv.ID), c.cfg.Quota, note, p.Name(), append(slices.Clip(keys), prefixes...))
+	if errors.Is(err, ledger.ErrQuota) {
+		return fmt.Errorf("%w (quota %d tickets per invocation): %w", ErrQuota, c.cfg.Quota, err)
+	}
+	return err
 }
 
 // Finish settles a finished invocation's tickets from its answer, before the answer is sent:

@@ -19,6 +19,9 @@ var ledgerMetricHelp = map[string]string{
 	"steward_ledger_tickets_high_water":            "Most tickets held at once since the sidecar started.",
 	"steward_ledger_capacity":                      "Ticket capacity; a reservation past it is refused before upload.",
 	"steward_ledger_admission_failures_total":      "Reservations refused because the ledger was at capacity.",
+	"steward_ledger_invocation_quota":              "Tickets one invocation may hold at once (0: no bound besides the capacity).",
+	"steward_ledger_quota_refusals_total":          "Reservations refused because the invocation was at its ticket quota.",
+	"steward_ledger_existing_name_refusals_total":  "Keys an engine asked to reserve that already existed in the store (refused).",
 	"steward_ledger_pending_delete":                "Abandoned object names not yet deleted.",
 	"steward_ledger_pending_retry_tasks":           "Cleanup tasks whose last delete attempt failed.",
 	"steward_ledger_oldest_retry_age_seconds":      "Age of the oldest failure streak among the cleanup tasks (0: none).",
@@ -62,6 +65,9 @@ func (lc *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge("steward_ledger_tickets_high_water", float64(st.HighWater))
 	gauge("steward_ledger_capacity", float64(st.Capacity))
 	counter("steward_ledger_admission_failures_total", float64(st.AdmissionFailures))
+	gauge("steward_ledger_invocation_quota", float64(lc.c.cfg.Quota))
+	counter("steward_ledger_quota_refusals_total", float64(st.QuotaRefusals))
+	counter("steward_ledger_existing_name_refusals_total", float64(lc.c.existsRefusals.Load()))
 	gauge("steward_ledger_pending_delete", float64(st.PendingDelete))
 	gauge("steward_ledger_pending_retry_tasks", float64(st.PendingRetry))
 	gauge("steward_ledger_oldest_retry_age_seconds", st.OldestRetryAge.Seconds())

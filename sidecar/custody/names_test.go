@@ -20,6 +20,9 @@ func TestCheckNames(t *testing.T) {
 		{"a whole folder", nil, []string{"wh/ev/_indices/"}, false},
 		{"the dataset itself", nil, []string{"wh/ev/"}, false},
 		{"a top-level key", []string{"wh/ev/latest_version_hint.json"}, nil, false},
+		{"another folder", []string{"wh/ev/_deletions/1.arrow"}, nil, false},
+		{"an unknown folder", nil, []string{"wh/ev/tmp/x/"}, false},
+		{"an index prefix", nil, []string{"wh/ev/_indices/u/"}, true},
 		{"dot dot", []string{"wh/ev/data/../../x/a"}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
