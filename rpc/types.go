@@ -110,6 +110,8 @@ type Limits struct {
 	WorkerMemoryMax int64 `json:"worker_memory_max,omitempty"`
 	WorkerPidsMax   int64 `json:"worker_pids_max,omitempty"`
 	LedgerCapacity  int   `json:"ledger_capacity,omitempty"`
+	// LedgerQuota bounds the tickets one invocation's engine may hold at once.
+	LedgerQuota int `json:"ledger_quota,omitempty"`
 }
 
 // ShutdownParams asks the sidecar to stop gracefully.

@@ -10,6 +10,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// DefaultLedgerQuota is Config.LedgerQuota's default.
+const DefaultLedgerQuota = 4096
+
 // Config configures a sidecar. The zero value is usable: every field has a documented default.
 type Config struct {
 	// Logger receives JSON logs (stderr in both modes). Default: hclog JSON on os.Stderr at info.
@@ -82,6 +85,10 @@ type Config struct {
 	// LedgerCapacity bounds the object tickets held at once (reserved, in transfer or awaiting
 	// deletion); a reservation past it is refused before any upload. Default 65,536.
 	LedgerCapacity int
+	// LedgerQuota bounds the tickets one invocation may hold at once (its engine's reservations),
+	// so that one worker cannot take the ledger's whole capacity; a reservation past it is
+	// refused and nothing of it is reserved. Default DefaultLedgerQuota (4096).
+	LedgerQuota int
 	// MetricsListen, if set, serves the metrics.get registry at http://ADDR/metrics for a
 	// Prometheus scraper (ResolveMetricsAddr: a bare port, ":PORT" and "localhost:PORT" bind
 	// 127.0.0.1; any other host only as given). New fails if it cannot bind. Default "": off.
@@ -140,6 +147,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LedgerCapacity <= 0 {
 		c.LedgerCapacity = ledger.DefaultCapacity
+	}
+	if c.LedgerQuota <= 0 {
+		c.LedgerQuota = DefaultLedgerQuota
 	}
 	return c
 }

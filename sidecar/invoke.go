@@ -298,11 +298,11 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			ss.violation = fmt.Sprintf("reserve seq %d, want %d", f.Seq, ss.reserveSeq)
 			return true
 		}
-		errText := ""
+		answer := &workerproto.Frame{T: workerproto.TypeReserved, Seq: f.Seq}
 		if err := ss.s.reserve(ss.j, f.Keys, f.Prefixes); err != nil {
-			errText = err.Error()
+			answer.Error, answer.Refusal = err.Error(), refusalOf(err)
 		}
-		if err := workerproto.Write(ss.toW, &workerproto.Frame{T: workerproto.TypeReserved, Seq: f.Seq, Error: errText}, workerproto.MaxRequestFrame); err != nil {
+		if err := workerproto.Write(ss.toW, answer, workerproto.MaxRequestFrame); err != nil {
 			ss.violation = "reserve answer write failed: " + err.Error()
 			return true
 		}

@@ -31,7 +31,7 @@ func (s *Server) openLedger() error {
 		s.log.Warn("a legacy invocation-records file is no longer read: invocation records live in the ledger's journal now; "+
 			"invocations recorded only there are settled by index.resolve", "file", path+".invocations")
 	}
-	c, err := custody.Open(custody.Config{Path: path, Capacity: s.cfg.LedgerCapacity, OpenStore: s.openFencingStore,
+	c, err := custody.Open(custody.Config{Path: path, Capacity: s.cfg.LedgerCapacity, Quota: s.cfg.LedgerQuota, OpenStore: s.openFencingStore,
 		Redact: s.sanitizeCreds, Logger: s.log.Named("ledger"), EngineSettle: s.custodySettle})
 	if errors.Is(err, ledger.ErrCorrupt) {
 		lock.Close()
@@ -96,6 +96,23 @@ func (s *Server) reserve(j *job, keys, prefixes []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), custody.ResolveTimeout)
 	defer cancel()
 	return s.custody.Reserve(ctx, invocationOf(j), keys, prefixes)
+}
+
+// refusalOf classifies a refused reservation for the engine's reserved frame.
+func refusalOf(err error) string {
+	switch {
+	case errors.Is(err, custody.ErrForeignName), errors.Is(err, ledger.ErrInvalid):
+		return workerproto.RefusalForeign
+	case errors.Is(err, custody.ErrNameExists):
+		return workerproto.RefusalExists
+	case errors.Is(err, custody.ErrQuota):
+		return workerproto.RefusalQuota
+	case errors.Is(err, ledger.ErrNameOwned):
+		return workerproto.RefusalOwned
+	case errors.Is(err, ledger.ErrCapacity):
+		return workerproto.RefusalCapacity
+	}
+	return workerproto.RefusalUnavailable
 }
 
 // settleCustody settles the job's tickets from its answer, before the answer is sent.

@@ -264,6 +264,7 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 			WorkerMemoryMax: s.cfg.Isolation.MemoryLimit,
 			WorkerPidsMax:   s.cfg.Isolation.PidsLimit,
 			LedgerCapacity:  s.cfg.LedgerCapacity,
+			LedgerQuota:     s.cfg.LedgerQuota,
 		},
 	}, nil
 }

@@ -36,6 +36,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	stateDir := fs.String("state-dir", os.Getenv("STEWARD_STATE_DIR"), "durable state directory (object ledger journals); default $STEWARD_STATE_DIR, else /var/lib/steward for root, else $XDG_STATE_HOME/steward")
 	ledgerPath := fs.String("ledger-path", "", "pin the object ledger's journal to this file instead of a free slot of --state-dir")
 	ledgerCap := fs.Int("ledger-capacity", 65536, "object tickets the ledger may hold at once")
+	ledgerQuota := fs.Int("ledger-quota", sidecar.DefaultLedgerQuota, "object tickets one invocation may hold at once")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics: PORT or localhost:PORT (loopback), or HOST:PORT as given; default off")
 	var engines []sidecar.EngineSpec
 	fs.Func("engine", "register an engine, NAME=COMMAND [ARG…] (COMMAND an absolute path; repeatable; builtin is always there)", func(v string) error {
@@ -66,7 +67,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		Logger: logger, Version: buildVersion(), Framing: fr, MaxFrame: *maxFrame, ShutdownGrace: *grace,
 		Isolation: iso, Executors: *executors, QueueCapacity: *queue, ClockSkew: *skew, MinRunnable: *minRun,
 		TestFaults: *faults, Engines: engines, StateDir: *stateDir, LedgerPath: *ledgerPath, LedgerCapacity: *ledgerCap,
-		MetricsListen: *metricsListen,
+		MetricsListen: *metricsListen, LedgerQuota: *ledgerQuota,
 		// The sidecar's own S3 credentials (index.resolve, cleanup) come from its environment and
 		// are never passed to a worker or logged.
 		S3AccessKey: os.Getenv("STEWARD_S3_ACCESS_KEY"), S3SecretKey: os.Getenv("STEWARD_S3_SECRET_KEY"),

@@ -142,10 +142,23 @@ func (c *Conn) Reserve(_ context.Context, keys, prefixes []string) error {
 		return fmt.Errorf("%w: reserve: unexpected answer %q seq %d", ErrProtocol, a.T, a.Seq)
 	}
 	if a.Error != "" {
-		return fmt.Errorf("%w: %s", ErrRefused, a.Error)
+		return &RefusedError{Refusal: a.Refusal, Message: a.Error}
 	}
 	return nil
 }
+
+// RefusedError is a refused reservation. It wraps ErrRefused.
+type RefusedError struct {
+	Refusal string // why: a workerproto.Refusal* value ("" from a sidecar that does not say)
+	Message string // the sidecar's words
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%v (%s): %s", ErrRefused, e.Refusal, e.Message)
+}
+
+// Unwrap exposes ErrRefused to errors.Is.
+func (e *RefusedError) Unwrap() error { return ErrRefused }
 
 // Result sends the mutation's one result (its message redacted and bounded).
 func (c *Conn) Result(r *workerproto.Result) error {

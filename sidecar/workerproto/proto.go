@@ -61,6 +61,17 @@ const (
 	SettleNone       = rpc.SettleNone
 )
 
+// Why a reservation was refused (Frame.Refusal of a reserved frame; docs/ENGINE.md §6). Only
+// RefusalUnavailable may succeed if asked again.
+const (
+	RefusalForeign     = "foreign"     // outside the dataset's data and index folders, or a prefix holding older objects
+	RefusalExists      = "exists"      // a key that already exists in the store
+	RefusalOwned       = "owned"       // another owner holds a ticket on the name, above or below it
+	RefusalQuota       = "quota"       // the invocation's ticket quota is used up
+	RefusalCapacity    = "capacity"    // the ledger's capacity is used up
+	RefusalUnavailable = "unavailable" // storage or the journal failed: nothing is known about the name
+)
+
 // Errors.
 var (
 	ErrFrameTooLarge = errors.New("workerproto: frame too large")
@@ -90,6 +101,8 @@ type Frame struct {
 	Keys     []string `json:"keys,omitempty"`
 	Prefixes []string `json:"prefixes,omitempty"`
 	Error    string   `json:"error,omitempty"`
+	// Refusal classifies a refused reservation (reserved with Error): one of the Refusal* values.
+	Refusal string `json:"refusal,omitempty"`
 
 	// result / settled
 	Result  *Result  `json:"result,omitempty"`
