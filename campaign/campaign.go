@@ -15,6 +15,7 @@ import (
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/internal/minioproc"
 	"github.com/cba1309c/steward/rpc"
+	stewardsidecar "github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storecfg"
 	"github.com/hashicorp/go-hclog"
@@ -39,6 +40,7 @@ type run struct {
 	datasets  []string
 
 	cgroupParent, stateDir string
+	credsFile              string // the sidecars' --s3-credentials-file
 	jobs                   dispatch.Store
 	d                      *dispatch.Dispatcher
 	nodes                  []*node
@@ -213,6 +215,12 @@ func (r *run) startMinIO(ctx context.Context) error {
 		return fmt.Errorf("%w: open bucket: %w", ErrSetup, err)
 	}
 	r.spec, r.storeName = store.Spec(), store.Name()
+	// The sidecars' own keys (index.resolve, cleanup, recovery) as in production: a 0600 file,
+	// for the campaign's store only; never their environment.
+	r.credsFile = filepath.Join(r.dir, "s3-credentials")
+	if err := os.WriteFile(r.credsFile, stewardsidecar.FormatCredentials(*r.minioCredentials()), 0o600); err != nil {
+		return fmt.Errorf("%w: credentials file: %w", ErrSetup, err)
+	}
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
+	stewardsidecar "github.com/cba1309c/steward/sidecar"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -115,13 +116,13 @@ func RunNode(ctx context.Context, cfg NodeConfig, in io.Reader, out io.Writer, l
 // sidecar gets SIGTERM and kills and reaps its workers first).
 func launchNodeSidecar(ctx context.Context, cfg NodeConfig, log hclog.Logger) (*host.Client, error) {
 	var env []string
-	for _, kv := range os.Environ() {
+	for _, kv := range stewardsidecar.WithoutEnvKeys(os.Environ()) {
 		if !strings.HasPrefix(kv, NodeConfigEnv+"=") {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "STEWARD_S3_ACCESS_KEY="+cfg.AccessKey, "STEWARD_S3_SECRET_KEY="+cfg.SecretKey,
-		"STEWARD_CAMPAIGN_BIN="+cfg.Steward, "STEWARD_CAMPAIGN_SIDECAR_LOG="+cfg.SidecarLog)
+	// The sidecar's own keys come from the credentials file in cfg.SidecarArgs.
+	env = append(env, "STEWARD_CAMPAIGN_BIN="+cfg.Steward, "STEWARD_CAMPAIGN_SIDECAR_LOG="+cfg.SidecarLog)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)

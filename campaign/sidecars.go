@@ -14,6 +14,7 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
+	stewardsidecar "github.com/cba1309c/steward/sidecar"
 )
 
 // node is one place a sidecar runs (one database node), known to the dispatcher by name. A
@@ -51,14 +52,16 @@ func (r *run) sidecarArgs() []string {
 	return []string{"--test-faults", "--cgroup-parent", r.cgroupParent, "--state-dir", r.stateDir,
 		"--term-grace", termGrace.String(), "--reap-bound", reapBound.String(), "--clock-skew", clockSkew.String(),
 		"--min-runnable", minRunnable.String(), "--worker-memory", strconv.Itoa(workerMemory),
-		"--executors", strconv.Itoa(r.cfg.Executors), "--shutdown-grace", "20s", "--log-level", "info"}
+		"--executors", strconv.Itoa(r.cfg.Executors), "--shutdown-grace", "20s", "--log-level", "info",
+		"--s3-credentials-file", r.credsFile, "--allow-store", r.storeName}
 }
 
 // launch starts one sidecar over stdio. The sidecar's own S3 credentials (index.resolve,
-// cleanup, recovery) come from its environment; jobs carry per-call credentials besides.
+// cleanup, recovery) come from its credentials file (sidecarArgs); jobs carry per-call
+// credentials besides.
 func (n *node) launch(ctx context.Context) (*sidecar, error) {
 	r := n.r
-	env := append(os.Environ(), "STEWARD_S3_ACCESS_KEY="+r.minio.AccessKey, "STEWARD_S3_SECRET_KEY="+r.minio.SecretKey)
+	env := stewardsidecar.WithoutEnvKeys(os.Environ())
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c, err := host.LaunchStdio(ctx, host.Config{

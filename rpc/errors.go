@@ -35,6 +35,7 @@ const (
 	CodeNotFound           Code = -32014 // a named entity (dataset, invocation) does not exist
 
 	CodeConditionalWritesIgnored Code = -32015 // the store accepts a second put-if-absent: no commit or fence on it
+	CodeStoreNotAllowed          Code = -32016 // no per-call credentials, and the store is not on the sidecar's --allow-store list
 )
 
 // Sentinel is a wire error class. Domain code wraps a sentinel (fmt.Errorf("...: %w",
@@ -81,6 +82,10 @@ var (
 	// put-if-absent succeeded), so commits at pinned+1 and fences cannot be made safe on it. The
 	// sidecar refuses every index.mutate on that store for the rest of its life.
 	ErrConditionalWritesIgnored = newSentinel(CodeConditionalWritesIgnored, "store ignores conditional writes")
+	// ErrStoreNotAllowed: a call without per-call credentials names an s3 store that is not on
+	// the sidecar's allow-list, so the sidecar will not send its own keys there. Nothing was
+	// done; send credentials with the call, or add the store to --allow-store.
+	ErrStoreNotAllowed = newSentinel(CodeStoreNotAllowed, "store not allowed for the sidecar's own credentials")
 )
 
 // Errors of the wire contract's own decoders, wrapped with the detail. DecodeParams wraps a

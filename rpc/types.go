@@ -43,6 +43,18 @@ type HelloResult struct {
 	Limits *Limits `json:"limits,omitempty"`
 	// Engines are the registered engines, the built-in one first (docs/ENGINE.md).
 	Engines []EngineInfo `json:"engines,omitempty"`
+	// Credentials says where the sidecar's own S3 keys came from and which stores they may be
+	// sent to (names only, never a key).
+	Credentials *CredentialsReport `json:"credentials,omitempty"`
+}
+
+// CredentialsReport is hello's account of the sidecar's own S3 credentials.
+type CredentialsReport struct {
+	// Source is "file" (--s3-credentials-file), "fd" (--s3-credentials-fd) or "none".
+	Source string `json:"source"`
+	// AllowStores are the canonical names (ParsedStore.Name) of the stores the sidecar's own keys
+	// are sent to; a store below an entry's prefix is allowed too.
+	AllowStores []string `json:"allow_stores"`
 }
 
 // EngineInfo is one registered engine as its probe's hello declared it.

@@ -179,6 +179,11 @@ func (s *Server) requireCondWrites(ctx context.Context, spec rpc.StoreSpec, cred
 // error (never executed). A store that ignores conditional writes is -32015; one that could not
 // be probed (unreachable, access denied) -32013, and the next call probes again.
 func (s *Server) admitStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) error {
+	// Before the probe, whose verdict may be cached from a call that brought credentials: a call
+	// without them on a store off the allow-list is refused (-32016), whatever the probe says.
+	if _, err := s.credsFor(spec, creds); err != nil {
+		return err
+	}
 	err := s.requireCondWrites(ctx, spec, creds, nil)
 	switch {
 	case err == nil:

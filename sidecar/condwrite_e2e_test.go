@@ -44,7 +44,10 @@ func TestConditionalWritesRefusedOnS3(t *testing.T) {
 	proxy, stripped := stripIfNoneMatch(t, srv.Endpoint)
 
 	tmp := t.TempDir()
-	e := newSidecarWithEnv(t, []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "HOME=" + tmp}, "--state-dir", filepath.Join(tmp, "state"))
+	// The proxy is reached without keys: a call without credentials on it must be allowed
+	// (the sidecar has no keys of its own, so it reaches it anonymously).
+	e := newSidecarWithEnv(t, []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tmp, "HOME=" + tmp}, "--state-dir", filepath.Join(tmp, "state"),
+		"--allow-store", "s3://"+bucket+"@"+proxy)
 	keys := &rpc.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
 	mutate := func(store rpc.StoreSpec, creds *rpc.Credentials, pinned int64, name string) (rpc.MutateParams, rpc.MutateResult, error) {
 		p := rpc.MutateParams{InvocationID: randID("inv-"), DeadlineUnixMs: time.Now().Add(30 * time.Second).UnixMilli(),

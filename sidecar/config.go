@@ -69,9 +69,21 @@ type Config struct {
 	// TestFaults lets index.mutate carry a fault to inject (tests and the fault campaign only).
 	// Default false: a request with a fault is invalid.
 	TestFaults bool
-	// S3AccessKey/S3SecretKey are the sidecar's own S3 credentials, used when a call carries none
-	// (index.resolve, cleanup). Never logged.
-	S3AccessKey, S3SecretKey string
+	// S3Credentials are the sidecar's own S3 keys, used by a call that carries none, and only on a
+	// store of AllowStores: index.resolve, index.mutate (its worker's request frame, for that
+	// call's store only), custody's cleanup and recovery, objects.sweep. Read them with
+	// LoadCredentialsFile or LoadCredentialsFD, never from an environment variable (a process's
+	// initial environment stays readable in /proc/<pid>/environ). Never logged. Default nil: none.
+	S3Credentials *rpc.Credentials
+	// CredentialsSource says where S3Credentials came from, for hello: CredentialsFile or
+	// CredentialsFD. Default CredentialsNone without S3Credentials, else CredentialsFile.
+	CredentialsSource string
+	// AllowStores are the canonical names (rpc.ParsedStore.Name, read by rpc.ParseStoreName) of
+	// the s3 stores a call without per-call credentials may use; a store below an entry's prefix
+	// is allowed too. A call without credentials on any other s3 store is refused with
+	// ErrStoreNotAllowed (-32016). New fails on a malformed or file:// entry, and on S3Credentials
+	// without any entry (the keys could never be used). Default none.
+	AllowStores []string
 
 	// StateDir holds the sidecar's durable state: the object ledger's journals (ledger-<n>.db,
 	// invocation records included as ledger notes) and their lock files. Default: /var/lib/steward for root, else
@@ -150,6 +162,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LedgerQuota <= 0 {
 		c.LedgerQuota = DefaultLedgerQuota
+	}
+	if c.CredentialsSource == "" {
+		c.CredentialsSource = CredentialsNone
+		if c.S3Credentials != nil {
+			c.CredentialsSource = CredentialsFile
+		}
 	}
 	return c
 }

@@ -31,6 +31,8 @@ func (s *Server) wireErr(err error) error {
 		return nil
 	case rpc.Classified(err):
 		return err
+	case errors.Is(err, ErrStoreNotAllowed):
+		class = rpc.ErrStoreNotAllowed
 	case errors.Is(err, ledger.ErrCapacity):
 		class = rpc.ErrLedgerFull
 	case errors.Is(err, ledger.ErrNameOwned):

@@ -188,7 +188,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 			}
 		}()
 	}()
-	w.logw.bind(j.p.InvocationID, rpc.TraceID(j.p.TraceParent), j.p.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
+	w.logw.bind(j.p.InvocationID, rpc.TraceID(j.p.TraceParent), j.p.Credentials, s.ownSecrets()...)
 	s.jobLog(j).Info("worker assigned", "domain", w.dom.ID(), "prestarted", w == spare)
 	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir,
 		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent)}
@@ -267,11 +267,15 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			return true
 		}
 		req := ss.j.p
-		if req.Credentials == nil && ss.s.cfg.S3AccessKey != "" {
-			// The sidecar's own credentials, for a call that brings none; like per-call ones they
-			// travel only in this frame.
-			req.Credentials = &rpc.Credentials{AccessKey: ss.s.cfg.S3AccessKey, SecretKey: ss.s.cfg.S3SecretKey}
+		// The sidecar's own keys, for a call that brings none, and only for this call's store when
+		// it is allowed (admission already refused one that is not); like per-call ones they
+		// travel only in this frame.
+		creds, err := ss.s.credsFor(req.Dataset.Store, req.Credentials)
+		if err != nil {
+			ss.violation = "credentials: " + err.Error()
+			return true
 		}
+		req.Credentials = creds
 		if err := f.Engine.Check(); err != nil || f.Engine.Settle != ss.j.eng.decl.Settle {
 			ss.violation = fmt.Sprintf("hello of engine %s does not match its registration (settle %q, registered %q): %v",
 				ss.j.eng.name, f.Engine.Settle, ss.j.eng.decl.Settle, err)

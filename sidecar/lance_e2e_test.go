@@ -16,6 +16,7 @@ import (
 	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/internal/testminio"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -70,10 +71,12 @@ func newLanceSidecar(t *testing.T, onMinIO bool, extra ...string) *lanceSidecar 
 			t.Fatal(err)
 		}
 		l.s3 = []string{"STEWARD_S3_ENDPOINT=" + srv.Endpoint, "STEWARD_S3_ACCESS_KEY=" + srv.AccessKey, "STEWARD_S3_SECRET_KEY=" + srv.SecretKey}
-		// The sidecar's own credentials (cleanup of abandoned prefixes, custody's settles).
-		env = append(env, "STEWARD_S3_ACCESS_KEY="+srv.AccessKey, "STEWARD_S3_SECRET_KEY="+srv.SecretKey)
 		l.store = rpc.StoreSpec{URL: "s3://" + l.bucket, Endpoint: srv.Endpoint}
 		l.creds = &rpc.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+		// The sidecar's own credentials (cleanup of abandoned prefixes, custody's settles), from
+		// a file and for this bucket only, as in production.
+		extra = append(extra, "--s3-credentials-file", testsidecar.CredentialsFile(t, *l.creds, 0),
+			"--allow-store", "s3://"+l.bucket+"@"+srv.Endpoint)
 	}
 	args := append([]string{"--engine", "lance=" + py + " -B -s -E " + filepath.Join(dir, "engine.py")}, extra...)
 	l.sidecarEnv = newSidecarWithEnv(t, env, args...)

@@ -46,12 +46,13 @@ func newLedgerEnv(t *testing.T, args ...string) *ledgerEnv {
 		t.Fatal(err)
 	}
 	e.store = st
-	// The sidecar's own S3 credentials (cleanup, recovery) come from its environment, as in
-	// production; the state dir and cgroup parent are kept across restarts, so leftovers are
-	// removed and the journal is adopted.
+	// The sidecar's own S3 credentials (cleanup, recovery) come from a 0400 file, as in
+	// production, and go only to the test's prefix; the state dir and cgroup parent are kept
+	// across restarts, so leftovers are removed and the journal is adopted.
 	e.sc = testsidecar.Start(t, testsidecar.Options{
-		Args: append([]string{"--state-dir", t.TempDir(), "--worker-memory", "536870912"}, args...),
-		Env:  append(os.Environ(), "STEWARD_S3_ACCESS_KEY="+srv.AccessKey, "STEWARD_S3_SECRET_KEY="+srv.SecretKey),
+		Args:        append([]string{"--state-dir", t.TempDir(), "--worker-memory", "536870912"}, args...),
+		Credentials: &rpc.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey},
+		AllowStores: []string{"s3://ledger-e2e/" + prefix + "@" + srv.Endpoint},
 	})
 	e.c, e.logs = e.sc.Client, e.sc.Logs
 	return e

@@ -204,6 +204,10 @@ func (s *Server) objectsSweep(ctx context.Context, p rpc.ObjectsSweepParams) (rp
 	if err != nil {
 		return rpc.ObjectsSweepResult{}, err
 	}
+	// A sweep lists and deletes with the sidecar's own keys: only on an allowed store.
+	if _, err := s.credsFor(p.Dataset.Store, nil); err != nil {
+		return rpc.ObjectsSweepResult{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	rep, err := l.Sweep(ctx, name, p.Dataset.Path, ledger.SweepOptions{

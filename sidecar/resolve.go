@@ -25,6 +25,9 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 	if !e.builtin() {
 		return s.resolveThrough(ctx, e, p)
 	}
+	if _, err := s.credsFor(p.Dataset.Store, p.Credentials); err != nil {
+		return rpc.ResolveResult{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
 	res := rpc.ResolveResult{InvocationID: p.InvocationID, Version: p.PinnedVersion + 1, Outcome: rpc.OutcomeUnknown}
@@ -70,7 +73,7 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 
 // sanitizeCreds redacts the given per-call credentials and the sidecar's own keys from msg.
 func (s *Server) sanitizeCreds(c *rpc.Credentials, msg string) string {
-	secrets := []string{s.cfg.S3SecretKey, s.cfg.S3AccessKey}
+	secrets := s.ownSecrets()
 	if c != nil {
 		secrets = append(secrets, c.SecretKey, c.AccessKey, c.SessionToken)
 	}
@@ -85,6 +88,9 @@ const engineResolveTimeout = 2 * resolveTimeout
 // sidecar cannot prove here that the invocation's domain is gone (it may be another sidecar's),
 // so domain_reaped is false. A settle that does not answer leaves the outcome UNKNOWN.
 func (s *Server) resolveThrough(ctx context.Context, e *engine, p rpc.ResolveParams) (rpc.ResolveResult, error) {
+	if _, err := s.credsFor(p.Dataset.Store, p.Credentials); err != nil {
+		return rpc.ResolveResult{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, engineResolveTimeout)
 	defer cancel()
 	res := rpc.ResolveResult{InvocationID: p.InvocationID, Version: p.PinnedVersion + 1, Outcome: rpc.OutcomeUnknown}

@@ -59,6 +59,9 @@ type Server struct {
 	sparesClosed bool
 
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
+
+	ownCreds *rpc.Credentials // Config.S3Credentials; handed out by credsFor only
+	allow    AllowList        // Config.AllowStores, parsed
 }
 
 // MinMaxFrame is the smallest frame bound a sidecar accepts.
@@ -72,17 +75,26 @@ func New(cfg Config) (*Server, error) {
 		// refused as too large after its worker ran: an error must always mean "never executed".
 		return nil, fmt.Errorf("sidecar: max frame %d bytes is below the minimum %d", cfg.MaxFrame, MinMaxFrame)
 	}
+	allow, err := ParseAllowStores(cfg.AllowStores)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: %w", err)
+	}
+	if cfg.S3Credentials != nil && len(allow) == 0 {
+		return nil, errors.New("sidecar: the sidecar's own S3 credentials are given but no store is allowed to receive them (--allow-store)")
+	}
 	epoch, err := newEpoch()
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		epoch:   epoch,
-		started: time.Now(),
-		stop:    make(chan struct{}),
-		metrics: newMetrics(cfg.Version, epoch),
+		ownCreds: cfg.S3Credentials,
+		allow:    allow,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		epoch:    epoch,
+		started:  time.Now(),
+		stop:     make(chan struct{}),
+		metrics:  newMetrics(cfg.Version, epoch),
 	}
 	s.router = rpc.NewRouter(rpc.RouterOptions{
 		MaxInFlight: cfg.MaxInFlight,
@@ -266,6 +278,7 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 			LedgerCapacity:  s.cfg.LedgerCapacity,
 			LedgerQuota:     s.cfg.LedgerQuota,
 		},
+		Credentials: &rpc.CredentialsReport{Source: s.cfg.CredentialsSource, AllowStores: s.allow.names()},
 	}, nil
 }
 

@@ -29,14 +29,18 @@ func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.Settle
 	case <-ctx.Done():
 		return workerproto.Settled{}, fmt.Errorf("%w: waiting for a settle slot: %w", errSettleFailed, ctx.Err())
 	}
-	if req.Credentials == nil && s.cfg.S3AccessKey != "" {
-		req.Credentials = &rpc.Credentials{AccessKey: s.cfg.S3AccessKey, SecretKey: s.cfg.S3SecretKey}
+	// The settle's worker gets keys for the slot's store only: the call's own, or the sidecar's
+	// where that store is allowed.
+	creds, err := s.credsFor(req.Dataset.Store, req.Credentials)
+	if err != nil {
+		return workerproto.Settled{}, err
 	}
+	req.Credentials = creds
 	w, err := s.launch(e, "settle-"+req.InvocationID, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit)
 	if err != nil {
 		return workerproto.Settled{}, fmt.Errorf("%w: launch: %w", errSettleFailed, err)
 	}
-	w.logw.bind(req.InvocationID, "", req.Credentials, s.cfg.S3SecretKey, s.cfg.S3AccessKey)
+	w.logw.bind(req.InvocationID, "", req.Credentials, s.ownSecrets()...)
 	defer func() {
 		// Whatever happened, the domain goes down before the answer is used.
 		kctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)

@@ -144,10 +144,12 @@ func (p *progressSender) stop() {
 // sidecarRequestTimeout bounds one storage request of the sidecar itself (resolve, custody).
 const sidecarRequestTimeout = 5 * time.Second
 
-// openStore opens the job's store with its per-call credentials, or the sidecar's own.
+// openStore opens the store with the call's credentials, or the sidecar's own where credsFor
+// allows (a *StoreNotAllowedError otherwise).
 func (s *Server) openStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) (storage.Store, error) {
-	if creds == nil && s.cfg.S3AccessKey != "" {
-		creds = &rpc.Credentials{AccessKey: s.cfg.S3AccessKey, SecretKey: s.cfg.S3SecretKey}
+	creds, err := s.credsFor(spec, creds)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := storecfg.FromSpec(spec, creds)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/cba1309c/steward/storecfg"
@@ -85,7 +86,7 @@ func (d *demo) run(ctx context.Context, dir, s3 string) error {
 	}
 	fmt.Fprintf(d.out, "steward demo — a database host driving index mutations through the steward sidecar\n")
 	// The sidecar first: a machine where it cannot isolate workers is told so before any data is made.
-	if err := d.launch(ctx, dir); err != nil {
+	if err := d.launch(ctx, dir, s3); err != nil {
 		return err
 	}
 	defer d.client.Close()
@@ -123,7 +124,7 @@ func (d *demo) run(ctx context.Context, dir, s3 string) error {
 func (d *demo) makeDataset(ctx context.Context, dir, s3 string) error {
 	arg, path := filepath.Join(dir, "store"), "demo/events"
 	if s3 != "" {
-		arg, path, d.creds = s3, "demo/events-"+time.Now().Format("150405"), envCredentials()
+		arg, path = s3, "demo/events-"+time.Now().Format("150405")
 	}
 	spec, err := storeSpec(arg)
 	if err != nil {
@@ -167,7 +168,7 @@ func (c *countingSource) Next(ctx context.Context) (dataset.Batch, error) {
 	return b, err
 }
 
-func (d *demo) launch(ctx context.Context, dir string) error {
+func (d *demo) launch(ctx context.Context, dir, s3 string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -179,8 +180,29 @@ func (d *demo) launch(ctx context.Context, dir string) error {
 			args = append(args, "--engine", d.lance)
 		}
 	}
+	// The sidecar never takes keys from its environment: the demo's own keys (from its
+	// environment, a short-lived command) go to the sidecar in a 0600 file, for the demo's store only.
+	env := sidecar.WithoutEnvKeys(os.Environ())
+	if s3 != "" {
+		d.creds = envCredentials()
+	}
+	if d.creds != nil {
+		spec, err := storeSpec(s3)
+		if err != nil {
+			return fmt.Errorf("demo store: %w", err)
+		}
+		p, err := spec.Parse()
+		if err != nil {
+			return err
+		}
+		file := filepath.Join(dir, "s3-credentials")
+		if err := os.WriteFile(file, sidecar.FormatCredentials(*d.creds), 0o600); err != nil {
+			return err
+		}
+		args = append(args, "--s3-credentials-file", file, "--allow-store", p.Name())
+	}
 	d.client, err = host.Launch(ctx, host.Config{
-		Path: self, Args: args,
+		Path: self, Args: args, Env: env,
 		Logger:   hclog.New(&hclog.LoggerOptions{Name: "demo", Level: hclog.Error}),
 		OnNotify: d.onProgress,
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/isolation"
+	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storecfg"
@@ -29,7 +30,8 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var iso isolation.Config
 	isolationFlags(fs, &iso)
 	stateDir := fs.String("state-dir", os.Getenv("STEWARD_STATE_DIR"), "as steward serve: the durable state directory (default as serve)")
-	store := fs.String("store", "", "also check this store: reachability and conditional writes (s3://bucket[/prefix], file:///dir or a directory)")
+	store := fs.String("store", "", "also check this store: reachability and conditional writes (s3://bucket[/prefix], file:///dir or a directory), with the sidecar's own keys")
+	own := credentialFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -37,8 +39,10 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	r := isolation.Probe(iso)
 	checks := r.Checks
 	checks = append(checks, stateDirCheck(*stateDir))
+	cc, creds := credentialsCheck(own)
+	checks = append(checks, cc)
 	if *store != "" {
-		checks = append(checks, storeChecks(ctx, *store)...)
+		checks = append(checks, storeChecks(ctx, *store, creds, own.allow)...)
 	}
 	fmt.Fprintf(stdout, "steward doctor: uid %d, --cgroup-parent %s, parent %s\n", os.Geteuid(), iso.Parent, r.Parent.Source)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -89,9 +93,42 @@ func stateDirCheck(dir string) isolation.Check {
 	return c
 }
 
-// storeChecks opens the store as the sidecar would (its own credentials from the environment)
-// and probes conditional writes, the ground every commit and fence stands on.
-func storeChecks(ctx context.Context, arg string) []isolation.Check {
+// credentialsCheck loads the sidecar's own keys as serve would: never from the environment, from
+// the file (its owner and mode checked) or the descriptor, with a well-formed allow-list.
+func credentialsCheck(own *ownCredentials) (isolation.Check, *rpc.Credentials) {
+	c := isolation.Check{Name: "own credentials",
+		Fix: "put the keys in a file owned by the sidecar's uid, mode 0400 (--s3-credentials-file; systemd: LoadCredential=), and name the stores they go to (--allow-store)"}
+	if err := refuseEnvKeys(); err != nil {
+		c.Detail = err.Error() + "; steward serve refuses to start"
+		return c, nil
+	}
+	creds, source, err := own.load()
+	if err != nil {
+		c.Detail = err.Error()
+		return c, nil
+	}
+	if _, err := sidecar.ParseAllowStores(own.allow); err != nil {
+		c.Detail = err.Error()
+		return c, nil
+	}
+	switch {
+	case creds != nil && len(own.allow) == 0:
+		c.Detail = "keys given (" + source + ") but no --allow-store: steward serve refuses to start"
+		return c, nil
+	case creds == nil:
+		c.OK, c.Detail = true, "none: every call on an s3 store must bring its own credentials"
+		if len(own.allow) > 0 {
+			c.Detail = fmt.Sprintf("none; anonymous access to %v for calls without credentials", own.allow)
+		}
+	default:
+		c.OK, c.Detail = true, fmt.Sprintf("from %s, sent only to %v", source, own.allow)
+	}
+	return c, creds
+}
+
+// storeChecks opens the store as the sidecar would (its own keys, when the store is on the
+// allow-list) and probes conditional writes, the ground every commit and fence stands on.
+func storeChecks(ctx context.Context, arg string, own *rpc.Credentials, allow []string) []isolation.Check {
 	reach := isolation.Check{Name: "store reachable", Detail: arg}
 	cond := isolation.Check{Name: "conditional writes", Detail: "not probed: the store is not reachable"}
 	spec, err := storeSpec(arg)
@@ -99,7 +136,12 @@ func storeChecks(ctx context.Context, arg string) []isolation.Check {
 		reach.Detail, reach.Fix = err.Error(), "give s3://bucket[/prefix] (with STEWARD_S3_ENDPOINT) or file:///dir"
 		return []isolation.Check{reach, cond}
 	}
-	cfg, err := storecfg.FromSpec(spec, envCredentials())
+	creds, err := sidecar.OwnCredentialsFor(spec, own, allow)
+	if err != nil {
+		reach.Detail, reach.Fix = err.Error(), "add the store to --allow-store (calls without credentials use the sidecar's own keys only there)"
+		return []isolation.Check{reach, cond}
+	}
+	cfg, err := storecfg.FromSpec(spec, creds)
 	if err == nil {
 		cfg.MaxRetries, cfg.RequestTimeout = 2, 5*time.Second
 	}
@@ -111,7 +153,7 @@ func storeChecks(ctx context.Context, arg string) []isolation.Check {
 	}
 	if err != nil {
 		reach.Detail = err.Error()
-		reach.Fix = "check STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY/STEWARD_S3_SECRET_KEY, the bucket and the network"
+		reach.Fix = "check STEWARD_S3_ENDPOINT, the keys of --s3-credentials-file, the bucket and the network"
 		return []isolation.Check{reach, cond}
 	}
 	// The spec names the store without credentials (cfg.String would show the access key).

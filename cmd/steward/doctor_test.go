@@ -11,6 +11,7 @@ import (
 	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/internal/testminio"
 	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/rpc"
 )
 
 const nobody = 65534
@@ -31,6 +32,7 @@ func TestDoctor(t *testing.T) {
 		t.Fatal(err)
 	}
 	parent := testbin.RandID("steward-doctor-")
+	keys := testsidecar.CredentialsFile(t, rpc.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}, 0)
 	for _, tc := range []struct {
 		name  string
 		uid   int
@@ -39,8 +41,10 @@ func TestDoctor(t *testing.T) {
 		code  int
 		want  []string
 	}{
-		{"root", 0, false, []string{"--store", "s3://doctor-bucket"}, 0,
-			[]string{"ok  isolation", "ok  conditional writes", "verdict: ready"}},
+		{"root", 0, false, []string{"--store", "s3://doctor-bucket", "--s3-credentials-file", keys, "--allow-store", "s3://doctor-bucket@" + srv.Endpoint}, 0,
+			[]string{"ok  isolation", "ok  own credentials from file, sent only to [s3://doctor-bucket@", "ok  conditional writes", "verdict: ready"}},
+		{"root-store-not-allowed", 0, false, []string{"--store", "s3://doctor-bucket", "--s3-credentials-file", keys, "--allow-store", "s3://other-bucket@" + srv.Endpoint}, 1,
+			[]string{"MISSING  store reachable", "store not on the sidecar's allow-list: s3://doctor-bucket@", "verdict: index.mutate would be refused"}},
 		{"uid-65534-undelegated", nobody, false, nil, 1,
 			[]string{"MISSING  delegation memory", "is not delegated to uid 65534", "fix: ", "verdict: index.mutate would be refused"}},
 		{"uid-65534-delegated", nobody, true, nil, 0,
@@ -53,8 +57,7 @@ func TestDoctor(t *testing.T) {
 			}
 			cmd := exec.Command(testsidecar.Launcher(t, bin, tc.uid, enter),
 				append([]string{"doctor", "--state-dir", filepath.Join(state, tc.name)}, tc.args...)...)
-			cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "STEWARD_S3_ENDPOINT=" + srv.Endpoint,
-				"STEWARD_S3_ACCESS_KEY=" + srv.AccessKey, "STEWARD_S3_SECRET_KEY=" + srv.SecretKey}
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent", "STEWARD_S3_ENDPOINT=" + srv.Endpoint}
 			out, err := cmd.CombinedOutput()
 			code := 0
 			if ee, ok := err.(*exec.ExitError); ok {

@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	ledgerPath := fs.String("ledger-path", "", "pin the object ledger's journal to this file instead of a free slot of --state-dir")
 	ledgerCap := fs.Int("ledger-capacity", 65536, "object tickets the ledger may hold at once")
 	ledgerQuota := fs.Int("ledger-quota", sidecar.DefaultLedgerQuota, "object tickets one invocation may hold at once")
+	own := credentialFlags(fs)
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics: PORT or localhost:PORT (loopback), or HOST:PORT as given; default off")
 	var engines []sidecar.EngineSpec
 	fs.Func("engine", "register an engine, NAME=COMMAND [ARG…] (COMMAND an absolute path; repeatable; builtin is always there)", func(v string) error {
@@ -58,6 +59,15 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "steward serve:", err)
 		return 2
 	}
+	if err := refuseEnvKeys(); err != nil {
+		fmt.Fprintln(stderr, "steward serve:", err)
+		return 2
+	}
+	creds, source, err := own.load()
+	if err != nil {
+		fmt.Fprintln(stderr, "steward serve:", err)
+		return 2
+	}
 	// Logs are JSON on stderr in both modes: stdout belongs to the protocol (stdio) or to go-plugin's
 	// handshake, and go-plugin re-emits the plugin's stderr lines under the plugin's name.
 	logger := hclog.New(&hclog.LoggerOptions{
@@ -68,9 +78,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		Isolation: iso, Executors: *executors, QueueCapacity: *queue, ClockSkew: *skew, MinRunnable: *minRun,
 		TestFaults: *faults, Engines: engines, StateDir: *stateDir, LedgerPath: *ledgerPath, LedgerCapacity: *ledgerCap,
 		MetricsListen: *metricsListen, LedgerQuota: *ledgerQuota,
-		// The sidecar's own S3 credentials (index.resolve, cleanup) come from its environment and
-		// are never passed to a worker or logged.
-		S3AccessKey: os.Getenv("STEWARD_S3_ACCESS_KEY"), S3SecretKey: os.Getenv("STEWARD_S3_SECRET_KEY"),
+		// The sidecar's own S3 keys (index.resolve, custody, sweep, and a worker's frame for its
+		// own call's store) come from a file or a descriptor, go only to the allowed stores, and
+		// are never logged.
+		S3Credentials: creds, CredentialsSource: source, AllowStores: own.allow,
 	})
 	if err != nil {
 		logger.Error("cannot start", "error", err)

@@ -20,6 +20,8 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -52,8 +54,14 @@ type Options struct {
 	Parent string
 	// Args are extra serve flags, after FastArgs (a repeated flag overrides).
 	Args []string
-	// Env is the sidecar's environment (nil: the test's).
+	// Env is the sidecar's environment (nil: the test's), always without STEWARD_S3_ACCESS_KEY and
+	// STEWARD_S3_SECRET_KEY, which steward serve refuses.
 	Env []string
+	// Credentials, when set, are the sidecar's own S3 keys, handed over as in production: a file
+	// of mode 0400 owned by the sidecar's uid, passed with --s3-credentials-file.
+	Credentials *rpc.Credentials
+	// AllowStores are passed as --allow-store flags: the stores the sidecar's own keys go to.
+	AllowStores []string
 	// Plugin launches through go-plugin instead of stdio.
 	Plugin bool
 	// OnNotify receives the sidecar's notifications.
@@ -114,7 +122,18 @@ func (s *Sidecar) Restart() {
 	if s.opts.User != 0 || len(s.opts.Enter) > 0 {
 		path = Launcher(s.t, path, s.opts.User, s.opts.Enter)
 	}
-	cfg := host.Config{Path: path, Args: append(FastArgs(s.Parent), s.opts.Args...), Env: s.opts.Env,
+	args := FastArgs(s.Parent)
+	if s.opts.Credentials != nil {
+		args = append(args, "--s3-credentials-file", CredentialsFile(s.t, *s.opts.Credentials, s.opts.User))
+	}
+	for _, a := range s.opts.AllowStores {
+		args = append(args, "--allow-store", a)
+	}
+	env := s.opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cfg := host.Config{Path: path, Args: append(args, s.opts.Args...), Env: sidecar.WithoutEnvKeys(env),
 		Logger:   hclog.New(&hclog.LoggerOptions{Name: "test", Output: s.Logs, Level: hclog.Debug, JSONFormat: true}),
 		OnNotify: s.opts.OnNotify, KillGrace: 2 * time.Second}
 	launch := host.LaunchStdio
