@@ -88,14 +88,25 @@ func (e *ledgerEnv) status(owner *rpc.ObjectOwner) rpc.ObjectsStatusResult {
 // waitUsed waits until the ledger holds want tickets and nothing is left to settle.
 func (e *ledgerEnv) waitUsed(want int) rpc.LedgerFigures {
 	e.t.Helper()
+	return waitTickets(e.t, e.c, want)
+}
+
+// waitTickets waits until the sidecar's ledger holds want tickets and nothing is left to settle.
+func waitTickets(t *testing.T, c *host.Client, want int) rpc.LedgerFigures {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		f := e.status(nil).Ledger
-		if f.Used == want && f.PendingDelete == 0 && f.Unsettled == 0 {
-			return f
+		var r rpc.ObjectsStatusResult
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := c.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &r)
+		cancel()
+		if err != nil {
+			t.Fatalf("objects.status: %v", err)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("ledger did not reach %d tickets: %+v", want, f)
+		if f := r.Ledger; f.Used == want && f.PendingDelete == 0 && f.Unsettled == 0 {
+			return f
+		} else if time.Now().After(deadline) {
+			t.Fatalf("ledger did not reach %d tickets: %+v", want, f)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -119,9 +130,15 @@ func (e *ledgerEnv) exists(key string) bool {
 
 func (e *ledgerEnv) metric(name string) float64 {
 	e.t.Helper()
-	text, err := e.c.Metrics(context.Background())
+	return metricOf(e.t, e.c, name)
+}
+
+// metricOf reads one unlabelled metric of the sidecar.
+func metricOf(t *testing.T, c *host.Client, name string) float64 {
+	t.Helper()
+	text, err := c.Metrics(context.Background())
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	for _, line := range strings.Split(text, "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
@@ -130,7 +147,7 @@ func (e *ledgerEnv) metric(name string) float64 {
 			return f
 		}
 	}
-	e.t.Fatalf("metric %s not found", name)
+	t.Fatalf("metric %s not found", name)
 	return 0
 }
 

@@ -7,15 +7,25 @@
 // <dataset>/_indices/toy-<invocation>/, writes one object under it (file:// stores only) and one
 // file into its private TMPDIR, and answers NOT_SUPPORTED (7) — or, with index.params claim=commit,
 // lies: COMMITTED at pinned+1. Its settle answers NOT_COMMITTED (nothing of it is ever in a slot).
+//
+// For the custody and credential tests, index.params select other behaviours, each answering
+// NOT_SUPPORTED with a report in its message: report=credentials (a fingerprint of the keys its
+// request frame carried, or "none"); reserve_keys=a,b/,… (each name, relative to the dataset,
+// reserved in its own frame, written when granted on a file:// store); reserve_many=N (N fresh
+// keys in frames of 1000, until one is refused).
 package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/cba1309c/steward/rpc"
@@ -26,6 +36,14 @@ import (
 type toy struct{}
 
 func (toy) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.MutateRequest) *workerproto.Result {
+	switch {
+	case req.Index.Params["report"] == "credentials":
+		return notSupported("credentials=" + fingerprint(req.Credentials))
+	case req.Index.Params["reserve_keys"] != "":
+		return notSupported(reserveEach(ctx, c, req, strings.Split(req.Index.Params["reserve_keys"], ",")))
+	case req.Index.Params["reserve_many"] != "":
+		return notSupported(reserveMany(ctx, c, req, req.Index.Params["reserve_many"]))
+	}
 	prefix := strings.Trim(req.Dataset.Path, "/") + "/_indices/toy-" + req.InvocationID + "/"
 	if err := c.Reserve(ctx, nil, []string{prefix}); err != nil {
 		return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeIO, Message: err.Error()}
@@ -44,6 +62,86 @@ func (toy) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.Mutat
 			CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1}
 	}
 	return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeNotSupported, Message: "the toy engine builds nothing"}
+}
+
+func notSupported(msg string) *workerproto.Result {
+	return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeNotSupported, Message: msg}
+}
+
+// fingerprint names the credentials the engine was given without revealing them: "none", or the
+// first 8 bytes of the access key's SHA-256 in hex.
+func fingerprint(c *rpc.Credentials) string {
+	if c == nil {
+		return "none"
+	}
+	sum := sha256.Sum256([]byte(c.AccessKey))
+	return hex.EncodeToString(sum[:8])
+}
+
+// reserveEach reserves each name (relative to the dataset; a trailing "/" makes it a prefix) in
+// its own frame, writes a granted key on a file:// store, and reports name=granted or
+// name=refused:<refusal> for each, joined by ";".
+func reserveEach(ctx context.Context, c *enginesdk.Conn, req *workerproto.MutateRequest, names []string) string {
+	base := strings.Trim(req.Dataset.Path, "/") + "/"
+	var out []string
+	for _, n := range names {
+		name := base + n
+		var err error
+		if strings.HasSuffix(name, "/") {
+			err = c.Reserve(ctx, nil, []string{name})
+		} else {
+			err = c.Reserve(ctx, []string{name}, nil)
+		}
+		var refused *enginesdk.RefusedError
+		switch {
+		case errors.As(err, &refused):
+			out = append(out, n+"=refused:"+refused.Refusal)
+		case err != nil:
+			out = append(out, n+"=error")
+		default:
+			out = append(out, n+"=granted")
+			writeFile(req, name)
+		}
+	}
+	return strings.Join(out, ";")
+}
+
+// reserveMany reserves n fresh keys under data/, in frames of at most MaxReserveNames, until one
+// is refused, and reports granted=<count> refusal=<refusal or none>.
+func reserveMany(ctx context.Context, c *enginesdk.Conn, req *workerproto.MutateRequest, n string) string {
+	total, err := strconv.Atoi(n)
+	if err != nil {
+		return "bad reserve_many"
+	}
+	base := strings.Trim(req.Dataset.Path, "/") + "/data/many-" + req.InvocationID + "-"
+	granted := 0
+	for granted < total {
+		var keys []string
+		for i := granted; i < total && len(keys) < workerproto.MaxReserveNames; i++ {
+			keys = append(keys, base+strconv.Itoa(i))
+		}
+		var refused *enginesdk.RefusedError
+		if err := c.Reserve(ctx, keys, nil); errors.As(err, &refused) {
+			return fmt.Sprintf("granted=%d refusal=%s", granted, refused.Refusal)
+		} else if err != nil {
+			return fmt.Sprintf("granted=%d error", granted)
+		}
+		granted += len(keys)
+	}
+	return fmt.Sprintf("granted=%d refusal=none", granted)
+}
+
+// writeFile writes the object name on a file:// store (the engine has no S3 client).
+func writeFile(req *workerproto.MutateRequest, name string) {
+	root, ok := strings.CutPrefix(req.Dataset.Store.URL, "file://")
+	if !ok || strings.HasSuffix(name, "/") {
+		return
+	}
+	root, _ = url.PathUnescape(root)
+	p := filepath.Join(root, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+		_ = os.WriteFile(p, []byte("toy"), 0o644)
+	}
 }
 
 func (toy) Settle(_ context.Context, _ *enginesdk.Conn, req *workerproto.SettleRequest) *workerproto.Settled {
