@@ -15,7 +15,6 @@ import (
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/internal/minioproc"
 	"github.com/cba1309c/steward/rpc"
-	stewardsidecar "github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storecfg"
 	"github.com/hashicorp/go-hclog"
@@ -218,7 +217,7 @@ func (r *run) startMinIO(ctx context.Context) error {
 	// The sidecars' own keys (index.resolve, cleanup, recovery) as in production: a 0600 file,
 	// for the campaign's store only; never their environment.
 	r.credsFile = filepath.Join(r.dir, "s3-credentials")
-	if err := os.WriteFile(r.credsFile, stewardsidecar.FormatCredentials(*r.minioCredentials()), 0o600); err != nil {
+	if err := os.WriteFile(r.credsFile, storecfg.FormatCredentials(*r.minioCredentials()), 0o600); err != nil {
 		return fmt.Errorf("%w: credentials file: %w", ErrSetup, err)
 	}
 	return nil

@@ -16,7 +16,7 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
-	stewardsidecar "github.com/cba1309c/steward/sidecar"
+	"github.com/cba1309c/steward/storecfg"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -116,7 +116,7 @@ func RunNode(ctx context.Context, cfg NodeConfig, in io.Reader, out io.Writer, l
 // sidecar gets SIGTERM and kills and reaps its workers first).
 func launchNodeSidecar(ctx context.Context, cfg NodeConfig, log hclog.Logger) (*host.Client, error) {
 	var env []string
-	for _, kv := range stewardsidecar.WithoutEnvKeys(os.Environ()) {
+	for _, kv := range storecfg.WithoutEnvKeys(os.Environ()) {
 		if !strings.HasPrefix(kv, NodeConfigEnv+"=") {
 			env = append(env, kv)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
-	stewardsidecar "github.com/cba1309c/steward/sidecar"
+	"github.com/cba1309c/steward/storecfg"
 )
 
 // node is one place a sidecar runs (one database node), known to the dispatcher by name. A
@@ -61,7 +61,7 @@ func (r *run) sidecarArgs() []string {
 // credentials besides.
 func (n *node) launch(ctx context.Context) (*sidecar, error) {
 	r := n.r
-	env := stewardsidecar.WithoutEnvKeys(os.Environ())
+	env := storecfg.WithoutEnvKeys(os.Environ())
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c, err := host.LaunchStdio(ctx, host.Config{

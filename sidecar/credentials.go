@@ -1,30 +1,27 @@
 package sidecar
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storecfg"
 )
 
 // The sidecar's own S3 keys are read once at start from a file or an inherited descriptor,
 // never from its environment: a long-running process's initial environment stays readable in
 // /proc/<pid>/environ for its whole life, whatever it later unsets. docs/PROTOCOL.md §1.1 has
-// the format.
+// the format (storecfg.ParseCredentials reads it).
 
 // maxCredentialsFile bounds the credentials file or descriptor read.
-const maxCredentialsFile = 4 << 10
+const maxCredentialsFile = storecfg.MaxCredentialsFile
 
 // ErrCredentials: the sidecar's own credentials could not be read (file missing, owned by
 // another uid, readable by group or others, malformed). Messages never quote the file's content.
-var ErrCredentials = errors.New("sidecar credentials")
+var ErrCredentials = storecfg.ErrCredentials
 
 // Sources of the sidecar's own credentials, as hello reports them (rpc.CredentialsReport.Source).
 const (
@@ -32,59 +29,6 @@ const (
 	CredentialsFile = "file"
 	CredentialsFD   = "fd"
 )
-
-// ParseCredentials reads the credentials format: lines "access_key = …" and "secret_key = …"
-// (both required, each once), blank lines and lines starting with "#" ignored, whitespace
-// around the key and the value trimmed. Errors name a line number, never its text.
-func ParseCredentials(r io.Reader) (rpc.Credentials, error) {
-	var c rpc.Credentials
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(io.LimitReader(r, maxCredentialsFile+1))
-	sc.Buffer(make([]byte, 0, 512), maxCredentialsFile+1)
-	n, total := 0, 0
-	for sc.Scan() {
-		n++
-		total += len(sc.Bytes()) + 1
-		if total > maxCredentialsFile+1 {
-			return rpc.Credentials{}, fmt.Errorf("%w: more than %d bytes", ErrCredentials, maxCredentialsFile)
-		}
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		switch {
-		case !ok:
-			return rpc.Credentials{}, fmt.Errorf("%w: line %d is not key = value", ErrCredentials, n)
-		case k != "access_key" && k != "secret_key":
-			return rpc.Credentials{}, fmt.Errorf("%w: line %d: unknown field (want access_key or secret_key)", ErrCredentials, n)
-		case seen[k]:
-			return rpc.Credentials{}, fmt.Errorf("%w: line %d: %s given twice", ErrCredentials, n, k)
-		case v == "":
-			return rpc.Credentials{}, fmt.Errorf("%w: line %d: %s is empty", ErrCredentials, n, k)
-		}
-		seen[k] = true
-		if k == "access_key" {
-			c.AccessKey = v
-		} else {
-			c.SecretKey = v
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return rpc.Credentials{}, fmt.Errorf("%w: %s", ErrCredentials, "unreadable or too long")
-	}
-	if !seen["access_key"] || !seen["secret_key"] {
-		return rpc.Credentials{}, fmt.Errorf("%w: both access_key and secret_key are required", ErrCredentials)
-	}
-	return c, nil
-}
-
-// FormatCredentials renders c in the format ParseCredentials reads (for tools and tests that
-// write a credentials file).
-func FormatCredentials(c rpc.Credentials) []byte {
-	return []byte("access_key = " + c.AccessKey + "\nsecret_key = " + c.SecretKey + "\n")
-}
 
 // LoadCredentialsFile reads the credentials file at path. It is refused unless it is a regular
 // file owned by this process's effective uid with no permission bit for group or others (mode
@@ -126,7 +70,7 @@ func readCredentials(r io.Reader) (rpc.Credentials, error) {
 		return rpc.Credentials{}, fmt.Errorf("%w: read: %w", ErrCredentials, err)
 	}
 	defer clear(b)
-	return ParseCredentials(bytes.NewReader(b))
+	return storecfg.ParseCredentials(bytes.NewReader(b))
 }
 
 func checkCredentialsFile(path string, fi os.FileInfo) error {
@@ -142,19 +86,4 @@ func checkCredentialsFile(path string, fi os.FileInfo) error {
 		return fmt.Errorf("%w: %s has mode %04o: group and others must have no access (chmod 0400)", ErrCredentials, path, fi.Mode().Perm())
 	}
 	return nil
-}
-
-// EnvKeyVars are the environment variables a sidecar refuses to start with (steward serve): the
-// S3 keys that tools such as `steward dataset` read from their environment.
-var EnvKeyVars = []string{"STEWARD_S3_ACCESS_KEY", "STEWARD_S3_SECRET_KEY"}
-
-// WithoutEnvKeys is env (KEY=VALUE) without EnvKeyVars, for a process that starts a sidecar.
-func WithoutEnvKeys(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(EnvKeyVars, k) {
-			out = append(out, kv)
-		}
-	}
-	return out
 }

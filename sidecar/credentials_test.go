@@ -2,50 +2,19 @@ package sidecar_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar"
+	"github.com/cba1309c/steward/storecfg"
 )
 
 const secretCanary = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYCANARYKEY"
-
-func TestParseCredentials(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		want     rpc.Credentials
-		bad      string // substring of the error; "" for success
-	}{
-		{"plain", "access_key = AK\nsecret_key = " + secretCanary + "\n", rpc.Credentials{AccessKey: "AK", SecretKey: secretCanary}, ""},
-		{"comments and blanks", "# steward\n\n  access_key=AK  \n\tsecret_key =" + secretCanary, rpc.Credentials{AccessKey: "AK", SecretKey: secretCanary}, ""},
-		{"formatted", string(sidecar.FormatCredentials(rpc.Credentials{AccessKey: "AK", SecretKey: secretCanary})), rpc.Credentials{AccessKey: "AK", SecretKey: secretCanary}, ""},
-		{"missing secret", "access_key = AK\n", rpc.Credentials{}, "both access_key and secret_key"},
-		{"empty value", "access_key = AK\nsecret_key =\n", rpc.Credentials{}, "line 2: secret_key is empty"},
-		{"twice", "access_key = AK\naccess_key = " + secretCanary + "\nsecret_key = s\n", rpc.Credentials{}, "line 2: access_key given twice"},
-		{"unknown field", "access_key = AK\nsecret = " + secretCanary + "\n", rpc.Credentials{}, "line 2: unknown field"},
-		{"no equals", secretCanary + "\n", rpc.Credentials{}, "line 1 is not key = value"},
-		{"too long", "access_key = AK\nsecret_key = " + strings.Repeat("x", 5000) + "\n", rpc.Credentials{}, "bytes"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := sidecar.ParseCredentials(strings.NewReader(tc.in))
-			if tc.bad == "" {
-				if err != nil || got != tc.want {
-					t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
-				}
-				return
-			}
-			if !errors.Is(err, sidecar.ErrCredentials) || !strings.Contains(err.Error(), tc.bad) {
-				t.Fatalf("error %v; want ErrCredentials with %q", err, tc.bad)
-			}
-			if strings.Contains(err.Error(), secretCanary) || strings.Contains(err.Error(), "xxxx") {
-				t.Fatalf("the error quotes the file's content: %v", err)
-			}
-		})
-	}
-}
 
 // TestLoadCredentialsFile: only a regular file of the process's uid, with no bit for group or
 // others, is read; a symlink is not followed.
@@ -54,7 +23,7 @@ func TestLoadCredentialsFile(t *testing.T) {
 	good := rpc.Credentials{AccessKey: "AK", SecretKey: secretCanary}
 	write := func(name string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, sidecar.FormatCredentials(good), 0o600); err != nil {
+		if err := os.WriteFile(p, storecfg.FormatCredentials(good), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chmod(p, mode); err != nil {
@@ -101,16 +70,26 @@ func TestLoadCredentialsFD(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := rpc.Credentials{AccessKey: "AK", SecretKey: secretCanary}
-	if _, err := w.Write(sidecar.FormatCredentials(good)); err != nil {
+	if _, err := w.Write(storecfg.FormatCredentials(good)); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
-	fd := int(r.Fd())
+	// A descriptor of its own, as an inherited one is: r keeps (and closes) its own.
+	fd, err := syscall.Dup(int(r.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	link := fmt.Sprintf("/proc/self/fd/%d", fd)
+	pipe, err := os.Readlink(link)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got, err := sidecar.LoadCredentialsFD(fd); err != nil || got != good {
 		t.Fatalf("fd %d: %+v, %v", fd, got, err)
 	}
-	if _, err := sidecar.LoadCredentialsFD(fd); !errors.Is(err, sidecar.ErrCredentials) {
-		t.Fatalf("second read of fd %d: %v; want it closed", fd, err)
+	if now, err := os.Readlink(link); err == nil && now == pipe {
+		t.Fatalf("fd %d (%s) is still open after the read", fd, pipe)
 	}
 	if _, err := sidecar.LoadCredentialsFD(1); !errors.Is(err, sidecar.ErrCredentials) {
 		t.Fatalf("fd 1: %v; want a refusal", err)

@@ -18,7 +18,6 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/cba1309c/steward/storecfg"
@@ -182,7 +181,7 @@ func (d *demo) launch(ctx context.Context, dir, s3 string) error {
 	}
 	// The sidecar never takes keys from its environment: the demo's own keys (from its
 	// environment, a short-lived command) go to the sidecar in a 0600 file, for the demo's store only.
-	env := sidecar.WithoutEnvKeys(os.Environ())
+	env := storecfg.WithoutEnvKeys(os.Environ())
 	if s3 != "" {
 		d.creds = envCredentials()
 	}
@@ -196,7 +195,7 @@ func (d *demo) launch(ctx context.Context, dir, s3 string) error {
 			return err
 		}
 		file := filepath.Join(dir, "s3-credentials")
-		if err := os.WriteFile(file, sidecar.FormatCredentials(*d.creds), 0o600); err != nil {
+		if err := os.WriteFile(file, storecfg.FormatCredentials(*d.creds), 0o600); err != nil {
 			return err
 		}
 		args = append(args, "--s3-credentials-file", file, "--allow-store", p.Name())

@@ -14,6 +14,7 @@ import (
 	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar"
+	"github.com/cba1309c/steward/storecfg"
 )
 
 const serveCanary = "serve-canary-SECRET-3f9a1c"
@@ -104,7 +105,7 @@ func TestServeOwnKeysFromFD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(sidecar.FormatCredentials(rpc.Credentials{AccessKey: "AKIDSERVE", SecretKey: serveCanary})); err != nil {
+	if _, err := w.Write(storecfg.FormatCredentials(rpc.Credentials{AccessKey: "AKIDSERVE", SecretKey: serveCanary})); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
@@ -169,7 +170,7 @@ func TestServeOwnKeysFromFD(t *testing.T) {
 func TestServeCredentialsFileChecked(t *testing.T) {
 	bin := testbin.Steward(t)
 	file := filepath.Join(t.TempDir(), "s3")
-	if err := os.WriteFile(file, sidecar.FormatCredentials(rpc.Credentials{AccessKey: "AK", SecretKey: serveCanary}), 0o640); err != nil {
+	if err := os.WriteFile(file, storecfg.FormatCredentials(rpc.Credentials{AccessKey: "AK", SecretKey: serveCanary}), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar"
+	"github.com/cba1309c/steward/storecfg"
 )
 
 // CredentialsFile writes c in the sidecar's credentials format to a fresh file of mode 0400
@@ -19,7 +19,7 @@ func CredentialsFile(t testing.TB, c rpc.Credentials, uid int) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	path := filepath.Join(dir, "s3")
-	err = os.WriteFile(path, sidecar.FormatCredentials(c), 0o400)
+	err = os.WriteFile(path, storecfg.FormatCredentials(c), 0o400)
 	if err == nil && uid != os.Geteuid() {
 		if err = os.Chown(path, uid, uid); err == nil {
 			err = os.Chmod(dir, 0o711)

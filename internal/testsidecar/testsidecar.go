@@ -21,7 +21,7 @@ import (
 	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/sidecar"
+	"github.com/cba1309c/steward/storecfg"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -133,7 +133,7 @@ func (s *Sidecar) Restart() {
 	if env == nil {
 		env = os.Environ()
 	}
-	cfg := host.Config{Path: path, Args: append(args, s.opts.Args...), Env: sidecar.WithoutEnvKeys(env),
+	cfg := host.Config{Path: path, Args: append(args, s.opts.Args...), Env: storecfg.WithoutEnvKeys(env),
 		Logger:   hclog.New(&hclog.LoggerOptions{Name: "test", Output: s.Logs, Level: hclog.Debug, JSONFormat: true}),
 		OnNotify: s.opts.OnNotify, KillGrace: 2 * time.Second}
 	launch := host.LaunchStdio
