@@ -52,3 +52,25 @@ func TestWithoutEnvKeys(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// FuzzParseCredentials: any input either parses into keys that render and parse back the same,
+// or fails with a short message that quotes none of it.
+func FuzzParseCredentials(f *testing.F) {
+	f.Add("access_key = AK\nsecret_key = " + secretCanary + "\n")
+	f.Add("# c\n\naccess_key=a\nsecret_key=b")
+	f.Add("access_key = AK\naccess_key = " + secretCanary)
+	f.Add(secretCanary)
+	f.Fuzz(func(t *testing.T, in string) {
+		c, err := storecfg.ParseCredentials(strings.NewReader(in))
+		if err != nil {
+			if !errors.Is(err, storecfg.ErrCredentials) || len(err.Error()) > 120 {
+				t.Fatalf("error %q", err)
+			}
+			return
+		}
+		back, err := storecfg.ParseCredentials(strings.NewReader(string(storecfg.FormatCredentials(c))))
+		if err != nil || back != c {
+			t.Fatalf("%+v rendered and parsed back as %+v, %v", c, back, err)
+		}
+	})
+}
