@@ -37,6 +37,7 @@ type run struct {
 	storeName string
 	prefix    string // every dataset of this run lives under it: a given MinIO may hold others
 	datasets  []string
+	format    format // the engine's dataset format: how datasets are made and read back
 
 	cgroupParent, stateDir string
 	credsFile              string // the sidecars' --s3-credentials-file
@@ -64,7 +65,11 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err != nil {
 		return rep, err
 	}
-	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, Kinds()), plan: map[string]planned{}}
+	kinds := Kinds()
+	if cfg.Engine == EngineLance {
+		kinds = LanceKinds()
+	}
+	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, kinds), plan: map[string]planned{}}
 	return r.execute(ctx, r.setup)
 }
 
@@ -186,13 +191,33 @@ func (r *run) setupCommon(ctx context.Context) error {
 	if err := r.startMinIO(ctx); err != nil {
 		return err
 	}
+	r.format = builtinFormat{store: r.store, rows: r.cfg.Rows}
+	if r.cfg.Engine == EngineLance {
+		tmp := filepath.Join(dir, "tmp")
+		if err := os.Mkdir(tmp, 0o700); err != nil {
+			return fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		r.format = &lanceFormat{tools: r.cfg.Lance, store: r.store, bucket: bucket, endpoint: r.minio.Endpoint,
+			creds: r.minioCredentials(), rows: r.cfg.Rows, workDir: tmp, setup: map[string]int64{}}
+	}
 	if err := r.makeDatasets(ctx); err != nil {
 		return err
 	}
-	for _, p := range makePlan(r.cfg.Seed, r.cfg.Mutations, r.cfg.Datasets, r.cfg.Kinds) {
+	for _, p := range r.makePlan() {
 		r.plan[p.id()] = p
 	}
 	return nil
+}
+
+// makePlan draws the run's plan from its seed.
+func (r *run) makePlan() []planned {
+	window := 900 * time.Millisecond
+	if r.cfg.Engine == EngineLance {
+		// A Lance mutation takes seconds (Python start, load, build, commit, the sidecar's
+		// settle): a window of up to 4s lets the deadline race its commit.
+		window = 4 * time.Second
+	}
+	return makePlan(r.cfg.Seed, r.cfg.Mutations, r.cfg.Datasets, len(r.format.columns()), r.cfg.Kinds, window)
 }
 
 func (r *run) startMinIO(ctx context.Context) error {
@@ -267,6 +292,9 @@ func (r *run) teardown() {
 		r.violate("leftovers", "", err.Error())
 	}
 	r.rep.LeftoverProcesses, r.rep.LeftoverCgroups = len(procs), len(cgroups)
+	if r.cfg.Engine == EngineLance {
+		r.leftoverTemp()
+	}
 	for _, p := range procs {
 		r.violate("leftover-process", "", p)
 	}
@@ -278,6 +306,30 @@ func (r *run) teardown() {
 			r.log.Warn("cannot remove the campaign directory", "dir", r.dir, "error", err)
 		}
 		r.rep.Dir = ""
+	}
+}
+
+// leftoverTemp counts the worker domains' temp dirs left in the sidecars' TMPDIR. A sidecar
+// removes a domain's dir after its reap; a SIGKILLed sidecar cannot, and nothing sweeps them yet
+// (a known gap of the Lance engine's integration, #12): they are findings with the count, and a
+// violation when no sidecar was killed.
+func (r *run) leftoverTemp() {
+	left, err := os.ReadDir(r.sidecarTemp())
+	if err != nil && !os.IsNotExist(err) {
+		r.violate("leftovers", "", err.Error())
+		return
+	}
+	r.rep.LeftoverTemp = len(left)
+	if len(left) == 0 {
+		return
+	}
+	if r.rep.row(KindSidecarKill).Delivered > 0 {
+		r.finding("KNOWN GAP: %d worker temp dirs left in the sidecars' TMPDIR after %d sidecar SIGKILLs (a killed sidecar's domains are not swept)",
+			len(left), r.rep.row(KindSidecarKill).Delivered)
+		return
+	}
+	for _, e := range left {
+		r.violate("leftover-temp", "", filepath.Join(r.sidecarTemp(), e.Name()))
 	}
 }
 

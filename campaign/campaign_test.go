@@ -58,23 +58,27 @@ func minioBinary(t *testing.T) string {
 // requires the checker to find nothing: every COMMITTED job in its dataset's manifest chain, no
 // NOT_COMMITTED one there, no UNKNOWN left, no orphan object, no leftover process or cgroup.
 func TestCampaign(t *testing.T) {
+	if _, err := exec.LookPath("/bin/sleep"); err != nil {
+		testenv.Unavailable(t, "/bin/sleep is needed by the fork_bomb fault")
+	}
+	runCampaign(t, "campaign", envInt(t, mutationsEnv, 2*int64(len(campaign.Kinds()))), campaign.Config{})
+}
+
+// runCampaign runs a campaign of n mutations on cfg (Steward, MinIO, work dir, seed and Keep
+// filled in), and requires every fault kind to have run, every job in the store and no violation.
+func runCampaign(t *testing.T, what string, n int64, cfg campaign.Config) campaign.Report {
+	t.Helper()
 	testenv.NeedRoot(t)
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		testenv.Unavailable(t, "cgroups unavailable: "+err.Error())
 	}
-	if _, err := exec.LookPath("/bin/sleep"); err != nil {
-		testenv.Unavailable(t, "/bin/sleep is needed by the fork_bomb fault")
-	}
-	n := envInt(t, mutationsEnv, 2*int64(len(campaign.Kinds())))
-	seed := envInt(t, seedEnv, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*2*time.Second)
+	cfg.Steward, cfg.MinIOBinary, cfg.WorkDir = testbin.Steward(t), minioBinary(t), t.TempDir()
+	cfg.Mutations, cfg.Seed, cfg.Keep = int(n), envInt(t, seedEnv, 1), os.Getenv("STEWARD_CAMPAIGN_KEEP") == "1"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*3*time.Second)
 	defer cancel()
 	start := time.Now()
-	rep, err := campaign.Run(ctx, campaign.Config{
-		Steward: testbin.Steward(t), MinIOBinary: minioBinary(t), WorkDir: t.TempDir(),
-		Mutations: int(n), Seed: seed, Keep: os.Getenv("STEWARD_CAMPAIGN_KEEP") == "1",
-	})
-	logReport(t, "campaign", n, start, rep, err)
+	rep, err := campaign.Run(ctx, cfg)
+	logReport(t, what, n, start, rep, err)
 	for _, k := range rep.Kinds {
 		if k.Total() == 0 {
 			t.Errorf("fault kind %s never ran", k.Kind)
@@ -86,6 +90,7 @@ func TestCampaign(t *testing.T) {
 	if !rep.OK() {
 		t.Errorf("%d violations", len(rep.Violations))
 	}
+	return rep
 }
 
 // logReport logs a campaign's table (and its job lines when verbose or failing), and ends t on a
@@ -103,5 +108,27 @@ func logReport(t *testing.T, what string, n int64, start time.Time, rep campaign
 			testenv.Unavailable(t, err.Error())
 		}
 		t.Fatal(err)
+	}
+}
+
+// lanceMutationsEnv sets the Lance campaign's size (default 16: every Lance fault kind at least
+// twice). A large run:
+//
+//	STEWARD_LANCE_CAMPAIGN_MUTATIONS=240 go test ./campaign -run TestLanceCampaign -v -timeout 30m
+const lanceMutationsEnv = "STEWARD_LANCE_CAMPAIGN_MUTATIONS"
+
+// TestLanceCampaign runs the fault campaign on the real Lance engine (engines/lance, registered in
+// every sidecar) against a real MinIO: every Lance fault kind — the engine's own crashes, a real
+// OOM kill under a lowered memory limit, sidecar SIGKILLs, MinIO outages, deadlines — and requires
+// the checker, reading Lance's own version chain, to find nothing.
+func TestLanceCampaign(t *testing.T) {
+	py, dir, err := testbin.LanceTools()
+	if err != nil {
+		testenv.Unavailable(t, "Lance engine not installed: "+err.Error())
+	}
+	rep := runCampaign(t, "Lance campaign", envInt(t, lanceMutationsEnv, 2*int64(len(campaign.LanceKinds()))),
+		campaign.Config{Engine: campaign.EngineLance, Lance: campaign.LanceTools{Python: py, Dir: dir}})
+	if rep.Commits == 0 {
+		t.Errorf("no job committed a version: the checker checked no commit")
 	}
 }

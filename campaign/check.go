@@ -9,21 +9,41 @@ import (
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
-	"github.com/cba1309c/steward/storage/dataset"
 )
 
-// chain is one dataset's manifests as storage holds them, versions 1..latest.
+// chain is one dataset's version chain as storage holds it, versions 1..latest, in the terms of
+// either engine's format.
 type chain struct {
-	path      string
-	manifests []*dataset.Manifest // index v-1
-	commits   map[string]int64    // invocation id → version it committed (fences excluded)
+	path     string
+	versions []version            // index v-1
+	setup    int64                // versions 1..setup were written by the campaign's setup
+	commits  map[string]int64     // invocation id → version it committed (fences excluded)
+	claims   map[int64]lanceClaim // Lance only: the slot claims, by version
 }
 
-func (c *chain) at(v int64) *dataset.Manifest {
-	if v < 1 || int(v) > len(c.manifests) {
+// version is one version of a chain: what wrote it and the indices present at it.
+type version struct {
+	Version, ReadVersion int64
+	Op                   string // the format's operation name (builtin: the transaction op; Lance: its operation class)
+	Invocation           string // the steward invocation that wrote it ("" for none)
+	Kind                 string // kindCommit, kindFence, or "" (no steward writer's)
+	Indices              []indexRef
+}
+
+// indexRef is one index (one segment, for Lance) present at a version.
+type indexRef struct{ Name, UUID string }
+
+// What wrote a version.
+const (
+	kindCommit = "commit"
+	kindFence  = "fence"
+)
+
+func (c *chain) at(v int64) *version {
+	if v < 1 || int(v) > len(c.versions) {
 		return nil
 	}
-	return c.manifests[v-1]
+	return &c.versions[v-1]
 }
 
 // check verifies the campaign from the job store's typed fields and storage truth only.
@@ -36,11 +56,18 @@ func (r *run) check(ctx context.Context) {
 	chains := map[string]*chain{}
 	referenced := map[string]bool{}
 	for _, path := range r.datasets {
-		c, err := r.readChain(ctx, path, referenced)
+		c, err := r.format.read(ctx, path, referenced)
 		if err != nil {
 			r.violate("manifest-chain", "", fmt.Sprintf("%s: %v", path, err))
 			continue
 		}
+		for _, v := range c.versions {
+			r.checkVersion(c, v)
+		}
+		r.checkClaims(c)
+		r.mu.Lock()
+		r.rep.Versions += len(c.versions)
+		r.mu.Unlock()
 		chains[path] = c
 	}
 	byInv := map[string]dispatch.Job{}
@@ -63,61 +90,37 @@ func (r *run) check(ctx context.Context) {
 	r.checkObjects(ctx, jobs, referenced)
 }
 
-// readChain reads every manifest of path and adds every key they reference to referenced.
-func (r *run) readChain(ctx context.Context, path string, referenced map[string]bool) (*chain, error) {
-	latest, err := dataset.LatestVersion(ctx, r.store, path)
-	if err != nil {
-		return nil, err
-	}
-	c := &chain{path: path, commits: map[string]int64{}}
-	for v := int64(1); v <= latest; v++ {
-		d, err := dataset.Open(ctx, r.store, path, v)
-		if err != nil {
-			return nil, fmt.Errorf("version %d: %w", v, err)
-		}
-		m := d.Manifest()
-		c.manifests = append(c.manifests, m)
-		referenced[path+"/"+dataset.VersionKey(v)] = true
-		for _, p := range m.References() {
-			referenced[path+"/"+p] = true
-		}
-		r.checkVersion(c, m)
-	}
-	r.mu.Lock()
-	r.rep.Versions += int(latest)
-	r.mu.Unlock()
-	return c, nil
-}
-
-// checkVersion checks one manifest against its predecessor: every version after the first was
-// written at read version + 1, a fence changes no index, and an invocation commits at most once.
-func (r *run) checkVersion(c *chain, m *dataset.Manifest) {
-	if m.Version == 1 {
+// checkVersion checks one version past the setup against its predecessor: it was written at read
+// version + 1 by a steward writer, a fence changes no index, and an invocation commits at most
+// once.
+func (r *run) checkVersion(c *chain, m version) {
+	if m.Version <= c.setup {
 		return
 	}
-	tx := m.Transaction
-	if tx.ReadVersion != m.Version-1 {
-		r.violate("manifest-chain", "", fmt.Sprintf("%s version %d read version %d, not %d", c.path, m.Version, tx.ReadVersion, m.Version-1))
+	if m.ReadVersion != m.Version-1 {
+		r.violate("manifest-chain", "", fmt.Sprintf("%s version %d read version %d, not %d", c.path, m.Version, m.ReadVersion, m.Version-1))
 	}
-	if m.IsFence() {
+	switch m.Kind {
+	case kindFence:
 		r.mu.Lock()
 		r.rep.Fences++
 		r.mu.Unlock()
-		if prev := c.at(m.Version - 1); prev != nil && !slices.Equal(uuids(prev), uuids(m)) {
+		if prev := c.at(m.Version - 1); prev != nil && !slices.Equal(uuids(prev), uuids(&m)) {
 			r.violate("fence", "", fmt.Sprintf("%s fence version %d changes the indices", c.path, m.Version))
 		}
 		return
-	}
-	if tx.InvocationID == "" {
+	case kindCommit:
+	default:
+		r.violate("ghost-commit", "", fmt.Sprintf("%s version %d (%s) was written by no steward writer", c.path, m.Version, m.Op))
 		return
 	}
-	if v, dup := c.commits[tx.InvocationID]; dup {
-		r.violate("double-commit", "", fmt.Sprintf("%s: invocation %s committed versions %d and %d", c.path, tx.InvocationID, v, m.Version))
+	if v, dup := c.commits[m.Invocation]; dup {
+		r.violate("double-commit", "", fmt.Sprintf("%s: invocation %s committed versions %d and %d", c.path, m.Invocation, v, m.Version))
 	}
-	c.commits[tx.InvocationID] = m.Version
+	c.commits[m.Invocation] = m.Version
 }
 
-func uuids(m *dataset.Manifest) []string {
+func uuids(m *version) []string {
 	var out []string
 	for _, ix := range m.Indices {
 		out = append(out, ix.UUID)
@@ -127,7 +130,7 @@ func uuids(m *dataset.Manifest) []string {
 }
 
 // findIndex returns the index of m whose name folds to name.
-func findIndex(m *dataset.Manifest, name string) *dataset.IndexMeta {
+func findIndex(m *version, name string) *indexRef {
 	for i := range m.Indices {
 		if dispatch.FoldName(m.Indices[i].Name) == dispatch.FoldName(name) {
 			return &m.Indices[i]
@@ -137,17 +140,13 @@ func findIndex(m *dataset.Manifest, name string) *dataset.IndexMeta {
 }
 
 // checkCommit checks version v, committed by job j, against the pinned version before it: the
-// transaction is the job's operation (a REPLACE of an absent index is recorded as a CREATE), and
-// the index is new at v (CREATE, REPLACE) or gone (DROP, which needs it at the pinned version).
+// operation is the one the format records for the job's, and the index is new at v (CREATE,
+// REPLACE) or gone (DROP, which needs it at the pinned version).
 func (r *run) checkCommit(j dispatch.Job, c *chain, v int64) {
 	m, pinned := c.at(v), c.at(v-1)
 	before, after := findIndex(pinned, j.Index.Name), findIndex(m, j.Index.Name)
-	want := map[string]string{rpc.OpCreate: dataset.OpCreateIndex, rpc.OpReplace: dataset.OpReplaceIndex, rpc.OpDrop: dataset.OpDropIndex}[j.Op]
-	if j.Op == rpc.OpReplace && before == nil {
-		want = dataset.OpCreateIndex
-	}
-	if m.Transaction.Op != want {
-		r.violate("committed-wrong-op", j.ID, fmt.Sprintf("version %d is %s, want %s for %s (index present before: %t)", v, m.Transaction.Op, want, j.Op, before != nil))
+	if want := r.format.op(j.Op, before != nil); m.Op != want {
+		r.violate("committed-wrong-op", j.ID, fmt.Sprintf("version %d is %s, want %s for %s (index present before: %t)", v, m.Op, want, j.Op, before != nil))
 	}
 	switch {
 	case j.Op == rpc.OpDrop && (before == nil || after != nil):
@@ -181,6 +180,9 @@ func (r *run) checkJob(j dispatch.Job, c *chain) {
 		if j.Result != nil && j.Result.CommittedVersion != 0 && j.Result.CommittedVersion != v {
 			r.violate("committed-wrong-slot", j.ID, fmt.Sprintf("answer says version %d, storage says %d", j.Result.CommittedVersion, v))
 		}
+		r.mu.Lock()
+		r.rep.Commits++
+		r.mu.Unlock()
 		r.checkCommit(j, c, v)
 	case dispatch.StateNotCommitted:
 		if committed {
@@ -256,6 +258,9 @@ func jobLine(j dispatch.Job, kind string) string {
 			if res.Signal != "" || res.OOMKilled {
 				fmt.Fprintf(&b, " signal=%s oom=%t", res.Signal, res.OOMKilled)
 			}
+			if res.PeakMemoryBytes > 0 {
+				fmt.Fprintf(&b, " peak=%dMiB", res.PeakMemoryBytes>>20)
+			}
 			b.WriteString(")")
 		}
 	}
@@ -280,24 +285,40 @@ func (r *run) checkObjects(ctx context.Context, jobs []dispatch.Job, referenced 
 	present := map[string]bool{}
 	for _, o := range objects {
 		present[o.Key] = true
+		_, known := referenced[o.Key]
 		switch {
-		case referenced[o.Key]:
-		case owned[o.Key]:
+		case known:
+		case ownedKey(owned, o.Key):
 			r.rep.Owned++
 		default:
 			r.violate("orphan", "", fmt.Sprintf("%s (%d bytes) is referenced by no manifest and owned by no ticket", o.Key, o.Size))
 			r.rep.Orphans++
 		}
 	}
-	for k := range referenced {
-		if !present[k] {
+	for k, must := range referenced {
+		if must && !present[k] {
 			r.violate("missing-object", "", k+" is referenced by a manifest but absent from the bucket")
 		}
 	}
 	r.rep.Objects, r.rep.Referenced = len(objects), len(referenced)
 }
 
-// owned lists the keys the live sidecars' ledgers hold tickets for, per job invocation.
+// ownedKey reports whether key is owned by a ticket of owned: a name ticket of that key, or a
+// prefix ticket (a name ending in "/") of one of its folders.
+func ownedKey(owned map[string]bool, key string) bool {
+	if owned[key] {
+		return true
+	}
+	for i := strings.LastIndexByte(key, '/'); i > 0; i = strings.LastIndexByte(key[:i], '/') {
+		if owned[key[:i+1]] {
+			return true
+		}
+	}
+	return false
+}
+
+// owned lists the keys (and prefixes) the live sidecars' ledgers hold tickets for, per job
+// invocation.
 func (r *run) owned(ctx context.Context, jobs []dispatch.Job) (map[string]bool, error) {
 	out := map[string]bool{}
 	for _, n := range r.nodes {

@@ -2,6 +2,8 @@ package campaign
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cba1309c/steward/internal/minioproc"
@@ -27,18 +29,26 @@ type Config struct {
 	WorkDir string
 	// Keep leaves the campaign's directory in place after the run (it is removed otherwise).
 	Keep bool
+	// Engine is the engine every mutation runs on: EngineBuiltin (default; its manifests are
+	// read by the checker) or EngineLance (engines/lance, registered in every sidecar with
+	// `--engine lance=…`; datasets made and the version chain read with Lance's own library).
+	Engine string
+	// Lance locates the Lance engine. Required when Engine is EngineLance.
+	Lance LanceTools
 
 	// Mutations is the number of mutations to submit. Default 200.
 	Mutations int
 	// Seed drives every random choice of the plan (operations, faults, delays). Default 1.
 	Seed int64
-	// Kinds are the fault kinds to draw from (see Kinds). Default: all of them. The first
+	// Kinds are the fault kinds to draw from (see Kinds; LanceKinds on Lance). Default: all of
+	// them. The first
 	// len(Kinds) mutations take each kind once, in a seeded order; of the rest one in four is
 	// clean (when KindClean is listed) and the others draw a fault kind uniformly.
 	Kinds []string
 	// Datasets is the number of datasets mutations spread over. Default 3.
 	Datasets int
-	// Rows is the number of generated rows of each dataset. Default 20,000.
+	// Rows is the number of generated rows of each dataset. Default 20,000 (built-in), 5,000
+	// (Lance).
 	Rows int64
 	// Sidecars is the number of sidecars the dispatcher chooses from. Default 2. RunFailover
 	// sets it to Hosts (one sidecar per host process).
@@ -57,7 +67,8 @@ type Config struct {
 	Outstanding int
 	// ExecuteDeadline is the dispatcher's execute deadline for every job. It must fund the
 	// sidecars' kill budget (KillBudget) plus a runnable window long enough for a real build.
-	// Default 8s.
+	// Default 8s (built-in), 20s (Lance: every job starts Python, and a COMMITTED answer waits
+	// for the engine's settle in a fresh domain).
 	ExecuteDeadline time.Duration
 	// ConvergeTimeout bounds the wait for convergence after the last submission. Default 3m.
 	ConvergeTimeout time.Duration
@@ -110,6 +121,24 @@ func (c Config) withDefaults() (Config, error) {
 			*v = d
 		}
 	}
+	kinds := Kinds()
+	switch c.Engine {
+	case "", EngineBuiltin:
+		c.Engine = EngineBuiltin
+	case EngineLance:
+		if err := c.Lance.check(); err != nil {
+			return c, err
+		}
+		kinds = LanceKinds()
+		if c.Rows == 0 {
+			c.Rows = 5000
+		}
+		if c.ExecuteDeadline == 0 {
+			c.ExecuteDeadline = 20 * time.Second
+		}
+	default:
+		return c, fmt.Errorf("%w: unknown engine %q (want %s or %s)", ErrConfig, c.Engine, EngineBuiltin, EngineLance)
+	}
 	def(&c.Mutations, 200)
 	def(&c.Datasets, 3)
 	def(&c.Sidecars, 2)
@@ -137,11 +166,14 @@ func (c Config) withDefaults() (Config, error) {
 		c.LedgerGrace = 40 * time.Second
 	}
 	if len(c.Kinds) == 0 {
-		c.Kinds = Kinds()
+		c.Kinds = kinds
 	}
 	for _, k := range c.Kinds {
 		if !knownKind(k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
+		}
+		if c.Engine == EngineLance && !slices.Contains(kinds, k) {
+			return c, fmt.Errorf("%w: fault kind %q does not apply to the Lance engine (it applies: %s)", ErrConfig, k, strings.Join(kinds, ","))
 		}
 	}
 	return c, nil

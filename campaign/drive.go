@@ -4,31 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/storage/dataset"
 )
 
-// makeDatasets creates the campaign's datasets (version 1, two fragments each).
+// makeDatasets creates the campaign's datasets in the engine's format (two fragments each), at
+// once.
 func (r *run) makeDatasets(ctx context.Context) error {
 	r.prefix = "run-" + randHex(4)
+	errs := make([]error, r.cfg.Datasets)
+	made := make([]int64, r.cfg.Datasets)
+	var wg sync.WaitGroup
 	for i := range r.cfg.Datasets {
-		path := fmt.Sprintf("%s/ds-%d", r.prefix, i)
-		src := dataset.NewGenerator(r.cfg.Rows, uint64(r.cfg.Seed)+uint64(i))
-		opts := dataset.WriteOptions{RowsPerFragment: int(r.cfg.Rows/2 + 1)}
-		if _, _, err := dataset.Create(ctx, r.store, path, src, opts); err != nil {
-			return fmt.Errorf("%w: create dataset %s: %w", ErrSetup, path, err)
+		r.datasets = append(r.datasets, fmt.Sprintf("%s/ds-%d", r.prefix, i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			made[i], errs[i] = r.format.create(ctx, r.datasets[i], uint64(r.cfg.Seed)+uint64(i))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("%w: create dataset %s: %w", ErrSetup, r.datasets[i], err)
 		}
-		r.datasets = append(r.datasets, path)
+		if lf, ok := r.format.(*lanceFormat); ok {
+			lf.setup[r.datasets[i]] = made[i]
+		}
 	}
 	return nil
 }
 
 // drive submits the plan, keeping at most Outstanding jobs unanswered.
 func (r *run) drive(ctx context.Context) error {
-	plan := makePlan(r.cfg.Seed, r.cfg.Mutations, r.cfg.Datasets, r.cfg.Kinds)
+	plan := r.makePlan()
 	for i, p := range plan {
 		if err := r.waitOutstanding(ctx); err != nil {
 			return err
@@ -72,6 +85,7 @@ func (r *run) waitOutstanding(ctx context.Context) error {
 // submit admits p on its preferred dataset and index name, or on the next free pair when a live
 // job holds it (the dispatcher's same-name fence), pinned at that dataset's latest version.
 func (r *run) submit(ctx context.Context, p planned) error {
+	columns := r.format.columns()
 	pairs := r.cfg.Datasets * len(columns)
 	for {
 		for k := range pairs {
@@ -79,7 +93,7 @@ func (r *run) submit(ctx context.Context, p planned) error {
 			col := columns[(p.column+k)%len(columns)]
 			var pinned int64
 			err := retry(ctx, time.Minute, func() (err error) {
-				if pinned, err = dataset.LatestVersion(ctx, r.store, r.datasets[ds]); err != nil {
+				if pinned, err = r.format.latest(ctx, r.datasets[ds]); err != nil {
 					r.reviveMinIO()
 				}
 				return err
@@ -124,12 +138,17 @@ func (r *run) request(p planned, ds int, col column, pinned int64) dispatch.Requ
 	req := dispatch.Request{
 		ID: p.id(), Dataset: r.ref(ds), AdmittedVersion: pinned, Op: p.op,
 		Index: rpc.IndexSpec{Name: col.index}, IfNotExists: p.ifNotExists, IfExists: p.ifExists,
+		Engine: r.format.engine(),
 	}
 	if p.op != rpc.OpDrop {
-		req.Index.Columns, req.Index.Type = []string{col.name}, p.typ
+		req.Index.Columns, req.Index.Type = []string{col.name}, col.indexType(p.coin)
+		req.Index.Params = maps.Clone(col.params)
 		req.Schema = []rpc.FieldContract{{Name: col.name, Type: col.typ}}
 	}
-	if isWorkerFault(p.kind) {
+	switch {
+	case p.kind == KindOOM && r.cfg.Engine == EngineLance:
+		req.Limits = &rpc.WorkerLimits{MemoryBytes: lanceOOMLimit} // a real OOM kill, not an acted one
+	case isWorkerFault(p.kind):
 		req.Fault = p.kind
 	}
 	if p.kind == KindDeadlineUnfundable || p.kind == KindDeadlineTight {

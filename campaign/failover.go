@@ -65,6 +65,9 @@ func RunFailover(ctx context.Context, cfg Config) (rep Report, err error) {
 	if runtime.GOOS != "linux" {
 		return rep, fmt.Errorf("%w: %s (needs Linux cgroups and /proc)", ErrUnsupported, runtime.GOOS)
 	}
+	if cfg.Engine != "" && cfg.Engine != EngineBuiltin {
+		return rep, fmt.Errorf("%w: the failover campaign runs on the built-in engine only (engine %q)", ErrConfig, cfg.Engine)
+	}
 	if len(cfg.Kinds) == 0 {
 		cfg.Kinds = FailoverKinds()
 	}

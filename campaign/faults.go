@@ -56,19 +56,28 @@ func knownKind(k string) bool {
 
 func isWorkerFault(k string) bool { return slices.Contains(workerFaults, k) }
 
-// column is an indexable column of the generated datasets, with the index name that covers it.
+// column is an indexable column of the generated datasets, with the index name that covers it,
+// the index types a mutation may build on it (a plan's coin picks one) and their parameters.
 type column struct {
 	index, name, typ string
+	types            []string
+	params           map[string]string
 }
 
-// columns are the generator's columns; each has one index name, so that CREATE, REPLACE and DROP
-// of the same name meet each other.
-var columns = []column{
-	{"ix_id", "id", "int64"},
-	{"ix_category", "category", "string"},
-	{"ix_price", "price", "float64"},
-	{"ix_name", "name", "string"},
+// indexType is the type the plan's coin picks for col.
+func (col column) indexType(coin int) string { return col.types[coin%len(col.types)] }
+
+// builtinColumns are the built-in generator's columns; each has one index name, so that CREATE,
+// REPLACE and DROP of the same name meet each other.
+var builtinColumns = []column{
+	{index: "ix_id", name: "id", typ: "int64", types: scalarTypes},
+	{index: "ix_category", name: "category", typ: "string", types: scalarTypes},
+	{index: "ix_price", name: "price", typ: "float64", types: scalarTypes},
+	{index: "ix_name", name: "name", typ: "string", types: scalarTypes},
 }
+
+// scalarTypes in coin order (coin 0 is BITMAP, as the plan has always drawn it).
+var scalarTypes = []string{rpc.IndexBitmap, rpc.IndexBTree}
 
 // planned is one mutation of the plan: everything random about it, drawn from the seed up front
 // so that the same seed gives the same sequence of operations and faults.
@@ -78,7 +87,7 @@ type planned struct {
 	dataset     int // preferred dataset; the next free (dataset, name) is used when it is busy
 	column      int // preferred column
 	op          string
-	typ         string
+	coin        int // picks the index type among the column's (column.indexType)
 	ifNotExists bool
 	ifExists    bool
 	delay       time.Duration // sidecar_kill, minio_outage, host and etcd kinds: after the send
@@ -111,14 +120,15 @@ func draw(r *rand.Rand, kinds []string) string {
 	return faulted[r.IntN(len(faulted))]
 }
 
-// makePlan draws n mutations from seed: each of kinds once first (shuffled), then by draw.
-func makePlan(seed int64, n, datasets int, kinds []string) []planned {
+// makePlan draws n mutations from seed: each of kinds once first (shuffled), then by draw, over
+// datasets and columns; a tight deadline leaves a runnable window of up to tightWindow.
+func makePlan(seed int64, n, datasets, columns int, kinds []string, tightWindow time.Duration) []planned {
 	r := rand.New(rand.NewPCG(uint64(seed), 0xca5ca11))
 	first := slices.Clone(kinds)
 	r.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	out := make([]planned, n)
 	for i := range out {
-		p := planned{seq: i, dataset: r.IntN(datasets), column: r.IntN(len(columns))}
+		p := planned{seq: i, dataset: r.IntN(datasets), column: r.IntN(columns)}
 		p.kind = draw(r, kinds)
 		if i < len(first) {
 			p.kind = first[i]
@@ -131,10 +141,7 @@ func makePlan(seed int64, n, datasets int, kinds []string) []planned {
 		default:
 			p.op, p.ifExists = rpc.OpDrop, r.IntN(5) < 2
 		}
-		p.typ = rpc.IndexBTree
-		if r.IntN(2) == 0 {
-			p.typ = rpc.IndexBitmap
-		}
+		p.coin = r.IntN(2)
 		switch p.kind {
 		case KindSidecarKill:
 			p.delay = time.Duration(r.IntN(1500)) * time.Millisecond
@@ -144,7 +151,7 @@ func makePlan(seed int64, n, datasets int, kinds []string) []planned {
 		case KindDeadlineUnfundable:
 			p.deadline = max(time.Millisecond, time.Duration(r.Int64N(int64(KillBudget)))) // 0 would mean "the default"
 		case KindDeadlineTight:
-			p.deadline = KillBudget - minRunnable + time.Duration(r.IntN(900))*time.Millisecond
+			p.deadline = KillBudget - minRunnable + time.Duration(r.IntN(int(tightWindow/time.Millisecond)))*time.Millisecond
 		case KindHostKill:
 			p.delay = time.Duration(r.IntN(1500)) * time.Millisecond
 		case KindHostStop:

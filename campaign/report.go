@@ -15,8 +15,9 @@ type Report struct {
 	Jobs      int // jobs found in the job store
 	// Kinds has one row per fault kind, in Kinds() order.
 	Kinds []*KindCounts
-	// Versions is the number of manifests read; Fences how many of them are fences.
-	Versions, Fences int
+	// Versions is the number of manifests read; Fences how many of them are fences; Commits how
+	// many versions COMMITTED jobs committed (each checked against its job).
+	Versions, Fences, Commits int
 	// Objects in the run's prefix of the bucket, Referenced keys of all manifests, Owned objects
 	// held by a ticket, Orphans objects neither referenced nor owned.
 	Objects, Referenced, Owned, Orphans int
@@ -33,8 +34,11 @@ type Report struct {
 	Sent, MaxSends            int
 	Assigned, MaxAssigned     int
 	SidecarLogs               int
-	// LeftoverProcesses and LeftoverCgroups after teardown.
-	LeftoverProcesses, LeftoverCgroups int
+	// LeftoverProcesses and LeftoverCgroups after teardown; LeftoverTemp worker temp dirs left
+	// in the sidecars' TMPDIR (Lance campaigns).
+	LeftoverProcesses, LeftoverCgroups, LeftoverTemp int
+	// Engine is the engine the mutations ran on.
+	Engine string
 	// Findings are product issues the campaign saw and worked around the way a host could.
 	Findings []string
 	// Violations are what the checker refuses. A passing campaign has none.
@@ -107,7 +111,7 @@ func (r *Report) Faulted() int {
 
 // newReport has one row per kind of kinds, in that order.
 func newReport(cfg Config, kinds []string) *Report {
-	r := &Report{Seed: cfg.Seed, Mutations: cfg.Mutations}
+	r := &Report{Seed: cfg.Seed, Mutations: cfg.Mutations, Engine: cfg.Engine}
 	for _, k := range kinds {
 		r.Kinds = append(r.Kinds, &KindCounts{Kind: k})
 	}
@@ -134,7 +138,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "steward failover campaign — seed %d, %d mutations (%d faulted), %d host processes, 3 etcd members\n\n",
 			r.Seed, r.Mutations, r.Faulted(), r.Hosts)
 	} else {
-		fmt.Fprintf(&b, "steward fault campaign — seed %d, %d mutations (%d faulted)\n\n", r.Seed, r.Mutations, r.Faulted())
+		fmt.Fprintf(&b, "steward fault campaign — engine %s, seed %d, %d mutations (%d faulted)\n\n", r.Engine, r.Seed, r.Mutations, r.Faulted())
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fault kind\tjobs\tCOMMITTED\tNOT_COMMITTED\tUNKNOWN\topen\tvia resolve\tIF no-op\tdelivered\t")
@@ -157,8 +161,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d/%d\t\n", total.Total(), total.Committed, total.NotCommitted,
 		total.Unknown, total.Open, total.Resolved, total.Noop, total.Delivered, total.Sent)
 	tw.Flush()
-	fmt.Fprintf(&b, "\nstorage    %d manifests (%d fences), %d objects: %d referenced, %d owned by tickets, %d orphans\n",
-		r.Versions, r.Fences, r.Objects, r.Objects-r.Owned-r.Orphans, r.Owned, r.Orphans)
+	fmt.Fprintf(&b, "\nstorage    %d manifests (%d fences, %d committed by jobs), %d objects: %d referenced, %d owned by tickets, %d orphans\n",
+		r.Versions, r.Fences, r.Commits, r.Objects, r.Objects-r.Owned-r.Orphans, r.Owned, r.Orphans)
 	if r.Hosts > 0 {
 		fmt.Fprintf(&b, "sends      %d invocations left a host, max %d SEND per invocation; %d reached a worker (%d sidecar logs), max %d per invocation\n",
 			r.Sent, r.MaxSends, r.Assigned, r.SidecarLogs, r.MaxAssigned)
@@ -166,7 +170,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			r.row(KindHostKill).Delivered, r.row(KindHostKill).Busy, r.row(KindHostStop).Delivered, r.row(KindHostStop).Busy,
 			r.row(KindEtcdKill).Delivered, r.row(KindMinIOOutage).Delivered)
 	}
-	fmt.Fprintf(&b, "leftovers  %d processes, %d cgroups (parent %s)\n", r.LeftoverProcesses, r.LeftoverCgroups, r.CgroupParent)
+	fmt.Fprintf(&b, "leftovers  %d processes, %d cgroups (parent %s)", r.LeftoverProcesses, r.LeftoverCgroups, r.CgroupParent)
+	if r.Engine == EngineLance {
+		fmt.Fprintf(&b, ", %d worker temp dirs", r.LeftoverTemp)
+	}
+	b.WriteString("\n")
 	d := r.Durations
 	fmt.Fprintf(&b, "durations  setup %s, drive %s, converge %s, check %s, teardown %s, total %s\n",
 		round(d.Setup), round(d.Drive), round(d.Converge), round(d.Check), round(d.Teardown), round(d.Total))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -49,12 +50,20 @@ func (s *sidecar) Mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateRes
 // sidecarArgs are the flags of every campaign sidecar: faults on, a short kill ladder, a small
 // worker memory limit, the campaign's own cgroup parent and state directory.
 func (r *run) sidecarArgs() []string {
-	return []string{"--test-faults", "--cgroup-parent", r.cgroupParent, "--state-dir", r.stateDir,
+	var engine []string
+	if r.cfg.Engine == EngineLance {
+		engine = []string{"--engine", EngineLance + "=" + r.cfg.Lance.engineCommand()}
+	}
+	return append(engine, "--test-faults", "--cgroup-parent", r.cgroupParent, "--state-dir", r.stateDir,
 		"--term-grace", termGrace.String(), "--reap-bound", reapBound.String(), "--clock-skew", clockSkew.String(),
 		"--min-runnable", minRunnable.String(), "--worker-memory", strconv.Itoa(workerMemory),
 		"--executors", strconv.Itoa(r.cfg.Executors), "--shutdown-grace", "20s", "--log-level", "info",
-		"--s3-credentials-file", r.credsFile, "--allow-store", r.storeName}
+		"--s3-credentials-file", r.credsFile, "--allow-store", r.storeName)
 }
+
+// sidecarTemp is the sidecars' TMPDIR on Lance, where each worker domain gets its private temp
+// dir (removed after its reap); teardown counts what is left there.
+func (r *run) sidecarTemp() string { return filepath.Join(r.dir, "sidecar-tmp") }
 
 // launch starts one sidecar over stdio. The sidecar's own S3 credentials (index.resolve,
 // cleanup, recovery) come from its credentials file (sidecarArgs); jobs carry per-call
@@ -62,6 +71,12 @@ func (r *run) sidecarArgs() []string {
 func (n *node) launch(ctx context.Context) (*sidecar, error) {
 	r := n.r
 	env := storecfg.WithoutEnvKeys(os.Environ())
+	if r.cfg.Engine == EngineLance {
+		if err := os.MkdirAll(r.sidecarTemp(), 0o700); err != nil {
+			return nil, err
+		}
+		env = append(env, "TMPDIR="+r.sidecarTemp())
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c, err := host.LaunchStdio(ctx, host.Config{

@@ -36,10 +36,12 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	workDir := fs.String("workdir", "", "where the campaign directory is made (default $TMPDIR)")
 	sidecars := fs.Int("sidecars", 2, "sidecars the dispatcher chooses from")
 	datasets := fs.Int("datasets", 3, "datasets the mutations spread over")
-	rows := fs.Int64("rows", 20000, "rows of each generated dataset")
-	deadline := fs.Duration("deadline", 8*time.Second, "execute deadline of every job (must fund the kill budget "+campaign.KillBudget.String()+")")
+	rows := fs.Int64("rows", 0, "rows of each generated dataset (default 20000; 5000 with --engine lance)")
+	deadline := fs.Duration("deadline", 0, "execute deadline of every job (must fund the kill budget "+campaign.KillBudget.String()+"; default 8s, 20s with --engine lance)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+strings.Join(campaign.Kinds(), ",")+
-		"; with --failover: "+strings.Join(campaign.FailoverKinds(), ",")+")")
+		"; with --engine lance: "+strings.Join(campaign.LanceKinds(), ",")+"; with --failover: "+strings.Join(campaign.FailoverKinds(), ",")+")")
+	engine := fs.String("engine", campaign.EngineBuiltin, "engine of every mutation: builtin, or lance (the Lance engine from "+envLancePython+
+		"/"+envLanceDir+" or .tools/lance and engines/lance, registered in every sidecar; the checker reads Lance's version chain)")
 	failover := fs.Bool("failover", false, "the failover campaign: host processes on a shared etcd journal, killed and stopped")
 	hosts := fs.Int("hosts", 3, "with --failover: host processes, each with its own sidecar")
 	etcdBin := fs.String("etcd-bin", ".tools/etcd", "with --failover: etcd executable (scripts/etcd.sh install builds it)")
@@ -63,12 +65,18 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
 	}
+	if cfg.Engine = *engine; cfg.Engine == campaign.EngineLance {
+		if cfg.Lance.Python, cfg.Lance.Dir, err = lanceTools(); err != nil {
+			fmt.Fprintln(stderr, "steward campaign:", err)
+			return 2
+		}
+	}
 	run := campaign.Run
 	if *failover {
 		cfg.Hosts, cfg.EtcdBinary, run = *hosts, *etcdBin, campaign.RunFailover
 		fmt.Fprintf(stderr, "steward campaign --failover: %d mutations, seed %d, %d hosts, MinIO %s, etcd %s\n", *mutations, *seed, *hosts, *minioBin, *etcdBin)
 	} else {
-		fmt.Fprintf(stderr, "steward campaign: %d mutations, seed %d, %d sidecars, MinIO %s\n", *mutations, *seed, *sidecars, *minioBin)
+		fmt.Fprintf(stderr, "steward campaign: engine %s, %d mutations, seed %d, %d sidecars, MinIO %s\n", *engine, *mutations, *seed, *sidecars, *minioBin)
 	}
 	rep, err := run(ctx, cfg)
 	if rep.Jobs > 0 || len(rep.Violations) > 0 {

@@ -5,6 +5,10 @@
       text string (three words of eight), vec fixed_size_list<float32,128>
   lancectl.py describe URI            JSON: version, rows, schema, indices
   lancectl.py versions URI            JSON: every version with its steward transaction tag
+  lancectl.py chain URI               JSON: the whole version chain as Lance reads it, for a checker:
+      every version (read version, operation, steward tag, the indices present) and every file a
+      manifest of some version references (Lance's own tracked_files: manifests, data files,
+      deletion files, transaction files, index files)
   lancectl.py check URI NAME COLUMN TYPE
       JSON: the index is listed, the query plan uses it, and its answer equals a full scan
   lancectl.py index URI COLUMN TYPE NAME [k=v ...]
@@ -81,6 +85,27 @@ def versions(uri):
     return out
 
 
+def chain(uri):
+    """Every version of the dataset as Lance's library reads it, and every file its manifests name."""
+    ds = lance.dataset(uri, storage_options=options(uri))
+    out = {"latest": ds.latest_version, "versions": [], "files": []}
+    for v in sorted(x["version"] for x in ds.versions()):
+        at = lance.dataset(uri, version=v, storage_options=options(uri))
+        tx = at.read_transaction(v)
+        props = (tx.transaction_properties if tx else None) or {}
+        out["versions"].append({
+            "version": v, "read_version": tx.read_version if tx else -1,
+            "operation": type(tx.operation).__name__ if tx else "",
+            "txn_uuid": tx.uuid if tx else "",
+            "invocation": props.get("steward.invocation", ""), "kind": props.get("steward.kind", ""),
+            "indices": [{"name": i["name"], "uuid": i["uuid"], "type": i["type"]} for i in at.list_indices()]})
+    files = ds.tracked_files().read_all()
+    for v, path, kind in zip(files.column("version").to_pylist(), files.column("path").to_pylist(),
+                             files.column("type").to_pylist()):
+        out["files"].append({"version": v, "path": path, "type": kind})
+    return out
+
+
 def _ids(t):
     return sorted(t.column("id").to_pylist())
 
@@ -147,6 +172,8 @@ def main(argv):
         out = describe(uri)
     elif cmd == "versions":
         out = versions(uri)
+    elif cmd == "chain":
+        out = chain(uri)
     elif cmd == "check":
         out = check(uri, argv[3], argv[4], argv[5])
     elif cmd == "index":
