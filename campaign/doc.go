@@ -20,6 +20,12 @@
 //     referenced by a manifest nor owned by a ledger ticket;
 //   - no process and no cgroup of the campaign survives it.
 //
+// With Config.Engine EngineLance the mutations run on the real Lance engine (engines/lance,
+// registered in every sidecar) over real Lance datasets made with Lance's own library, drawing the
+// fault kinds that apply to it (LanceKinds; an oom is a real OOM kill under a lowered memory
+// limit), and the checker reads Lance's own version chain (lancectl.py chain) and the engine's
+// slot claims; lanceFormat.read documents what a Lance version references.
+//
 // RunFailover is the same campaign past one node: three host processes (`steward campaign node`,
 // each a dispatcher with its own real sidecar) share one job journal in a real 3-member etcd
 // cluster and one MinIO, while the campaign SIGKILLs host processes (their sidecars die with

@@ -33,6 +33,7 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	seed := fs.Int64("seed", 1, "seed of every random choice (operations, faults, delays)")
 	minioBin := fs.String("minio-bin", ".tools/minio", "MinIO executable (scripts/minio.sh install builds it)")
 	keep := fs.Bool("keep", false, "keep the campaign directory (MinIO data, job store, ledgers, logs)")
+	jobLines := fs.Bool("job-lines", false, "after the table, print one line per job: operation, pinned version, answer, resolution")
 	workDir := fs.String("workdir", "", "where the campaign directory is made (default $TMPDIR)")
 	sidecars := fs.Int("sidecars", 2, "sidecars the dispatcher chooses from")
 	datasets := fs.Int("datasets", 3, "datasets the mutations spread over")
@@ -80,7 +81,11 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	rep, err := run(ctx, cfg)
 	if rep.Jobs > 0 || len(rep.Violations) > 0 {
-		if werr := rep.WriteTable(stdout); werr != nil {
+		werr := rep.WriteTable(stdout)
+		if werr == nil && *jobLines {
+			werr = rep.WriteJobs(stdout)
+		}
+		if werr != nil {
 			fmt.Fprintln(stderr, "steward campaign:", werr)
 		}
 	}
