@@ -1,0 +1,80 @@
+package campaign
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestLanceManifestVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    int64
+		ok   bool
+	}{
+		{"18446744073709551614.manifest", 1, true}, // V2 naming: MaxUint64 - v
+		{"18446744073709551612.manifest", 3, true},
+		{"7.manifest", 7, true}, // V1 naming
+		{"latest_version_hint.json", 0, false},
+		{"x.manifest", 0, false},
+		{"0.manifest", 0, false},
+		{"sub/3.manifest", 0, false},
+	} {
+		v, ok := lanceManifestVersion(tc.name)
+		if v != tc.v || ok != tc.ok {
+			t.Errorf("%s: %d %t, want %d %t", tc.name, v, ok, tc.v, tc.ok)
+		}
+	}
+}
+
+func TestOwnedKey(t *testing.T) {
+	owned := map[string]bool{"run/ds/_indices/u1/": true, "run/ds/_transactions/3-a.txn": true}
+	for key, want := range map[string]bool{
+		"run/ds/_indices/u1/page_data.lance":  true,
+		"run/ds/_indices/u1/sub/part.lance":   true,
+		"run/ds/_indices/u2/page_data.lance":  false,
+		"run/ds/_transactions/3-a.txn":        true,
+		"run/ds/_transactions/3-b.txn":        false,
+		"run/ds/_indices/u1":                  false, // the prefix owns what is under it, not a sibling name
+		"run/ds/_steward/slots/00000004.json": false,
+	} {
+		if got := ownedKey(owned, key); got != want {
+			t.Errorf("%s: owned %t, want %t", key, got, want)
+		}
+	}
+}
+
+// TestCheckClaims feeds the claim check chains with each defect it must refuse, and one it must
+// accept (a fence over a dead invocation's commit claim).
+func TestCheckClaims(t *testing.T) {
+	chainOf := func(claims map[int64]lanceClaim, vs ...version) *chain {
+		c := &chain{path: "ds", setup: 2, commits: map[string]int64{}, claims: claims}
+		c.versions = append([]version{{Version: 1}, {Version: 2}}, vs...)
+		return c
+	}
+	commit := version{Version: 3, ReadVersion: 2, Kind: kindCommit, Invocation: "a"}
+	fence := version{Version: 3, ReadVersion: 2, Kind: kindFence, Invocation: "a"}
+	for _, tc := range []struct {
+		name  string
+		c     *chain
+		wants []string
+	}{
+		{"claimed commit", chainOf(map[int64]lanceClaim{3: {"a", kindCommit}}, commit), nil},
+		{"fence over a commit claim", chainOf(map[int64]lanceClaim{3: {"a", kindCommit}}, fence), nil},
+		{"unclaimed", chainOf(map[int64]lanceClaim{}, commit), []string{"unclaimed-version"}},
+		{"claimed by another", chainOf(map[int64]lanceClaim{3: {"b", kindCommit}}, commit), []string{"claim-mismatch"}},
+		{"commit over a fence claim", chainOf(map[int64]lanceClaim{3: {"a", kindFence}}, commit), []string{"claim-mismatch"}},
+		{"dangling", chainOf(map[int64]lanceClaim{3: {"a", kindCommit}, 4: {"b", kindCommit}}, commit), []string{"dangling-claim"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &run{rep: &Report{}}
+			r.checkClaims(tc.c)
+			var got []string
+			for _, v := range r.rep.Violations {
+				got = append(got, v.Check)
+			}
+			if !slices.Equal(got, tc.wants) {
+				t.Errorf("violations %v, want %v", r.rep.Violations, tc.wants)
+			}
+		})
+	}
+}
