@@ -6,22 +6,18 @@ import (
 )
 
 func TestLanceManifestVersion(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		v    int64
-		ok   bool
-	}{
-		{"18446744073709551614.manifest", 1, true}, // V2 naming: MaxUint64 - v
-		{"18446744073709551612.manifest", 3, true},
-		{"7.manifest", 7, true}, // V1 naming
-		{"latest_version_hint.json", 0, false},
-		{"x.manifest", 0, false},
-		{"0.manifest", 0, false},
-		{"sub/3.manifest", 0, false},
+	// version 0: not a manifest name.
+	for name, want := range map[string]int64{
+		"18446744073709551614.manifest": 1, // V2 naming: MaxUint64 - v
+		"18446744073709551612.manifest": 3,
+		"7.manifest":                    7, // V1 naming
+		"latest_version_hint.json":      0,
+		"x.manifest":                    0,
+		"0.manifest":                    0,
+		"sub/3.manifest":                0,
 	} {
-		v, ok := lanceManifestVersion(tc.name)
-		if v != tc.v || ok != tc.ok {
-			t.Errorf("%s: %d %t, want %d %t", tc.name, v, ok, tc.v, tc.ok)
+		if v, ok := lanceManifestVersion(name); v != want || ok != (want > 0) {
+			t.Errorf("%s: %d %t, want %d", name, v, ok, want)
 		}
 	}
 }
