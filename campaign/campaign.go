@@ -211,13 +211,11 @@ func (r *run) setupCommon(ctx context.Context) error {
 
 // makePlan draws the run's plan from its seed.
 func (r *run) makePlan() []planned {
-	window := 900 * time.Millisecond
+	pc := builtinPace
 	if r.cfg.Engine == EngineLance {
-		// A Lance mutation takes seconds (Python start, load, build, commit, the sidecar's
-		// settle): a window of up to 4s lets the deadline race its commit.
-		window = 4 * time.Second
+		pc = lancePace
 	}
-	return makePlan(r.cfg.Seed, r.cfg.Mutations, r.cfg.Datasets, len(r.format.columns()), r.cfg.Kinds, window)
+	return makePlan(r.cfg.Seed, r.cfg.Mutations, r.cfg.Datasets, len(r.format.columns()), r.cfg.Kinds, pc)
 }
 
 func (r *run) startMinIO(ctx context.Context) error {

@@ -188,6 +188,11 @@ func (r *run) checkJob(j dispatch.Job, c *chain) {
 		if committed {
 			r.violate("not-committed-in-chain", j.ID, fmt.Sprintf("NOT_COMMITTED but invocation %s committed version %d of %s", j.InvocationID, v, c.path))
 		}
+		// The campaign removes no version: "the pinned version is gone" is never true here.
+		if res := j.Result; res != nil && res.Phase == rpc.PhasePreInvocationRejected && res.Code == rpc.ReasonStaleAdmission && c.at(j.AdmittedVersion) != nil {
+			r.violate("stale-admission-false", j.ID, fmt.Sprintf("answered STALE_ADMISSION (%q) but pinned version %d is in the chain of %s",
+				res.Message, j.AdmittedVersion, c.path))
+		}
 	default:
 		r.violate("unsettled", j.ID, fmt.Sprintf("state %s after convergence", j.State))
 	}

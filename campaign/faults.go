@@ -120,9 +120,26 @@ func draw(r *rand.Rand, kinds []string) string {
 	return faulted[r.IntN(len(faulted))]
 }
 
+// pace scales a plan's timings to its engine's mutations.
+type pace struct {
+	// tight is the longest runnable window a deadline_tight job gets.
+	tight time.Duration
+	// kill is the longest delay from a sidecar_kill job's send to the SIGKILL; outage the
+	// longest from a minio_outage job's send to the stop.
+	kill, outage time.Duration
+}
+
+// builtinPace: built-in mutations on the campaign's datasets take well under a second.
+var builtinPace = pace{tight: 900 * time.Millisecond, kill: 1500 * time.Millisecond, outage: 500 * time.Millisecond}
+
+// lancePace: a Lance mutation takes seconds (Python start, pylance load, build, commit, and the
+// sidecar's settle before a COMMITTED answer), so the deadline, the kill and the outage may land
+// before, during or after its commit.
+var lancePace = pace{tight: 4 * time.Second, kill: 5 * time.Second, outage: 3 * time.Second}
+
 // makePlan draws n mutations from seed: each of kinds once first (shuffled), then by draw, over
-// datasets and columns; a tight deadline leaves a runnable window of up to tightWindow.
-func makePlan(seed int64, n, datasets, columns int, kinds []string, tightWindow time.Duration) []planned {
+// datasets and columns, timed by pc.
+func makePlan(seed int64, n, datasets, columns int, kinds []string, pc pace) []planned {
 	r := rand.New(rand.NewPCG(uint64(seed), 0xca5ca11))
 	first := slices.Clone(kinds)
 	r.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
@@ -144,14 +161,14 @@ func makePlan(seed int64, n, datasets, columns int, kinds []string, tightWindow 
 		p.coin = r.IntN(2)
 		switch p.kind {
 		case KindSidecarKill:
-			p.delay = time.Duration(r.IntN(1500)) * time.Millisecond
+			p.delay = time.Duration(r.IntN(int(pc.kill/time.Millisecond))) * time.Millisecond
 		case KindMinIOOutage:
-			p.delay = time.Duration(r.IntN(500)) * time.Millisecond
+			p.delay = time.Duration(r.IntN(int(pc.outage/time.Millisecond))) * time.Millisecond
 			p.outage = time.Second + time.Duration(r.IntN(3000))*time.Millisecond
 		case KindDeadlineUnfundable:
 			p.deadline = max(time.Millisecond, time.Duration(r.Int64N(int64(KillBudget)))) // 0 would mean "the default"
 		case KindDeadlineTight:
-			p.deadline = KillBudget - minRunnable + time.Duration(r.IntN(int(tightWindow/time.Millisecond)))*time.Millisecond
+			p.deadline = KillBudget - minRunnable + time.Duration(r.IntN(int(pc.tight/time.Millisecond)))*time.Millisecond
 		case KindHostKill:
 			p.delay = time.Duration(r.IntN(1500)) * time.Millisecond
 		case KindHostStop:

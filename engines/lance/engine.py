@@ -113,6 +113,14 @@ class Target:
         except Exception:
             return 0
 
+    def lists_version(self, version):
+        """False only when Lance lists the dataset's versions and `version` is not among them: a
+        failed open of the version (a storage outage) is no proof that it is gone."""
+        try:
+            return any(v["version"] == version for v in self.open().versions())
+        except Exception:
+            return True
+
 
 # -- the commit: pinned+1 only, claimed, tagged -------------------------------------------------
 class Gate:
@@ -271,7 +279,7 @@ def mutate(ch, req):
         ds = target.open(pinned)
     except Exception as e:
         latest = target.latest()
-        if latest > pinned:
+        if latest > pinned and not target.lists_version(pinned):
             raise rejected(se.STALE_ADMISSION, f"pinned version {pinned} is gone; latest is {latest}",
                            observed_latest=latest)
         raise rejected(se.DATASET_UNAVAILABLE, f"open {pinned}: {e}", observed_latest=latest)
