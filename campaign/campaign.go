@@ -38,6 +38,8 @@ type run struct {
 	prefix    string // every dataset of this run lives under it: a given MinIO may hold others
 	datasets  []string
 	format    format // the engine's dataset format: how datasets are made and read back
+	// setupVersions are the versions of each dataset that setup wrote (path → latest after it).
+	setupVersions map[string]int64
 
 	cgroupParent, stateDir string
 	credsFile              string // the sidecars' --s3-credentials-file
@@ -69,7 +71,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if cfg.Engine == EngineLance {
 		kinds = LanceKinds()
 	}
-	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, kinds), plan: map[string]planned{}}
+	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, kinds), plan: map[string]planned{}, setupVersions: map[string]int64{}}
 	return r.execute(ctx, r.setup)
 }
 
@@ -198,7 +200,7 @@ func (r *run) setupCommon(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 		r.format = &lanceFormat{tools: r.cfg.Lance, store: r.store, bucket: bucket, endpoint: r.minio.Endpoint,
-			creds: r.minioCredentials(), rows: r.cfg.Rows, workDir: tmp, setup: map[string]int64{}}
+			creds: r.minioCredentials(), rows: r.cfg.Rows, workDir: tmp}
 	}
 	if err := r.makeDatasets(ctx); err != nil {
 		return err

@@ -64,8 +64,8 @@ func TestCampaign(t *testing.T) {
 	runCampaign(t, "campaign", envInt(t, mutationsEnv, 2*int64(len(campaign.Kinds()))), campaign.Config{})
 }
 
-// runCampaign runs a campaign of n mutations on cfg (Steward, MinIO, work dir, seed and Keep
-// filled in), and requires every fault kind to have run, every job in the store and no violation.
+// runCampaign runs a campaign of n mutations on cfg (Steward, MinIO, work dir and Keep filled in;
+// the seed from the environment, else cfg's, else 1), and requires every fault kind to have run, every job in the store and no violation.
 func runCampaign(t *testing.T, what string, n int64, cfg campaign.Config) campaign.Report {
 	t.Helper()
 	testenv.NeedRoot(t)
@@ -73,7 +73,7 @@ func runCampaign(t *testing.T, what string, n int64, cfg campaign.Config) campai
 		testenv.Unavailable(t, "cgroups unavailable: "+err.Error())
 	}
 	cfg.Steward, cfg.MinIOBinary, cfg.WorkDir = testbin.Steward(t), minioBinary(t), t.TempDir()
-	cfg.Mutations, cfg.Seed, cfg.Keep = int(n), envInt(t, seedEnv, 1), os.Getenv("STEWARD_CAMPAIGN_KEEP") == "1"
+	cfg.Mutations, cfg.Seed, cfg.Keep = int(n), envInt(t, seedEnv, max(cfg.Seed, 1)), os.Getenv("STEWARD_CAMPAIGN_KEEP") == "1"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*3*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -127,7 +127,9 @@ func TestLanceCampaign(t *testing.T) {
 		testenv.Unavailable(t, "Lance engine not installed: "+err.Error())
 	}
 	rep := runCampaign(t, "Lance campaign", envInt(t, lanceMutationsEnv, 2*int64(len(campaign.LanceKinds()))),
-		campaign.Config{Engine: campaign.EngineLance, Lance: campaign.LanceTools{Python: py, Dir: dir}})
+		// Seed 4 draws six clean or crash_after_commit CREATEs and REPLACEs among the 16: enough
+		// for commits to land between the faults, so that the commit checks run.
+		campaign.Config{Engine: campaign.EngineLance, Lance: campaign.LanceTools{Python: py, Dir: dir}, Seed: 4})
 	if rep.Commits == 0 {
 		t.Errorf("no job committed a version: the checker checked no commit")
 	}

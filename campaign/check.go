@@ -61,6 +61,7 @@ func (r *run) check(ctx context.Context) {
 			r.violate("manifest-chain", "", fmt.Sprintf("%s: %v", path, err))
 			continue
 		}
+		c.setup = r.setupVersions[path]
 		for _, v := range c.versions {
 			r.checkVersion(c, v)
 		}

@@ -32,9 +32,7 @@ func (r *run) makeDatasets(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%w: create dataset %s: %w", ErrSetup, r.datasets[i], err)
 		}
-		if lf, ok := r.format.(*lanceFormat); ok {
-			lf.setup[r.datasets[i]] = made[i]
-		}
+		r.setupVersions[r.datasets[i]] = made[i]
 	}
 	return nil
 }

@@ -83,7 +83,7 @@ func RunFailover(ctx context.Context, cfg Config) (rep Report, err error) {
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return rep, err
 	}
-	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, FailoverKinds()), plan: map[string]planned{},
+	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, FailoverKinds()), plan: map[string]planned{}, setupVersions: map[string]int64{},
 		fo: &failover{sends: map[string]int{}, triggered: map[string]bool{}}}
 	r.rep.Hosts = cfg.Hosts
 	return r.execute(ctx, r.setupFailover)

@@ -26,7 +26,7 @@ type format interface {
 	create(ctx context.Context, path string, seed uint64) (int64, error)
 	// latest is the dataset's latest version, the version a job is pinned at.
 	latest(ctx context.Context, path string) (int64, error)
-	// read reads the dataset's whole version chain, and adds to referenced every key a version
+	// read reads the dataset's whole version chain (chain.setup left for the caller), and adds to referenced every key a version
 	// of it references (true: it must exist) or that may exist beside them (false: Lance's own
 	// hint file, the slot claims).
 	read(ctx context.Context, path string, referenced map[string]bool) (*chain, error)
@@ -70,7 +70,7 @@ func (f builtinFormat) read(ctx context.Context, path string, referenced map[str
 	if err != nil {
 		return nil, err
 	}
-	c := &chain{path: path, setup: 1, commits: map[string]int64{}}
+	c := &chain{path: path, commits: map[string]int64{}}
 	for v := int64(1); v <= latest; v++ {
 		d, err := dataset.Open(ctx, f.store, path, v)
 		if err != nil {

@@ -214,7 +214,7 @@ func (f *lanceFormat) read(ctx context.Context, path string, referenced map[stri
 	if err := f.ctl(ctx, &lc, "chain", f.uri(path)); err != nil {
 		return nil, err
 	}
-	c := &chain{path: path, setup: f.setup[path], commits: map[string]int64{}}
+	c := &chain{path: path, commits: map[string]int64{}}
 	for i, lv := range lc.Versions {
 		if lv.Version != int64(i)+1 {
 			return nil, fmt.Errorf("version %d missing from the chain (found %d)", i+1, lv.Version)

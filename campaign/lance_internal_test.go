@@ -1,8 +1,13 @@
 package campaign
 
 import (
+	"errors"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testenv"
 )
 
 func TestLanceManifestVersion(t *testing.T) {
@@ -72,5 +77,34 @@ func TestCheckClaims(t *testing.T) {
 				t.Errorf("violations %v, want %v", r.rep.Violations, tc.wants)
 			}
 		})
+	}
+}
+
+// TestLanceConfig: a Lance campaign draws only the kinds that apply to the Lance engine, and takes
+// the Lance defaults.
+func TestLanceConfig(t *testing.T) {
+	py, dir, err := testbin.LanceTools()
+	if err != nil {
+		testenv.Unavailable(t, "Lance engine not installed: "+err.Error())
+	}
+	base := Config{Steward: "/bin/true", MinIOBinary: "/bin/true", Engine: EngineLance, Lance: LanceTools{Python: py, Dir: dir}}
+	c, err := base.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Kinds, LanceKinds()) || c.Rows != 5000 || c.ExecuteDeadline != 20*time.Second {
+		t.Errorf("defaults: kinds %v, rows %d, deadline %s", c.Kinds, c.Rows, c.ExecuteDeadline)
+	}
+	for _, k := range []string{KindHang, KindForkBomb, KindHostKill} {
+		bad := base
+		bad.Kinds = []string{k}
+		if _, err := bad.withDefaults(); !errors.Is(err, ErrConfig) {
+			t.Errorf("kind %s on Lance: %v, want ErrConfig", k, err)
+		}
+	}
+	bad := base
+	bad.Lance.Python = "relative/python"
+	if _, err := bad.withDefaults(); !errors.Is(err, ErrConfig) {
+		t.Errorf("relative Lance python: %v, want ErrConfig", err)
 	}
 }

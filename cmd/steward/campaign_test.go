@@ -19,6 +19,7 @@ func TestCampaignFlags(t *testing.T) {
 		{"unfunded deadline", []string{"--deadline", "1s"}, "does not fund the kill budget"},
 		{"negative count", []string{"--mutations", "-1"}, "must not be negative"},
 		{"stray argument", []string{"now"}, "unexpected argument"},
+		{"unknown engine", []string{"--engine", "oracle", "--minio-bin", "/nonexistent"}, `unknown engine "oracle"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
