@@ -3,8 +3,10 @@ package campaign
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/rpc"
@@ -55,12 +57,14 @@ func (r *run) check(ctx context.Context) {
 	}
 	chains := map[string]*chain{}
 	referenced := map[string]bool{}
-	for _, path := range r.datasets {
-		c, err := r.format.read(ctx, path, referenced)
-		if err != nil {
-			r.violate("manifest-chain", "", fmt.Sprintf("%s: %v", path, err))
+	read, refs, errs := r.readChains(ctx)
+	for i, path := range r.datasets {
+		c := read[i]
+		if errs[i] != nil {
+			r.violate("manifest-chain", "", fmt.Sprintf("%s: %v", path, errs[i]))
 			continue
 		}
+		maps.Copy(referenced, refs[i])
 		c.setup = r.setupVersions[path]
 		for _, v := range c.versions {
 			r.checkVersion(c, v)
@@ -83,12 +87,32 @@ func (r *run) check(ctx context.Context) {
 	}
 	for _, c := range chains {
 		for inv, v := range c.commits {
-			if _, ok := byInv[inv]; !ok {
+			switch j, ok := byInv[inv]; {
+			case !ok:
 				r.violate("ghost-commit", "", fmt.Sprintf("%s version %d was committed by invocation %s of no job", c.path, v, inv))
+			case j.Dataset.Path != c.path:
+				r.violate("ghost-commit", j.ID, fmt.Sprintf("%s version %d was committed by invocation %s of a job on %s", c.path, v, inv, j.Dataset.Path))
 			}
 		}
 	}
 	r.checkObjects(ctx, jobs, referenced)
+}
+
+// readChains reads every dataset's chain at once (a Lance read is a Python process each).
+func (r *run) readChains(ctx context.Context) (chains []*chain, refs []map[string]bool, errs []error) {
+	n := len(r.datasets)
+	chains, refs, errs = make([]*chain, n), make([]map[string]bool, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i, path := range r.datasets {
+		refs[i] = map[string]bool{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chains[i], errs[i] = r.format.read(ctx, path, refs[i])
+		}()
+	}
+	wg.Wait()
+	return chains, refs, errs
 }
 
 // checkVersion checks one version past the setup against its predecessor: it was written at read
