@@ -5,9 +5,11 @@ go 1.26.0
 require (
 	github.com/RoaringBitmap/roaring/v2 v2.30.0
 	github.com/containerd/cgroups/v3 v3.1.3
+	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/google/uuid v1.6.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0
+	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/parquet-go/parquet-go v0.32.0
 	github.com/prometheus/client_golang v1.25.0
@@ -18,6 +20,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
 	golang.org/x/sys v0.50.0
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78
 )
 
 require (

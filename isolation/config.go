@@ -72,6 +72,13 @@ type Config struct {
 	// WorkerArgs are the arguments (argv[1:]) under which WorkerPath calls EnterWorker first
 	// thing, e.g. []string{"worker"}. Used by the probe. Default none.
 	WorkerArgs []string
+	// Containment selects the containment beyond cgroups (see Containment). Default
+	// ContainAuto: every layer the kernel offers.
+	Containment Containment
+	// GuestUID and GuestGID are the host identity contained workers run as (the root of their
+	// user namespace maps to it). Default: DefaultGuestID when the supervisor is root, else the
+	// supervisor's own uid and gid (the only identity an unprivileged process can map).
+	GuestUID, GuestGID int
 }
 
 // WithDefaults returns c with every zero field replaced by its documented default.
@@ -120,6 +127,14 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 	// MemoryLimit and PidsLimit override the Config defaults for this domain when > 0.
 	MemoryLimit, PidsLimit int64
+	// Network keeps the host's network namespace for a contained domain (an S3 store); false
+	// gives it one of its own without interfaces.
+	Network bool
+	// Policy is what the contained worker may reach once it calls Contain (which may add to it).
+	Policy Policy
+	// TempDir is the domain's private temp dir (a host path): a contained domain gets it
+	// chowned to the guest and mounted on /tmp, with TMPDIR and HOME pointing there.
+	TempDir string
 }
 
 // Outcome is what is known about a domain once it is down. Facts about the cgroup (OOMKilled,
@@ -179,6 +194,8 @@ type Report struct {
 	Checks []Check `json:"checks,omitempty"`
 	// Attempts lists each mode tried and why it failed, best first.
 	Attempts []Attempt `json:"attempts,omitempty"`
+	// Containment lists the layers enforced on every worker domain beyond its cgroups.
+	Containment ContainmentReport `json:"containment"`
 }
 
 // Attempt is one mode's preflight result.

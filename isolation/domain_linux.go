@@ -20,6 +20,10 @@ type Domain struct {
 	pid     int
 	started time.Time
 	onClose func(*Domain)
+	// lifeline is the barrier's write end of a contained worker, open until Close: the worker
+	// checks it once its PDEATHSIG is set, to know the supervisor was alive at that moment.
+	lifeline *os.File
+	innerPid int // the worker's own pid in its PID namespace (1), or 0 when it shares ours
 
 	exited  chan struct{} // closed after the main process was reaped
 	state   *os.ProcessState
@@ -39,6 +43,15 @@ func (d *Domain) ID() string { return d.id }
 
 // Pid is the worker's pid, for logs only: every signal and wait goes through its pidfd.
 func (d *Domain) Pid() int { return d.pid }
+
+// WorkerPid is the pid the worker sees as its own (getpid in the worker): 1 for a contained
+// worker, the init of its own PID namespace; Pid otherwise. An engine's hello carries it.
+func (d *Domain) WorkerPid() int {
+	if d.innerPid != 0 {
+		return d.innerPid
+	}
+	return d.pid
+}
 
 // Done is closed when the main process has exited and been reaped.
 func (d *Domain) Done() <-chan struct{} { return d.exited }
@@ -98,6 +111,9 @@ func (d *Domain) Close() error {
 	}
 	errs = append(errs, d.cg.remove())
 	d.tr.close()
+	if d.lifeline != nil {
+		_ = d.lifeline.Close()
+	}
 	d.closed = true
 	d.mu.Unlock()
 	d.copiers.Wait() // every writer of the output pipes is dead now

@@ -15,6 +15,16 @@ const (
 	EnvNoFile = "STEWARD_ISOLATION_NOFILE"
 	// EnvProbe is set to "1" for the preflight probe child: EnterWorker exits 0 after its checks.
 	EnvProbe = "STEWARD_ISOLATION_PROBE"
+	// EnvContain is set to "1" when the worker was born in its own namespaces: EnterWorker
+	// builds its mount namespace, Contain applies Landlock and seccomp.
+	EnvContain = "STEWARD_ISOLATION_CONTAIN"
+	// EnvTmp holds the host path of the domain's private temp dir, mounted on /tmp.
+	EnvTmp = "STEWARD_ISOLATION_TMP"
+	// EnvExecFD holds the descriptor a contained worker was executed through; EnterWorker
+	// closes it.
+	EnvExecFD = "STEWARD_ISOLATION_EXEC_FD"
+	// EnvPolicy holds the launch's Policy (JSON), merged by Contain with the worker's own.
+	EnvPolicy = "STEWARD_ISOLATION_POLICY"
 )
 
 // FirstExtraFD is the worker's fd number of Spec.ExtraFiles[0].

@@ -29,6 +29,9 @@ var (
 	ErrParentMismatch = errors.New("worker parent is not the expected supervisor")
 	// ErrBarrier: the supervisor closed the barrier without releasing it (placement failed).
 	ErrBarrier = errors.New("worker barrier not released")
+	// ErrContainment: a containment layer could not be set up (in the worker: it must exit;
+	// in NewSupervisor under ContainRequire: a layer the kernel lacks).
+	ErrContainment = errors.New("containment failed")
 )
 
 // Error carries the failing operation, the mode and (for cgroup files) the path.

@@ -215,7 +215,10 @@ func TestTreeWithEscapeesKilledAndReaped(t *testing.T) {
 	needCgroups(t)
 	for _, mode := range realModes(t) {
 		t.Run(string(mode), func(t *testing.T) {
-			s := newSupervisor(t, mode, func(c *Config) { c.TermGrace = 100 * time.Millisecond })
+			s := newSupervisor(t, mode, func(c *Config) {
+				// 51 Go processes of 4–5 threads each, and pids.max counts threads.
+				c.TermGrace, c.PidsLimit = 100*time.Millisecond, 1024
+			})
 			d, read := startReporting(t, s, "tree", Spec{})
 			lines := read(50)
 			procs := starts(t, lines)

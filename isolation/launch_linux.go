@@ -23,6 +23,10 @@ type launchSpec struct {
 	stdout  io.Writer
 	stderr  io.Writer
 	barrier bool // hold the child behind a barrier even when it could be born in place (probe)
+	contain bool // born in its own namespaces as the guest (Config.Containment not off, verified)
+	network bool // contained: keep the host's network namespace
+	policy  Policy
+	tmp     string // contained: host path of the private temp dir mounted on /tmp
 }
 
 // launch starts the worker in cg and returns its Domain. Any failure leaves nothing running:
@@ -56,20 +60,46 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 	env := append([]string(nil), ls.env...)
 	env = append(env, EnvParent+"="+strconv.Itoa(os.Getpid()), EnvNoFile+"="+strconv.FormatUint(cfg.NoFile, 10))
 
-	var release *os.File // barrier write end: one byte = placed, EOF = refused
-	if ls.barrier || cg.needsBarrier() {
+	if ls.contain {
+		if ls.tmp != "" {
+			uid, gid := cfg.guest()
+			if err := os.Chown(ls.tmp, uid, gid); err != nil {
+				return nil, opErr("hand the temp dir to the guest", cg.mode, ls.tmp, ErrContainment, err)
+			}
+			env = append(env, EnvTmp+"="+ls.tmp)
+		}
+		env = append(env, EnvContain+"=1", EnvPolicy+"="+ls.policy.encode())
+	}
+	// The barrier's write end: one byte = placed, EOF before it = refused. A contained worker
+	// also learns from it that the supervisor lives, so its end stays open for the domain's life.
+	var release *os.File
+	if ls.barrier || ls.contain || cg.needsBarrier() {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return nil, err
 		}
 		closeAfterStart = append(closeAfterStart, r)
 		release = w
-		defer func() { _ = release.Close() }() // on failure the child reads EOF and exits
+		defer func() {
+			if retErr != nil || !ls.contain {
+				_ = release.Close() // on failure the child reads EOF and exits
+			}
+		}()
 		env = append(env, EnvBarrierFD+"="+strconv.Itoa(len(files)))
 		files = append(files, r)
 	}
 
 	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	execPath := ls.path
+	if ls.contain {
+		containAttr(cfg, sys, ls.network)
+		exe, err := openExecutable(ls.path)
+		if err != nil {
+			return nil, opErr("open worker executable", cg.mode, ls.path, nil, err)
+		}
+		closeAfterStart = append(closeAfterStart, exe)
+		execPath, files, env = execThrough(exe, files, env)
+	}
 	if fd, ok := cg.bornFD(); ok {
 		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	}
@@ -77,7 +107,7 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 		return nil, err
 	}
 	attr := &os.ProcAttr{Env: env, Files: files, Sys: sys}
-	err = d.start(ls.path, ls.argv, attr)
+	err = d.start(execPath, ls.argv, attr)
 	// The parent's copies of the child's ends go now, so output pipes see EOF once the
 	// domain is dead and the copiers can finish.
 	for _, f := range closeAfterStart {
@@ -87,6 +117,10 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 	if err != nil {
 		d.copiers.Wait()
 		return nil, opErr("start worker", cg.mode, ls.path, nil, err)
+	}
+	if ls.contain {
+		d.lifeline = release
+		d.innerPid = 1
 	}
 	d.tr = newTracker(cg, d.pid)
 	defer func() {
@@ -111,11 +145,18 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 
 // start forks the worker from a goroutine locked to its OS thread, and keeps that goroutine
 // (and thread) blocked in Wait for the worker's whole life: PDEATHSIG fires when the creating
-// thread exits, not the process (golang/go#27505), so the thread must outlive the worker.
+// thread exits, not the process (golang/go#27505), so the thread must outlive the worker. The
+// thread sets no_new_privs on itself first, so the worker has it from birth, on every thread
+// and in every process it starts; the goroutine ends locked, so the runtime retires the thread
+// instead of handing it to other goroutines.
 func (d *Domain) start(path string, argv []string, attr *os.ProcAttr) error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			started <- fmt.Errorf("isolation: PR_SET_NO_NEW_PRIVS on the forking thread: %w", err)
+			return
+		}
 		p, err := os.StartProcess(path, argv, attr)
 		if err != nil {
 			started <- err
@@ -126,7 +167,6 @@ func (d *Domain) start(path string, argv []string, attr *os.ProcAttr) error {
 		st, werr := p.Wait() // waitid(P_PIDFD): Go 1.23+ holds a pidfd for p
 		d.state, d.waitErr, d.wall = st, werr, time.Since(d.started)
 		close(d.exited)
-		runtime.UnlockOSThread() // the worker is gone; PDEATHSIG no longer matters
 	}()
 	return <-started
 }

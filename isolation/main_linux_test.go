@@ -127,7 +127,9 @@ func realModes(t testing.TB) []Mode {
 
 func newSupervisor(t testing.TB, mode Mode, tweak func(*Config)) *Supervisor {
 	t.Helper()
-	cfg := Config{Parent: testParent, Mode: mode, TermGrace: 300 * time.Millisecond, ReapBound: 5 * time.Second}
+	// The cgroup tests see the worker's processes by their pids (reported by the helpers), so
+	// they run uncontained; contain_linux_test.go covers the contained domain.
+	cfg := Config{Parent: testParent, Mode: mode, TermGrace: 300 * time.Millisecond, ReapBound: 5 * time.Second, Containment: ContainOff}
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -79,9 +80,11 @@ func candidates(forced Mode, host string) []Mode {
 
 func probe(ctx context.Context, cfg Config, t tree, owner string, pr parentResult) Report {
 	r := Report{Mode: ModeNone, Host: hostLayout(), Parent: pr.report}
+	var contained bool
+	r.Containment, contained = probeContainment(cfg)
 	var failures []error
 	for _, m := range candidates(cfg.Mode, r.Host) {
-		err := probeMode(ctx, cfg, m, t, owner, pr, &r)
+		err := probeMode(ctx, cfg, m, t, owner, pr, &r, contained)
 		a := Attempt{Mode: m, Passed: err == nil}
 		if err != nil {
 			a.Error = err.Error()
@@ -121,7 +124,27 @@ func probe(ctx context.Context, cfg Config, t tree, owner string, pr parentResul
 		iso.OK, iso.Detail, iso.Fix = false, r.Reason, "steward identifies processes by pidfd only: run on Linux ≥ 5.3 (pidfd_open)"
 	}
 	r.Checks = append(r.Checks, iso)
+	r.Checks = append(r.Checks, containmentChecks(cfg, r.Containment)...)
+	if missing := r.Containment.Missing(); cfg.Containment == ContainRequire && len(missing) > 0 && r.Verified {
+		r.Verified, r.Mode = false, ModeNone
+		r.Reason = fmt.Sprintf("%v: containment required, missing: %s", ErrContainment, strings.Join(missing, ", "))
+	}
 	return r
+}
+
+// containmentChecks turns the containment layers into doctor lines; a missing layer fails only
+// under ContainRequire (index.mutate is refused then), else it is reported with its fix.
+func containmentChecks(cfg Config, cr ContainmentReport) []Check {
+	var out []Check
+	for _, l := range cr.Layers {
+		c := Check{Name: "containment " + l.Name, OK: l.Enforced || cfg.Containment != ContainRequire, Detail: l.Detail}
+		if !l.Enforced {
+			c.Detail = "not enforced: " + l.Detail
+			c.Fix = "workers run with less containment: a kernel with user namespaces (kernel.unprivileged_userns_clone=1 or root), Landlock ABI ≥ 4 and seccomp; --require-containment refuses to start without them"
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // available checks the mounts a mode needs before touching anything.
@@ -157,7 +180,7 @@ func available(m Mode) error {
 	return nil
 }
 
-func probeMode(ctx context.Context, cfg Config, m Mode, t tree, owner string, pr parentResult, r *Report) error {
+func probeMode(ctx context.Context, cfg Config, m Mode, t tree, owner string, pr parentResult, r *Report, contained bool) error {
 	if err := available(m); err != nil {
 		return err
 	}
@@ -174,7 +197,7 @@ func probeMode(ctx context.Context, cfg Config, m Mode, t tree, owner string, pr
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	argv := append([]string{cfg.WorkerPath}, cfg.WorkerArgs...)
-	d, err := launch(ctx, cfg, id, cg, launchSpec{path: cfg.WorkerPath, argv: argv, env: []string{EnvProbe + "=1"}, barrier: true})
+	d, err := launch(ctx, cfg, id, cg, launchSpec{path: cfg.WorkerPath, argv: argv, env: []string{EnvProbe + "=1"}, barrier: true, contain: contained})
 	if err != nil {
 		_ = cg.remove()
 		if errors.Is(err, ErrPlacement) {

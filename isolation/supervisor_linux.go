@@ -153,9 +153,14 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 	if p == "" {
 		p = s.cfg.WorkerPath
 	}
+	if err := spec.Policy.check(); err != nil {
+		_ = cg.remove()
+		return nil, err
+	}
 	d, err := launch(ctx, s.cfg, id, cg, launchSpec{
 		path: p, argv: append([]string{p}, spec.Args...), env: spec.Env,
 		extra: spec.ExtraFiles, stdout: spec.Stdout, stderr: spec.Stderr,
+		contain: s.Contained(), network: spec.Network, policy: spec.Policy, tmp: spec.TempDir,
 	})
 	if err != nil {
 		_ = cg.remove()
@@ -167,6 +172,10 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 	s.mu.Unlock()
 	return d, nil
 }
+
+// Contained reports whether worker domains are born contained (the user namespace layer
+// verified; see Report.Containment).
+func (s *Supervisor) Contained() bool { return s.report.Containment.Guest != "" }
 
 func (s *Supervisor) forget(id string) {
 	s.mu.Lock()

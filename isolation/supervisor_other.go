@@ -34,6 +34,7 @@ func (s *Supervisor) Mode() Mode                  { return ModeNone }
 func (s *Supervisor) Config() Config              { return Config{} }
 func (s *Supervisor) Leftovers() []string         { return nil }
 func (s *Supervisor) CgroupPath(d *Domain) string { return "" }
+func (s *Supervisor) Contained() bool             { return false }
 func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Domain, error) {
 	return nil, errUnsupported
 }
@@ -41,6 +42,7 @@ func (s *Supervisor) Close(ctx context.Context) error { return nil }
 
 func (d *Domain) ID() string            { return "" }
 func (d *Domain) Pid() int              { return 0 }
+func (d *Domain) WorkerPid() int        { return 0 }
 func (d *Domain) Done() <-chan struct{} { return nil }
 func (d *Domain) Wait(ctx context.Context) (Outcome, error) {
 	return Outcome{ExitCode: -1}, errUnsupported

@@ -14,7 +14,9 @@ import (
 // until the supervisor has placed the process in its cgroups (when there is a barrier), makes
 // the process non-dumpable (no core, no ptrace by same-uid peers, /proc/<pid>/mem closed) and
 // no_new_privs, sets RLIMIT_CORE=0 and the configured RLIMIT_NOFILE (soft and hard), and checks
-// that its parent is still the supervisor that launched it.
+// that its parent is still the supervisor that launched it. A contained worker (born in its own
+// user, PID, mount, IPC and UTS namespaces) also builds its mount namespace here and enters its
+// own cgroup namespace; the engine code must not run before Contain.
 //
 // On error the worker must exit at once, with ExitRefused. For the preflight probe child
 // (EnvProbe=1) EnterWorker does not return: it exits with probeExitCode after its checks, a
@@ -24,27 +26,46 @@ func EnterWorker() error {
 	if err != nil || parent <= 0 {
 		return ErrNotWorker
 	}
+	contained := os.Getenv(EnvContain) == "1"
+	if s := os.Getenv(EnvExecFD); s != "" {
+		if fd, err := strconv.Atoi(s); err == nil && fd >= FirstExtraFD {
+			_ = unix.Close(fd)
+		}
+		_ = os.Unsetenv(EnvExecFD)
+	}
 	if s := os.Getenv(EnvBarrierFD); s != "" {
-		if err := waitBarrier(s); err != nil {
+		if err := waitBarrier(s, contained); err != nil {
 			return err
 		}
+	} else if contained {
+		return fmt.Errorf("%w: a contained worker needs its barrier", ErrBarrier)
 	}
 	if err := hardenSelf(); err != nil {
 		return err
 	}
-	// The supervisor died between fork and here (PDEATHSIG covers it only from the prctl
-	// onwards, and we may have been re-parented to a subreaper or init).
-	if got := os.Getppid(); got != parent {
+	if contained {
+		if err := enterNamespaces(); err != nil {
+			return err
+		}
+	} else if got := os.Getppid(); got != parent {
+		// The supervisor died between fork and here (PDEATHSIG covers it only from the prctl
+		// onwards, and we may have been re-parented to a subreaper or init).
 		return fmt.Errorf("%w: parent %d, want %d", ErrParentMismatch, got, parent)
 	}
 	if os.Getenv(EnvProbe) == "1" {
+		if err := Contain(Policy{}); err != nil {
+			return err
+		}
 		os.Exit(probeExitCode)
 	}
 	return nil
 }
 
 // waitBarrier blocks until the supervisor writes one byte (placed) or closes the pipe (refused).
-func waitBarrier(s string) error {
+// A contained worker (in its own PID namespace, where getppid is 0) then sets its PDEATHSIG and
+// proves the supervisor still lives by its end of the pipe: the supervisor holds it open until
+// the domain is reaped, so a hang-up means it died before the prctl could cover it.
+func waitBarrier(s string, contained bool) error {
 	fd, err := strconv.Atoi(s)
 	if err != nil || fd < FirstExtraFD {
 		return fmt.Errorf("%w: bad %s=%q", ErrBarrier, EnvBarrierFD, s)
@@ -61,6 +82,29 @@ func waitBarrier(s string) error {
 			return fmt.Errorf("%w: %w", ErrBarrier, err)
 		case n != 1:
 			return ErrBarrier
+		}
+		if contained {
+			return watchParent(fd)
+		}
+		return nil
+	}
+}
+
+func watchParent(fd int) error {
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("isolation: PR_SET_PDEATHSIG: %w", err)
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%w: poll barrier: %w", ErrBarrier, err)
+		}
+		if fds[0].Revents&unix.POLLHUP != 0 {
+			return fmt.Errorf("%w: the supervisor is gone", ErrParentMismatch)
 		}
 		return nil
 	}

@@ -1,0 +1,114 @@
+package isolation
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+)
+
+// Containment says how hard worker domains are contained beyond their cgroup limits.
+type Containment string
+
+const (
+	// ContainAuto (the zero value) applies every layer the kernel offers and reports the ones
+	// it lacks: a guest identity in a user namespace, PID/mount/IPC/UTS/cgroup namespaces (and a
+	// network namespace for domains without network), read-only mounts with a private /tmp,
+	// Landlock, a seccomp filter and no_new_privs from birth.
+	ContainAuto Containment = ""
+	// ContainRequire is ContainAuto that refuses to start (NewSupervisor fails with
+	// ErrContainment) when any layer is missing: `steward serve --require-containment`.
+	ContainRequire Containment = "require"
+	// ContainOff runs workers in the supervisor's namespaces as its own uid, as steward did
+	// before containment: cgroup limits, no_new_privs, no core, non-dumpable only.
+	ContainOff Containment = "off"
+)
+
+// DefaultGuestID is the guest uid and gid of worker domains when the supervisor runs as root
+// and Config.GuestUID is unset: "nobody". A dedicated uid (a system user no other service runs
+// as) is better; see docs/PROTOCOL.md and deploy/systemd.
+const DefaultGuestID = 65534
+
+// Policy is what a contained worker may reach once Contain has run. Paths are absolute paths
+// as the supervisor sees them; a path that does not exist is left out.
+type Policy struct {
+	// Read lists trees the worker may read and execute from, in addition to the system's own
+	// (/usr, /lib*, /bin, /sbin, /etc, /proc, a few devices): an engine's installation.
+	Read []string `json:"read,omitempty"`
+	// Write lists trees the worker may create, write and remove in, in addition to its private
+	// temp dir: the dataset folder of a file:// store. Each is bind-mounted writable into the
+	// otherwise read-only mount namespace.
+	Write []string `json:"write,omitempty"`
+	// Connect lists the TCP ports the worker may connect to (an S3 endpoint's). Without
+	// network (Spec.Network false) the domain has its own network namespace with no interface
+	// at all and this list is moot.
+	Connect []uint16 `json:"connect,omitempty"`
+}
+
+// merge returns p with q's entries appended (duplicates dropped).
+func (p Policy) merge(q Policy) Policy {
+	out := Policy{
+		Read:    slices.Concat(p.Read, q.Read),
+		Write:   slices.Concat(p.Write, q.Write),
+		Connect: slices.Concat(p.Connect, q.Connect),
+	}
+	slices.Sort(out.Read)
+	slices.Sort(out.Write)
+	slices.Sort(out.Connect)
+	out.Read, out.Write, out.Connect = slices.Compact(out.Read), slices.Compact(out.Write), slices.Compact(out.Connect)
+	return out
+}
+
+func (p Policy) check() error {
+	for _, d := range slices.Concat(p.Read, p.Write) {
+		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
+			return fmt.Errorf("%w: policy path %q must be absolute and clean", ErrInvalidSpec, d)
+		}
+	}
+	return nil
+}
+
+func (p Policy) encode() string {
+	b, _ := json.Marshal(p) // strings and ints only: cannot fail
+	return string(b)
+}
+
+func decodePolicy(s string) (Policy, error) {
+	var p Policy
+	if s == "" {
+		return p, nil
+	}
+	if err := json.Unmarshal([]byte(s), &p); err != nil {
+		return p, fmt.Errorf("%w: bad %s: %w", ErrContainment, EnvPolicy, err)
+	}
+	return p, p.check()
+}
+
+// ContainmentReport is what the supervisor enforces on every worker domain, layer by layer,
+// as hello's isolation.containment and doctor's containment lines. Plain JSON.
+type ContainmentReport struct {
+	// Mode is the configured Containment ("auto", "require" or "off").
+	Mode string `json:"mode"`
+	// Guest is the host uid:gid the domain runs as ("65534:65534"); "" when off.
+	Guest string `json:"guest,omitempty"`
+	// Layers lists each layer, enforced or not, with what it holds.
+	Layers []Layer `json:"layers"`
+}
+
+// Layer is one containment layer.
+type Layer struct {
+	Name     string `json:"name"`
+	Enforced bool   `json:"enforced"`
+	Detail   string `json:"detail"`
+}
+
+// Missing lists the names of the layers not enforced.
+func (r ContainmentReport) Missing() []string {
+	var out []string
+	for _, l := range r.Layers {
+		if !l.Enforced {
+			out = append(out, l.Name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,436 @@
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
+)
+
+// Clone flags of a contained domain. CLONE_NEWCGROUP is not among them: the worker unshares
+// its cgroup namespace itself once it is placed, so that the namespace's root is its domain
+// and not the supervisor's cgroup (a v1/hybrid child is moved after birth).
+const containCloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
+
+// guest returns the host uid and gid a contained domain runs as.
+func (c Config) guest() (uid, gid int) {
+	uid, gid = c.GuestUID, c.GuestGID
+	if uid <= 0 {
+		uid = os.Geteuid()
+		if uid == 0 {
+			uid = DefaultGuestID
+		}
+	}
+	if gid <= 0 {
+		gid = os.Getegid()
+		if gid == 0 || c.GuestUID > 0 {
+			gid = uid
+		}
+	}
+	return uid, gid
+}
+
+// containAttr adds the namespaces and the guest identity to sys: the child is uid/gid 0 of a
+// new user namespace whose only mapping is that root to the guest on the host, so it holds no
+// capability in the initial namespace and owns nothing of the host but what the guest owns.
+// PDEATHSIG is left to EnterWorker: Go's fork path compares getppid with the parent's pid, and
+// in a new PID namespace getppid is 0, so the child would kill itself.
+func containAttr(cfg Config, sys *syscall.SysProcAttr, network bool) {
+	uid, gid := cfg.guest()
+	sys.Cloneflags |= containCloneFlags
+	if !network {
+		sys.Cloneflags |= unix.CLONE_NEWNET
+	}
+	sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
+	sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
+	sys.GidMappingsEnableSetgroups = false
+	sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
+	sys.Pdeathsig = 0
+}
+
+// openExecutable opens the worker's executable (O_PATH) for execThrough.
+func openExecutable(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// execThrough makes the child exec its executable through an inherited descriptor: the guest
+// may lack search permission on the directories above it (a test binary in a 0700 build
+// directory, a binary in the service user's home), but execve of /proc/self/fd/N checks only
+// the file itself. EnterWorker closes the descriptor.
+func execThrough(exe *os.File, files []*os.File, env []string) (string, []*os.File, []string) {
+	n := strconv.Itoa(len(files))
+	return "/proc/self/fd/" + n, append(files, exe), append(env, EnvExecFD+"="+n)
+}
+
+// systemRead are the trees every contained worker may read and execute: the system's binaries,
+// libraries and configuration, and its own /proc (its PID namespace only).
+var systemRead = []string{"/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys/devices/system/cpu"}
+
+// systemDevices may be opened read-write by every contained worker.
+var systemDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
+
+// enterNamespaces builds the worker's mount namespace (the worker is root of its own user
+// namespace here, before Contain): mounts private, a /proc of its own PID namespace, every
+// mount read-only, its private temp dir (EnvTmp) on /tmp, and its own cgroup namespace rooted
+// at its domain. It keeps a handle on the host's /tmp so that Contain can still bind write
+// paths that lie below it.
+func enterNamespaces() error {
+	fail := func(op string, err error) error { return fmt.Errorf("%w: %s: %w", ErrContainment, op, err) }
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fail("make mounts private", err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fail("mount /proc", err)
+	}
+	tmpTree := -1
+	if tmp := os.Getenv(EnvTmp); tmp != "" {
+		// By path, as the guest: a descriptor opened by the supervisor names a mount of the
+		// supervisor's namespace, which open_tree refuses to clone (EINVAL).
+		fd, err := unix.OpenTree(unix.AT_FDCWD, tmp, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fail("clone temp dir "+tmp+" (the guest must be able to reach it)", err)
+		}
+		tmpTree = fd
+		defer unix.Close(tmpTree)
+		hostTmp, err := unix.Open("/tmp", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fail("open /tmp", err)
+		}
+		hostTmpFD = hostTmp
+	}
+	if err := unix.MountSetattr(-1, "/", unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}); err != nil {
+		return fail("make mounts read-only", err)
+	}
+	if tmpTree >= 0 {
+		if err := unix.MoveMount(tmpTree, "", unix.AT_FDCWD, "/tmp", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fail("mount temp dir on /tmp", err)
+		}
+		_ = os.Setenv("TMPDIR", "/tmp")
+		_ = os.Setenv("HOME", "/tmp")
+	}
+	_ = os.Unsetenv(EnvTmp)
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fail("own cgroup namespace", err)
+	}
+	return nil
+}
+
+// hostTmpFD is an O_PATH handle on the host's /tmp, taken before the private temp dir covered
+// it (-1 when there is none).
+var hostTmpFD = -1
+
+// bindWritable makes dir writable in the read-only mount namespace: a clone of its mount (from
+// the host's view, even below the covered /tmp), made read-write, moved back onto dir. A dir
+// that does not exist is skipped.
+func bindWritable(dir string) error {
+	dirfd, rel := unix.AT_FDCWD, dir
+	if r, ok := strings.CutPrefix(dir, "/tmp/"); ok && hostTmpFD >= 0 {
+		dirfd, rel = hostTmpFD, r
+	}
+	tree, err := unix.OpenTree(dirfd, rel, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: clone %s: %w", ErrContainment, dir, err)
+	}
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("%w: make %s writable: %w", ErrContainment, dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil { // the mount point, inside the private /tmp
+		return fmt.Errorf("%w: mount point %s: %w", ErrContainment, dir, err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("%w: mount %s: %w", ErrContainment, dir, err)
+	}
+	return nil
+}
+
+// Contain is the last step before engine code runs in a worker launched by a Supervisor: it
+// makes the launch's policy (EnvPolicy) merged with extra hold for every thread of the process
+// and everything it starts afterwards — the write paths bound writable, then a Landlock domain
+// (read and execute: the system's trees and Policy.Read; write: the private /tmp and
+// Policy.Write; TCP connect: Policy.Connect only; no signals or abstract sockets out of the
+// domain), every capability dropped for good, and the seccomp filter. It is a no-op when the
+// worker was not born contained (ContainOff). It may be called once.
+func Contain(extra Policy) error {
+	if os.Getenv(EnvContain) != "1" {
+		return nil
+	}
+	base, err := decodePolicy(os.Getenv(EnvPolicy))
+	if err != nil {
+		return err
+	}
+	if err := extra.check(); err != nil {
+		return err
+	}
+	p := base.merge(extra)
+	for _, d := range p.Write {
+		if err := bindWritable(d); err != nil {
+			return err
+		}
+	}
+	if hostTmpFD >= 0 {
+		_ = unix.Close(hostTmpFD)
+		hostTmpFD = -1
+	}
+	if err := restrictLandlock(p); err != nil {
+		return err
+	}
+	if err := dropCapabilities(); err != nil {
+		return err
+	}
+	if err := loadSeccomp(); err != nil {
+		return err
+	}
+	_ = os.Unsetenv(EnvContain)
+	_ = os.Unsetenv(EnvPolicy)
+	return nil
+}
+
+func restrictLandlock(p Policy) error {
+	abi, err := ll.LandlockGetABIVersion()
+	if err != nil || abi < 1 {
+		return nil // reported by the probe; ContainRequire refused to start without it
+	}
+	rules := []landlock.Rule{
+		landlock.RODirs(existing(append(append([]string(nil), systemRead...), p.Read...))...),
+		landlock.RWFiles(existing(systemDevices)...),
+		landlock.RWDirs(existing(append([]string{"/tmp"}, p.Write...))...).WithRefer(),
+	}
+	for _, port := range p.Connect {
+		rules = append(rules, landlock.ConnectTCP(port))
+	}
+	if err := landlock.V7.BestEffort().Restrict(rules...); err != nil {
+		return fmt.Errorf("%w: landlock: %w", ErrContainment, err)
+	}
+	return nil
+}
+
+// existing keeps the paths that exist (Landlock refuses a rule on a missing path).
+func existing(paths []string) []string {
+	out := paths[:0:0]
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Securebits: root of the user namespace gains nothing at execve, and nothing can undo it.
+// NOROOT, NO_SETUID_FIXUP and NO_CAP_AMBIENT_RAISE set and locked; KEEP_CAPS locked off.
+const lockedNoRoot = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<5 | 1<<6 | 1<<7
+
+// dropCapabilities empties every capability set of every thread: securebits so that the
+// user namespace's root regains nothing at execve, the bounding and ambient sets, then capset.
+func dropCapabilities() error {
+	all := func(name string, nr, a1, a2, a3 uintptr) error {
+		if _, _, e := psx.Syscall6(nr, a1, a2, a3, 0, 0, 0); e != 0 { // prctl wants its unused arguments 0
+			return fmt.Errorf("%w: %s: %w", ErrContainment, name, e)
+		}
+		return nil
+	}
+	if err := all("securebits", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, lockedNoRoot, 0); err != nil {
+		return err
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := all("drop bounding cap "+strconv.Itoa(c), unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+	}
+	if err := all("clear ambient caps", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return err
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	return all("capset", unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+}
+
+// refusedSyscalls fail with EPERM in every contained worker: debugging and memory access to
+// other processes, mounts and namespaces, kernel code and keys, io_uring (which bypasses the
+// filter), and the clock and machine-wide switches. Names must exist on amd64 and arm64.
+var refusedSyscalls = []string{
+	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+	"mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+	"setns", "unshare",
+	"bpf", "perf_event_open", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"keyctl", "add_key", "request_key",
+	"io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
+	"open_by_handle_at", "name_to_handle_at",
+	"swapon", "swapoff", "reboot", "syslog", "acct", "quotactl", "vhangup",
+	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+}
+
+// namespaceCloneFlags are refused in clone(2); clone3 passes its flags in memory the filter
+// cannot read, so it fails with ENOSYS and libc falls back to clone.
+var namespaceCloneFlags = []uint64{unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWPID, unix.CLONE_NEWNET,
+	unix.CLONE_NEWIPC, unix.CLONE_NEWUTS, unix.CLONE_NEWCGROUP}
+
+func seccompPolicy() seccomp.Policy {
+	var clone []seccomp.NameWithConditions
+	for _, f := range namespaceCloneFlags {
+		clone = append(clone, seccomp.NameWithConditions{Name: "clone",
+			Conditions: []seccomp.Condition{{Argument: cloneFlagsArg, Operation: seccomp.BitsSet, Value: f}}})
+	}
+	return seccomp.Policy{
+		DefaultAction: seccomp.ActionAllow,
+		Syscalls: []seccomp.SyscallGroup{
+			{Action: seccomp.ActionErrno, Names: refusedSyscalls},
+			{Action: seccomp.ActionErrno, NamesWithCondtions: clone},
+			{Action: seccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)), Names: []string{"clone3"}},
+		},
+	}
+}
+
+// loadSeccomp installs the filter on every thread (TSYNC); no_new_privs is set on all of them
+// since the worker's birth.
+func loadSeccomp() error {
+	if !seccomp.Supported() {
+		return nil // reported by the probe
+	}
+	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: seccompPolicy()}); err != nil {
+		return fmt.Errorf("%w: seccomp: %w", ErrContainment, err)
+	}
+	return nil
+}
+
+// cloneFlagsArg is clone(2)'s flags argument on amd64 and arm64.
+const cloneFlagsArg = 0
+
+// probeContainment finds which layers this kernel and identity offer: it starts WorkerPath as
+// a contained probe child (no cgroup: that is the mode probe's job) that builds its mount
+// namespace and applies Contain before it exits with probeExitCode. ok reports whether workers
+// can be born contained; the report lists every layer either way.
+func probeContainment(cfg Config) (rep ContainmentReport, ok bool) {
+	rep.Mode = string(cfg.Containment)
+	if rep.Mode == "" {
+		rep.Mode = "auto"
+	}
+	if cfg.Containment == ContainOff {
+		rep.Layers = []Layer{{Name: "containment", Detail: "off (--containment off): workers share the sidecar's namespaces and uid"}}
+		return rep, false
+	}
+	uid, gid := cfg.guest()
+	err := runContainedProbe(cfg)
+	ns := Layer{Name: "user namespace", Enforced: err == nil,
+		Detail: fmt.Sprintf("the worker is root of its own user namespace, mapped to host %d:%d; no capability in the initial namespace", uid, gid)}
+	if err != nil {
+		ns.Detail = fmt.Sprintf("a contained probe child failed: %v", err)
+	} else {
+		rep.Guest = fmt.Sprintf("%d:%d", uid, gid)
+	}
+	rep.Layers = append(rep.Layers, ns,
+		Layer{Name: "namespaces", Enforced: err == nil, Detail: "pid (the worker is init of its own), mount, ipc, uts, cgroup (rooted at its domain); network: a namespace without interfaces for file:// stores, the host's for s3:// (TCP connect only to the endpoint's port, by Landlock)"},
+		Layer{Name: "mounts", Enforced: err == nil, Detail: "every mount read-only and nosuid; /proc of its own PID namespace; /tmp its private temp dir; a file:// dataset folder writable"},
+		Layer{Name: "no_new_privs", Enforced: true, Detail: "from birth: set on the thread that forks the worker, so every thread and child has it"},
+	)
+	abi, lerr := ll.LandlockGetABIVersion()
+	land := Layer{Name: "landlock", Enforced: err == nil && lerr == nil && abi >= 4,
+		Detail: fmt.Sprintf("ABI %d: read/execute the system's trees and the engine's, write its /tmp and dataset folder, TCP connect to the store's port only, no signals or abstract sockets out of its domain", abi)}
+	if lerr != nil || abi < 4 {
+		land.Detail = fmt.Sprintf("Landlock ABI ≥ 4 is needed (filesystem and TCP rules); this kernel offers %d (%v)", abi, lerr)
+	}
+	sc := Layer{Name: "seccomp", Enforced: err == nil && seccomp.Supported(),
+		Detail: fmt.Sprintf("%d syscalls refused (EPERM: ptrace, process_vm_*, mount family, setns/unshare, bpf, perf_event_open, kexec, modules, keys, io_uring, clocks), namespace flags refused in clone, clone3 ENOSYS", len(refusedSyscalls))}
+	if !seccomp.Supported() {
+		sc.Detail = "the kernel has no seccomp filter mode"
+	}
+	caps := Layer{Name: "capabilities", Enforced: err == nil, Detail: "none, even inside its user namespace: bounding, ambient, permitted and effective sets empty, securebits locked (root regains nothing at execve)"}
+	rep.Layers = append(rep.Layers, land, sc, caps)
+	return rep, err == nil
+}
+
+// runContainedProbe starts the contained probe child and waits for it (bounded).
+func runContainedProbe(cfg Config) error {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		r.Close()
+		return err
+	}
+	defer errR.Close()
+	env := []string{EnvProbe + "=1", EnvParent + "=" + strconv.Itoa(os.Getpid()), EnvBarrierFD + "=3", EnvContain + "=1",
+		EnvNoFile + "=" + strconv.FormatUint(cfg.NoFile, 10)}
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	containAttr(cfg, sys, false)
+	exe, err := openExecutable(cfg.WorkerPath)
+	if err != nil {
+		r.Close()
+		errW.Close()
+		return err
+	}
+	defer exe.Close()
+	execPath, files, env := execThrough(exe, []*os.File{devnull, devnull, errW, r}, env)
+	attr := &os.ProcAttr{Env: env, Files: files, Sys: sys}
+	started := make(chan *os.Process, 1)
+	failed := make(chan error, 1)
+	done := make(chan *os.ProcessState, 1)
+	onDyingThread(func() {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			failed <- err
+			return
+		}
+		p, err := os.StartProcess(execPath, append([]string{cfg.WorkerPath}, cfg.WorkerArgs...), attr)
+		if err != nil {
+			failed <- err
+			return
+		}
+		started <- p
+		st, _ := p.Wait()
+		done <- st
+	})
+	var p *os.Process
+	select {
+	case err := <-failed:
+		r.Close()
+		errW.Close()
+		return err
+	case p = <-started:
+	}
+	r.Close() // the child holds its own copies now
+	errW.Close()
+	_, _ = w.Write([]byte{1}) // a child that died already is reported by its exit below
+	stderr := make(chan string, 1)
+	go func() { // ends at EOF: once the child (and anything it started) is gone
+		b, _ := io.ReadAll(io.LimitReader(errR, 4096))
+		stderr <- strings.TrimSpace(string(b))
+	}()
+	var st *os.ProcessState
+	select {
+	case st = <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.Kill()
+		st = <-done
+	}
+	msg := <-stderr
+	if code := st.ExitCode(); code != probeExitCode {
+		return fmt.Errorf("exited %v: %s", st, msg)
+	}
+	return nil
+}

@@ -1,0 +1,305 @@
+package isolation
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	helpers["contained"] = helperContained
+}
+
+// probeResult is what the contained helper observed of itself, attempt by attempt: each
+// attempt's error text ("" when it succeeded).
+type probeResult struct {
+	Pid, Ppid, UID, GID int
+	Tmp                 string
+	PidsVisible         int
+	Attempts            map[string]string
+}
+
+// helperContained enters, contains itself with the policy the test gives (one writable dir,
+// one TCP port), and then tries what a contained worker must and must not be able to do.
+func helperContained() {
+	enter()
+	write := os.Getenv("STEWARD_TEST_WRITE")
+	port, _ := strconv.Atoi(os.Getenv("STEWARD_TEST_PORT"))
+	if err := Contain(Policy{Write: []string{write}, Connect: []uint16{uint16(port)}}); err != nil {
+		fmt.Fprintln(os.Stderr, "Contain:", err)
+		os.Exit(ExitRefused)
+	}
+	res := probeResult{Pid: os.Getpid(), Ppid: os.Getppid(), UID: os.Getuid(), GID: os.Getgid(), Tmp: os.Getenv("TMPDIR"), Attempts: map[string]string{}}
+	try := func(name string, err error) {
+		res.Attempts[name] = ""
+		if err != nil {
+			res.Attempts[name] = err.Error()
+		}
+	}
+	try("write tmp", os.WriteFile(filepath.Join(os.Getenv("TMPDIR"), "t"), []byte("x"), 0o600))
+	try("write allowed dir", os.WriteFile(filepath.Join(write, "allowed"), []byte("x"), 0o600))
+	try("write sibling dir", os.WriteFile(filepath.Join(filepath.Dir(write), "sibling", "x"), []byte("x"), 0o600))
+	try("write /etc", os.WriteFile("/etc/steward-contained-test", []byte("x"), 0o600))
+	_, err := os.ReadFile(os.Getenv("STEWARD_TEST_SECRET"))
+	try("read secret", err)
+	try("mount tmpfs", unix.Mount("none", "/mnt", "tmpfs", 0, ""))
+	try("unshare user", unix.Unshare(unix.CLONE_NEWUSER))
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, 1, 0, 0, 0, 0)
+	try("ptrace", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_BPF, 0, 0, 0)
+	try("bpf", errnoErr(e))
+	try("setrlimit raise nofile", unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 1 << 20, Max: 1 << 20}))
+	try("chown to another uid", os.Chown(filepath.Join(write, "allowed"), 1, 1)) // unmapped in its namespace
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 2*time.Second)
+	if c != nil {
+		c.Close()
+	}
+	try("connect allowed port", err)
+	c, err = net.DialTimeout("tcp", os.Getenv("STEWARD_TEST_OTHER"), 2*time.Second)
+	if c != nil {
+		c.Close()
+	}
+	try("connect other port", err)
+	sup, _ := strconv.Atoi(os.Getenv(runEnv)) // the supervisor's pid on the host
+	try("signal supervisor", syscall.Kill(sup, syscall.SIGSTOP))
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			res.PidsVisible++
+		}
+	}
+	b, _ := json.Marshal(res)
+	_, _ = unix.Write(3, append(b, '\n'))
+	sleepForever()
+}
+
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+// TestContainedWorker launches a real contained domain as root and checks, from the host's side
+// and from the worker's own attempts, every layer: the guest identity, the namespaces, the
+// read-only mounts with one writable dataset dir and a private /tmp, Landlock, seccomp, no
+// capability, no_new_privs from birth.
+func TestContainedWorker(t *testing.T) {
+	needCgroups(t)
+	if os.Geteuid() != 0 {
+		if os.Getenv("STEWARD_REQUIRE_REAL") == "1" {
+			t.Fatal("STEWARD_REQUIRE_REAL=1: the contained worker test maps a guest uid and needs root")
+		}
+		t.Skip("needs root to map the guest uid")
+	}
+	for _, mode := range realModes(t) {
+		t.Run(string(mode), func(t *testing.T) {
+			s := newSupervisor(t, mode, func(c *Config) { c.Containment = ContainRequire })
+			rep := s.Report().Containment
+			if missing := rep.Missing(); len(missing) > 0 || rep.Guest != "65534:65534" {
+				t.Fatalf("containment %+v, missing %v", rep, missing)
+			}
+			base := guestReachable(t)
+			write := filepath.Join(base, "dataset")
+			for _, d := range []string{write, filepath.Join(base, "sibling"), filepath.Join(base, "tmp")} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Chown(write, DefaultGuestID, DefaultGuestID); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(filepath.Join(base, "sibling"), DefaultGuestID, DefaultGuestID); err != nil {
+				t.Fatal(err) // writable by the guest's uid: only Landlock and the mounts stop it
+			}
+			secret := filepath.Join(base, "secret")
+			if err := os.WriteFile(secret, []byte("s3cr3t"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			allowed, other := listen(t), listen(t)
+			_, port, _ := net.SplitHostPort(allowed.Addr().String())
+			d, r := startContained(t, s, Spec{TempDir: filepath.Join(base, "tmp"), Network: true,
+				Env: []string{"STEWARD_TEST_WRITE=" + write, "STEWARD_TEST_PORT=" + port,
+					"STEWARD_TEST_OTHER=" + other.Addr().String(), "STEWARD_TEST_SECRET=" + secret}})
+			res := r()
+			want := map[string]bool{ // attempt → must succeed
+				"write tmp": true, "write allowed dir": true, "connect allowed port": true,
+				"write sibling dir": false, "write /etc": false, "read secret": false, "mount tmpfs": false,
+				"unshare user": false, "ptrace": false, "bpf": false, "setrlimit raise nofile": false,
+				"chown to another uid": false, "connect other port": false, "signal supervisor": false,
+			}
+			for name, ok := range want {
+				got, tried := res.Attempts[name]
+				if !tried || (got == "") != ok {
+					t.Errorf("%s: error %q, want success=%v", name, got, ok)
+				}
+			}
+			if res.Pid != 1 || res.Ppid != 0 || res.UID != 0 || res.PidsVisible != 1 || res.Tmp != "/tmp" {
+				t.Errorf("inside: %+v", res)
+			}
+			if _, err := os.Stat(filepath.Join(base, "tmp", "t")); err != nil {
+				t.Errorf("the private /tmp is not the domain's temp dir: %v", err)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(filepath.Join(write, "allowed"), &st); err != nil || st.Uid != DefaultGuestID {
+				t.Errorf("file written by the guest: uid %d, %v", st.Uid, err)
+			}
+			status := procStatus(t, d.Pid())
+			for k, v := range map[string]string{"Uid": "65534\t65534\t65534\t65534", "CapEff": "0000000000000000",
+				"CapPrm": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"} {
+				if status[k] != v {
+					t.Errorf("host /proc/%d/status %s = %q, want %q", d.Pid(), k, status[k], v)
+				}
+			}
+			for _, ns := range []string{"user", "pid", "mnt", "ipc", "uts", "cgroup"} {
+				mine, _ := os.Readlink("/proc/self/ns/" + ns)
+				theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", d.Pid(), ns))
+				if err != nil || mine == theirs {
+					t.Errorf("namespace %s shared with the supervisor (%s, %v)", ns, theirs, err)
+				}
+			}
+			if d.WorkerPid() != 1 {
+				t.Errorf("WorkerPid %d", d.WorkerPid())
+			}
+			o, err := d.Kill(context.Background())
+			assertReaped(t, o, err, "kill")
+		})
+	}
+}
+
+// TestContainedWithoutNetwork: a domain without network has its own network namespace with
+// nothing in it, so even loopback listeners of the host are out of reach.
+func TestContainedWithoutNetwork(t *testing.T) {
+	needCgroups(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to map the guest uid") // TestContainedWorker fails under STEWARD_REQUIRE_REAL
+	}
+	s := newSupervisor(t, ModeAuto, func(c *Config) { c.Containment = ContainRequire })
+	l := listen(t)
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	base := guestReachable(t)
+	d, r := startContained(t, s, Spec{Env: []string{"STEWARD_TEST_WRITE=" + base, "STEWARD_TEST_PORT=" + port,
+		"STEWARD_TEST_OTHER=" + l.Addr().String(), "STEWARD_TEST_SECRET=/nonexistent"}})
+	res := r()
+	if got := res.Attempts["connect allowed port"]; got == "" {
+		t.Fatalf("connected to the host's loopback from a domain without network")
+	}
+	mine, _ := os.Readlink("/proc/self/ns/net")
+	theirs, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", d.Pid()))
+	if mine == theirs {
+		t.Fatalf("network namespace shared: %s", theirs)
+	}
+	o, err := d.Kill(context.Background())
+	assertReaped(t, o, err, "kill")
+}
+
+func startContained(t *testing.T, s *Supervisor, spec Spec) (*Domain, func() probeResult) {
+	t.Helper()
+	rd, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	spec.Env = workerEnv("contained", spec.Env...)
+	spec.ExtraFiles = []*os.File{w}
+	var stderr strings.Builder
+	spec.Stderr = &lockedBuilder{b: &stderr}
+	d, err := s.Start(context.Background(), spec)
+	w.Close()
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, func() probeResult {
+		_ = rd.SetReadDeadline(time.Now().Add(20 * time.Second))
+		line, err := bufio.NewReader(rd).ReadBytes('\n')
+		if err != nil {
+			o, _ := d.Kill(context.Background())
+			t.Fatalf("no report (%v): outcome %+v, stderr %q", err, o, spec.Stderr.(*lockedBuilder).String())
+		}
+		var res probeResult
+		if err := json.Unmarshal(line, &res); err != nil {
+			t.Fatalf("report %q: %v", line, err)
+		}
+		return res
+	}
+}
+
+// guestReachable is a t.TempDir() the guest can walk into (t.TempDir and its parent are 0700).
+func guestReachable(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{d, filepath.Dir(d)} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	return l
+}
+
+func procStatus(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+// lockedBuilder is a strings.Builder safe for the domain's stderr copier and the test.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
