@@ -9,6 +9,7 @@ import (
 
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
@@ -52,7 +53,7 @@ type realData struct {
 
 func newRealData(t *testing.T) *realData {
 	t.Helper()
-	root := t.TempDir()
+	root := testenv.GuestDir(t) // a contained worker's guest must reach and write it
 	s, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindLocal, Root: root})
 	if err != nil {
 		t.Fatal(err)
