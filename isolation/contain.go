@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // Containment says how hard worker domains are contained beyond their cgroup limits.
@@ -35,10 +36,14 @@ type Policy struct {
 	// Read lists trees the worker may read and execute from, in addition to the system's own
 	// (/usr, /lib*, /bin, /sbin, /etc, /proc, a few devices): an engine's installation.
 	Read []string `json:"read,omitempty"`
-	// Write lists trees the worker may create, write and remove in, in addition to its private
-	// temp dir: the dataset folder of a file:// store. Each is bind-mounted writable into the
-	// otherwise read-only mount namespace.
+	// Write lists trees the worker may create, write and remove in (Landlock), in addition to
+	// its private temp dir: the dataset folder of a file:// store and the store's staging dir.
 	Write []string `json:"write,omitempty"`
+	// Mount lists trees bind-mounted writable into the otherwise read-only mount namespace: a
+	// file:// store's root, so that a rename from its staging dir into a dataset stays on one
+	// mount. Landlock still allows writing only below Write. A Write path under no Mount is
+	// bind-mounted itself.
+	Mount []string `json:"mount,omitempty"`
 	// Connect lists the TCP ports the worker may connect to (an S3 endpoint's). Without
 	// network (Spec.Network false) the domain has its own network namespace with no interface
 	// at all and this list is moot.
@@ -50,17 +55,31 @@ func (p Policy) merge(q Policy) Policy {
 	out := Policy{
 		Read:    slices.Concat(p.Read, q.Read),
 		Write:   slices.Concat(p.Write, q.Write),
+		Mount:   slices.Concat(p.Mount, q.Mount),
 		Connect: slices.Concat(p.Connect, q.Connect),
 	}
-	slices.Sort(out.Read)
-	slices.Sort(out.Write)
+	for _, l := range []*[]string{&out.Read, &out.Write, &out.Mount} {
+		slices.Sort(*l)
+		*l = slices.Compact(*l)
+	}
 	slices.Sort(out.Connect)
-	out.Read, out.Write, out.Connect = slices.Compact(out.Read), slices.Compact(out.Write), slices.Compact(out.Connect)
+	out.Connect = slices.Compact(out.Connect)
+	return out
+}
+
+// mounts lists the trees to bind writable: every Mount, and every Write under none of them.
+func (p Policy) mounts() []string {
+	out := slices.Clone(p.Mount)
+	for _, w := range p.Write {
+		if !slices.ContainsFunc(p.Mount, func(m string) bool { return w == m || strings.HasPrefix(w, strings.TrimSuffix(m, "/")+"/") }) {
+			out = append(out, w)
+		}
+	}
 	return out
 }
 
 func (p Policy) check() error {
-	for _, d := range slices.Concat(p.Read, p.Write) {
+	for _, d := range slices.Concat(p.Read, p.Write, p.Mount) {
 		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
 			return fmt.Errorf("%w: policy path %q must be absolute and clean", ErrInvalidSpec, d)
 		}

@@ -134,10 +134,11 @@ func enterNamespaces() error {
 // it (-1 when there is none).
 var hostTmpFD = -1
 
-// bindWritable makes dir writable in the read-only mount namespace: a clone of its mount (from
-// the host's view, even below the covered /tmp), made read-write, moved back onto dir. A dir
-// that does not exist is skipped.
-func bindWritable(dir string) error {
+// bindTree mounts dir's tree from the host's view onto the same path in the worker's: a clone
+// of its mount (reached below the host's /tmp even where the private /tmp covers it), made
+// read-write when writable, moved onto dir. A dir that does not exist is skipped. Read-only
+// trees need it only below /tmp (elsewhere the host's tree is visible as it is).
+func bindTree(dir string, writable bool) error {
 	dirfd, rel := unix.AT_FDCWD, dir
 	if r, ok := strings.CutPrefix(dir, "/tmp/"); ok && hostTmpFD >= 0 {
 		dirfd, rel = hostTmpFD, r
@@ -150,8 +151,12 @@ func bindWritable(dir string) error {
 		return fmt.Errorf("%w: clone %s: %w", ErrContainment, dir, err)
 	}
 	defer unix.Close(tree)
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}); err != nil {
-		return fmt.Errorf("%w: make %s writable: %w", ErrContainment, dir, err)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+	if writable {
+		attr = unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return fmt.Errorf("%w: mount attributes of %s: %w", ErrContainment, dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil { // the mount point, inside the private /tmp
 		return fmt.Errorf("%w: mount point %s: %w", ErrContainment, dir, err)
@@ -181,9 +186,16 @@ func Contain(extra Policy) error {
 		return err
 	}
 	p := base.merge(extra)
-	for _, d := range p.Write {
-		if err := bindWritable(d); err != nil {
+	for _, d := range p.mounts() {
+		if err := bindTree(d, true); err != nil {
 			return err
+		}
+	}
+	for _, d := range p.Read {
+		if strings.HasPrefix(d, "/tmp/") {
+			if err := bindTree(d, false); err != nil {
+				return err
+			}
 		}
 	}
 	if hostTmpFD >= 0 {

@@ -20,9 +20,18 @@ STAMP="$VENV/.steward-lock.sha256"
 # Top-level pins; everything else in the lock follows from them. numpy 2.5 needs Python >= 3.12, the
 # machines run 3.11, so numpy stays on 2.4.
 TOP=(pylance==14.0.2 pyarrow==26.0.1 numpy==2.4.6)
-PY="${STEWARD_LANCE_PYTHON:-python3}"
+# The interpreter must be one a contained worker's guest uid can execute: the system's, not one
+# under a 0700 home directory (pyenv in /root), so /usr/bin/python3 comes first.
+if [[ -n "${STEWARD_LANCE_PYTHON:-}" ]]; then
+  PY="$STEWARD_LANCE_PYTHON"
+elif [[ -x /usr/bin/python3 ]]; then
+  PY=/usr/bin/python3
+else
+  PY=python3
+fi
 
-lock_hash() { sha256sum "$LOCK" | cut -c1-64; }
+# The stamp covers the lock and the interpreter: a venv made by another python is rebuilt.
+lock_hash() { { sha256sum "$LOCK" | cut -c1-64; readlink -f "$(command -v "$PY")"; } | sha256sum | cut -c1-64; }
 
 install() {
   if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$(lock_hash)" ]]; then

@@ -101,7 +101,7 @@ func (s *Server) registerEngines() {
 
 // probe starts e once in a domain and reads its hello.
 func (s *Server) probe(e *engine) (workerproto.Engine, error) {
-	w, err := s.launch(e, "hello-"+e.name, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit)
+	w, err := s.launch(e, "hello-"+e.name, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil, false)
 	if err != nil {
 		return workerproto.Engine{}, err
 	}
@@ -115,8 +115,8 @@ func (s *Server) probe(e *engine) (workerproto.Engine, error) {
 			return workerproto.Engine{}, fmt.Errorf("hello: %w", fe.err)
 		case fe.f.T != workerproto.TypeHello:
 			return workerproto.Engine{}, fmt.Errorf("first frame %q, want hello", fe.f.T)
-		case fe.f.Pid != w.dom.Pid():
-			return workerproto.Engine{}, fmt.Errorf("hello from pid %d, the domain is %d", fe.f.Pid, w.dom.Pid())
+		case fe.f.Pid != w.dom.WorkerPid():
+			return workerproto.Engine{}, fmt.Errorf("hello from pid %d, the domain's worker is %d", fe.f.Pid, w.dom.WorkerPid())
 		}
 		if err := fe.f.Engine.Check(); err != nil {
 			return workerproto.Engine{}, err

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/rpc"
 )
 
 // buildTestEngine builds internal/testengine, a toy engine written against the Go SDK.
 func buildTestEngine(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "testengine")
+	bin := filepath.Join(testenv.GuestDir(t), "testengine") // the guest execs it
 	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../internal/testengine")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build testengine: %v\n%s", err, out)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
@@ -49,7 +50,7 @@ func newSidecar(t *testing.T, extra ...string) *sidecarEnv {
 // newSidecarWithEnv is newSidecar with an explicit environment for the sidecar (nil: inherit).
 func newSidecarWithEnv(t testing.TB, env []string, extra ...string) *sidecarEnv {
 	t.Helper()
-	e := &sidecarEnv{t: t, root: t.TempDir()}
+	e := &sidecarEnv{t: t, root: testenv.GuestDir(t)}
 	sc := testsidecar.Start(t, testsidecar.Options{Args: extra, Env: env,
 		OnNotify: func(method string, params json.RawMessage) {
 			var p rpc.ProgressParams

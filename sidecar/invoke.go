@@ -59,8 +59,11 @@ type warm struct {
 }
 
 // launch starts one domain of engine e with the given limits and a fresh private temp dir; its
-// frames are read in the background.
-func (s *Server) launch(e *engine, id string, memory, pids int64) (_ *warm, retErr error) {
+// frames are read in the background. ds is the dataset the domain will serve, which decides its
+// network and its writable folder when it is contained (workerproto.Reach); nil for a domain
+// that serves no store (an engine's hello) or whose call is not known yet (a spare: the host's
+// network, which s3:// calls need; a file:// call never takes a spare).
+func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.DatasetRef, network bool) (_ *warm, retErr error) {
 	tmp, err := os.MkdirTemp(s.cfg.TempDir, "steward-"+domainID(id)+"-")
 	if err != nil {
 		return nil, fmt.Errorf("private temp dir: %w", err)
@@ -83,9 +86,16 @@ func (s *Server) launch(e *engine, id string, memory, pids int64) (_ *warm, retE
 	logw := newWorkerLog(s.log.Named("engine").Named(e.name))
 	path, args := s.command(e)
 	env := append(slices.Clip(s.cfg.WorkerEnv), "TMPDIR="+tmp, "HOME="+tmp)
+	policy := workerproto.EngineReach(e.argv)
+	if ds != nil {
+		var reach isolation.Policy
+		network, reach = workerproto.Reach(*ds)
+		policy.Write, policy.Mount, policy.Connect = reach.Write, reach.Mount, reach.Connect
+	}
 	dom, err := s.iso.Start(context.Background(), isolation.Spec{
 		ID: domainID(id), Path: path, Args: args, Env: env,
 		ExtraFiles: []*os.File{toWR, fromWW}, Stderr: logw, MemoryLimit: memory, PidsLimit: pids,
+		TempDir: tmp, Network: network, Policy: policy,
 	})
 	toWR.Close() // the worker holds its own copies now
 	fromWW.Close()
@@ -107,7 +117,7 @@ func (s *Server) prestart() *warm {
 	if s.sparesClosed {
 		return nil
 	}
-	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit)
+	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil, true)
 	if err != nil {
 		s.log.Warn("could not start a spare worker", "error", err)
 		return nil
@@ -155,6 +165,27 @@ func (w *warm) discard() {
 	_ = os.RemoveAll(w.tempDir)
 }
 
+// spareServes reports whether a spare (a built-in domain with the host's network and no
+// writable folder) may serve j: uncontained, any call; contained, only a call on an s3:// store.
+func (s *Server) spareServes(j *job) bool {
+	if !s.contained() {
+		return true
+	}
+	ps, err := j.p.Dataset.Store.Parse()
+	return err == nil && ps.Kind == rpc.StoreS3
+}
+
+// domainTemp is the temp dir as the domain sees it: a contained domain has it mounted on /tmp.
+func (s *Server) domainTemp(host string) string {
+	if s.contained() {
+		return "/tmp"
+	}
+	return host
+}
+
+// contained reports whether worker domains are born contained.
+func (s *Server) contained() bool { return s.iso != nil && s.iso.Contained() }
+
 // invoke runs j on the spare worker when it fits (default limits, still alive), else on a fresh
 // one; runs the protocol; brings the domain down, reaped and removed; and only then returns the
 // classified answer. It consumes spare either way.
@@ -167,13 +198,13 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	if w != nil && !s.take(w) {
 		w = nil // discarded by shutdown
 	}
-	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done())) {
+	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(j)) {
 		w.discard()
 		w = nil
 	}
 	if w == nil {
 		var err error
-		if w, err = s.launch(j.eng, j.p.InvocationID, memory, pids); err != nil {
+		if w, err = s.launch(j.eng, j.p.InvocationID, memory, pids, &j.p.Dataset, false); err != nil {
 			s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
 			return launchFailed(err)
 		}
@@ -262,8 +293,8 @@ func (ss *session) run() {
 func (ss *session) handle(f *workerproto.Frame) (done bool) {
 	switch {
 	case f.T == workerproto.TypeHello && !ss.requested:
-		if f.Pid != ss.dom.Pid() {
-			ss.violation = fmt.Sprintf("hello from pid %d, worker is %d", f.Pid, ss.dom.Pid())
+		if f.Pid != ss.dom.WorkerPid() {
+			ss.violation = fmt.Sprintf("hello from pid %d, worker is %d", f.Pid, ss.dom.WorkerPid())
 			return true
 		}
 		req := ss.j.p
@@ -282,7 +313,7 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			return true
 		}
 		req.Engine = "" // the engine is the one running; ENGINE.md §4.1
-		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req, TempDir: ss.tempDir})
+		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req, TempDir: ss.s.domainTemp(ss.tempDir)})
 		if err == nil {
 			err = workerproto.Write(ss.toW, frame, workerproto.MaxRequestFrame)
 		}

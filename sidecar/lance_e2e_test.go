@@ -52,7 +52,7 @@ func lancePython(t *testing.T) (python, dir string) {
 func newLanceSidecar(t *testing.T, onMinIO bool, extra ...string) *lanceSidecar {
 	t.Helper()
 	py, dir := lancePython(t)
-	l := &lanceSidecar{python: py, dir: dir, tmp: t.TempDir()}
+	l := &lanceSidecar{python: py, dir: dir, tmp: testenv.GuestDir(t)}
 	// Registered before the sidecar starts, so it runs after the sidecar is closed (spares too).
 	t.Cleanup(func() {
 		if left, _ := filepath.Glob(filepath.Join(l.tmp, "steward-*")); len(left) > 0 {
@@ -105,6 +105,9 @@ func (l *lanceSidecar) ctl(out any, args ...string) {
 			stderr = string(ee.Stderr)
 		}
 		l.t.Fatalf("lancectl %v: %v\n%s", args, err, stderr)
+	}
+	if l.mc == nil {
+		testenv.GuestOwn(l.t, l.root) // pylance wrote as root; the engine's guest writes next
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {

@@ -36,7 +36,7 @@ func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.Settle
 		return workerproto.Settled{}, err
 	}
 	req.Credentials = creds
-	w, err := s.launch(e, "settle-"+req.InvocationID, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit)
+	w, err := s.launch(e, "settle-"+req.InvocationID, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, &req.Dataset, false)
 	if err != nil {
 		return workerproto.Settled{}, fmt.Errorf("%w: launch: %w", errSettleFailed, err)
 	}
@@ -63,7 +63,7 @@ func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.Settle
 			s.log.Error("removing the settle domain's temp dir failed", "invocation", req.InvocationID, "error", err)
 		}
 	}()
-	req.TempDir = w.tempDir
+	req.TempDir = s.domainTemp(w.tempDir)
 	requested := false
 	for {
 		select {
@@ -76,7 +76,7 @@ func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.Settle
 			f := fe.f
 			switch {
 			case f.T == workerproto.TypeHello && !requested:
-				if f.Pid != w.dom.Pid() || f.Engine.Check() != nil || f.Engine.Settle != e.decl.Settle {
+				if f.Pid != w.dom.WorkerPid() || f.Engine.Check() != nil || f.Engine.Settle != e.decl.Settle {
 					return workerproto.Settled{}, fmt.Errorf("%w: hello does not match the engine's registration", errSettleFailed)
 				}
 				frame, err := workerproto.NewRequest(workerproto.KindSettle, &req)

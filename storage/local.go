@@ -16,7 +16,11 @@ import (
 
 // tmpDir holds in-flight writes inside the root, so that the final link/rename never crosses a
 // filesystem. Keys under it are invisible to List.
-const tmpDir = ".steward-tmp"
+const tmpDir = LocalStagingDir
+
+// LocalStagingDir is the directory below a local store's root where puts are staged before
+// they are renamed into place (a contained worker must be able to write it).
+const LocalStagingDir = ".steward-tmp"
 
 // LocalStore keeps objects as files under a root directory. Writes go to a temporary file that
 // is fsynced and then renamed (Put) or hard-linked (PutIfAbsent: link fails with EEXIST, so it

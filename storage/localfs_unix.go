@@ -71,7 +71,10 @@ func walkOpen(root *os.File, rel string, mode openMode, mkdir bool) (*os.File, e
 		}
 		fd, err := openAt(at(), name, m)
 		if errors.Is(err, unix.ENOENT) && mkdir {
-			if err = unix.Mkdirat(at(), name, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+			if err = unix.Mkdirat(at(), name, 0o755); err == nil {
+				inheritOwner(at(), name, -1)
+			}
+			if err == nil || errors.Is(err, unix.EEXIST) {
 				fd, err = openAt(at(), name, m)
 			}
 		}
@@ -153,6 +156,26 @@ func statAt(dir *os.File, name string) (size int64, mtime time.Time, err error) 
 	return 0, time.Time{}, ErrNotRegular
 }
 
+// inheritOwner gives a directory or file this process just created in dir (by name, or the open
+// fd when fd ≥ 0) the owner of dir, when this process is root and dir belongs to someone else:
+// a store root handed to a contained worker's guest uid stays the guest's all the way down,
+// whoever writes into it (see isolation.Policy.Write). A failure is left alone: the object is
+// still whole, only its owner is root's.
+func inheritOwner(dir int, name string, fd int) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(dir, &st) != nil || st.Uid == 0 {
+		return
+	}
+	if fd >= 0 {
+		_ = unix.Fchown(fd, int(st.Uid), int(st.Gid))
+		return
+	}
+	_ = unix.Fchownat(dir, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW)
+}
+
 // createTempAt creates a new, empty file in dir with a random name.
 func createTempAt(dir *os.File) (*os.File, string, error) {
 	for {
@@ -168,6 +191,7 @@ func createTempAt(dir *os.File) (*os.File, string, error) {
 		if err != nil {
 			return nil, "", &fs.PathError{Op: "openat", Path: name, Err: err}
 		}
+		inheritOwner(int(dir.Fd()), name, fd)
 		return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), name, nil
 	}
 }

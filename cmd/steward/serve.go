@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -123,4 +125,34 @@ func isolationFlags(fs *flag.FlagSet, iso *isolation.Config) {
 		"cgroup parent of the worker domains, the same name in every hierarchy, or auto: the sidecar's own delegated cgroup (default auto when not root)")
 	fs.Int64Var(&iso.MemoryLimit, "worker-memory", 1<<30, "memory limit of one worker domain in bytes (swap off)")
 	fs.Int64Var(&iso.PidsLimit, "worker-pids", 256, "process limit of one worker domain")
+	fs.Func("containment", "auto (default: every layer the kernel offers, the missing ones reported), require (refuse to start without every layer) or off (workers share the sidecar's namespaces and uid)", func(v string) error {
+		switch isolation.Containment(v) {
+		case "auto":
+			iso.Containment = isolation.ContainAuto
+		case isolation.ContainRequire, isolation.ContainOff:
+			iso.Containment = isolation.Containment(v)
+		default:
+			return fmt.Errorf("want auto, require or off")
+		}
+		return nil
+	})
+	fs.BoolFunc("require-containment", "same as --containment require", func(string) error {
+		iso.Containment = isolation.ContainRequire
+		return nil
+	})
+	fs.Func("guest-uid", "UID[:GID] on the host that contained workers run as (the root of their user namespace maps to it); default 65534 when root, else the sidecar's own uid", func(v string) error {
+		u, g, hasG := strings.Cut(v, ":")
+		uid, err := strconv.Atoi(u)
+		if err != nil || uid <= 0 {
+			return fmt.Errorf("want a uid > 0")
+		}
+		gid := uid
+		if hasG {
+			if gid, err = strconv.Atoi(g); err != nil || gid <= 0 {
+				return fmt.Errorf("want a gid > 0")
+			}
+		}
+		iso.GuestUID, iso.GuestGID = uid, gid
+		return nil
+	})
 }

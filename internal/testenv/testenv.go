@@ -3,7 +3,9 @@
 package testenv
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -29,3 +31,44 @@ func NeedRoot(t testing.TB) {
 		Unavailable(t, "test needs root")
 	}
 }
+
+// GuestDir is a fresh temp dir that a contained worker's guest can use as a file:// store root:
+// reachable (t.TempDir and its parent are 0700) and, as root, owned by the default guest
+// (isolation.DefaultGuestID); the local store gives everything created below it the same owner.
+// Not root, the guest is the test's own uid and the dir is only made reachable.
+func GuestDir(t testing.TB) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{d, filepath.Dir(d)} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(d, guestID, guestID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// GuestOwn hands an existing tree (written by another tool as root, e.g. pylance) to the default
+// guest, as GuestDir's store roots are.
+func GuestOwn(t testing.TB, root string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return
+	}
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, guestID, guestID)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// guestID is isolation.DefaultGuestID (testenv imports nothing of steward's).
+const guestID = 65534

@@ -27,6 +27,12 @@ func ExecEngine(args []string) int {
 		fmt.Fprintln(os.Stderr, "steward engine-exec: refused:", err)
 		return isolation.ExitRefused
 	}
+	// The launch's policy (the engine's installation, the call's store) is known: contain the
+	// process before the engine's first instruction; execve keeps every layer.
+	if err := isolation.Contain(isolation.Policy{}); err != nil {
+		fmt.Fprintln(os.Stderr, "steward engine-exec: refused:", err)
+		return isolation.ExitRefused
+	}
 	if len(args) == 0 || !filepath.IsAbs(args[0]) {
 		fmt.Fprintln(os.Stderr, "steward engine-exec: want -- /absolute/command [args…]")
 		return 2

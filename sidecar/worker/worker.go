@@ -46,6 +46,12 @@ func Run(ctx context.Context, c *enginesdk.Conn) int {
 		fmt.Fprintln(os.Stderr, "steward worker:", err)
 		return 4
 	}
+	// The engine part starts here: contain the process for this call's store first (a no-op
+	// unless the sidecar launched it contained).
+	if err := isolation.Contain(reachOf(f)); err != nil {
+		fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
+		return isolation.ExitRefused
+	}
 	if f.Kind != workerproto.KindSettle {
 		if req, err := f.Mutate(); err == nil {
 			if req.Fault == workerproto.FaultClaimCommit {
@@ -59,6 +65,27 @@ func Run(ctx context.Context, c *enginesdk.Conn) int {
 		}
 	}
 	return enginesdk.Answer(ctx, c, f, builtin{})
+}
+
+// reachOf is what the request's store needs (workerproto.Reach); nothing for a request that
+// does not decode (the SDK answers it as malformed).
+func reachOf(f *workerproto.Frame) isolation.Policy {
+	var ds rpc.DatasetRef
+	if f.Kind == workerproto.KindSettle {
+		req, err := f.Settle()
+		if err != nil {
+			return isolation.Policy{}
+		}
+		ds = req.Dataset
+	} else {
+		req, err := f.Mutate()
+		if err != nil {
+			return isolation.Policy{}
+		}
+		ds = req.Dataset
+	}
+	_, p := workerproto.Reach(ds)
+	return p
 }
 
 // builtin is the engine behind the SDK.
