@@ -93,6 +93,22 @@ type IsolationReport struct {
 	// Checks are the requirements of isolation, each ok or missing with what to do (the lines
 	// `steward doctor` prints).
 	Checks []IsolationCheck `json:"checks,omitempty"`
+	// Containment is what every worker domain is held by beyond its cgroups.
+	Containment *Containment `json:"containment,omitempty"`
+}
+
+// Containment is the wire form of the containment layers (isolation.ContainmentReport).
+type Containment struct {
+	Mode   string             `json:"mode"`            // "auto", "require" or "off"
+	Guest  string             `json:"guest,omitempty"` // host uid:gid of the workers; "" when not contained
+	Layers []ContainmentLayer `json:"layers"`
+}
+
+// ContainmentLayer is one layer: enforced or not, and what it holds.
+type ContainmentLayer struct {
+	Name     string `json:"name"`
+	Enforced bool   `json:"enforced"`
+	Detail   string `json:"detail"`
 }
 
 // IsolationParent is the cgroup parent of the worker domains.

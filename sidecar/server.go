@@ -320,5 +320,11 @@ func wireReport(r isolation.Report) *rpc.IsolationReport {
 	for _, c := range r.Checks {
 		w.Checks = append(w.Checks, rpc.IsolationCheck{Name: c.Name, OK: c.OK, Detail: c.Detail, Fix: c.Fix, Optional: c.Optional})
 	}
+	if r.Containment.Mode != "" {
+		w.Containment = &rpc.Containment{Mode: r.Containment.Mode, Guest: r.Containment.Guest, Layers: []rpc.ContainmentLayer{}}
+		for _, l := range r.Containment.Layers {
+			w.Containment.Layers = append(w.Containment.Layers, rpc.ContainmentLayer{Name: l.Name, Enforced: l.Enforced, Detail: l.Detail})
+		}
+	}
 	return w
 }
