@@ -33,7 +33,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	rows := fs.Int64("rows", 2_000_000, "rows in the demo dataset")
-	dir := fs.String("dir", "", "working directory (default: a new temporary directory, removed afterwards)")
+	dir := fs.String("dir", "", "working directory (default: a new temporary directory, removed afterwards); its store/ folder is the contained workers' (as root: uid 65534, which must be able to search the directory)")
 	s3 := fs.String("s3", "", "run against S3 instead of the local store: s3://bucket[/prefix]; endpoint and credentials from STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY, STEWARD_S3_SECRET_KEY")
 	oomLimit := fs.Int64("oom-limit", 24<<20, "memory limit (bytes) of the job that is meant to be OOM-killed")
 	vectors := fs.Int64("vectors", 200_000, "rows of 128-dimensional vectors in the Lance act (0: skip it)")
@@ -81,6 +81,10 @@ func (d *demo) run(ctx context.Context, dir, s3 string) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
+		// Searchable (not listable) by the contained workers' guest, which writes the store below.
+		if err := os.Chmod(tmp, 0o711); err != nil {
+			return err
+		}
 		dir = tmp
 	}
 	fmt.Fprintf(d.out, "steward demo — a database host driving index mutations through the steward sidecar\n")
@@ -124,6 +128,8 @@ func (d *demo) makeDataset(ctx context.Context, dir, s3 string) error {
 	arg, path := filepath.Join(dir, "store"), "demo/events"
 	if s3 != "" {
 		arg, path = s3, "demo/events-"+time.Now().Format("150405")
+	} else if err := guestStore(arg); err != nil {
+		return err
 	}
 	spec, err := storeSpec(arg)
 	if err != nil {

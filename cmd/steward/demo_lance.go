@@ -38,6 +38,13 @@ func (d *demo) vectorAct(ctx context.Context, dir, s3 string) error {
 	if err := d.lancectlJSON(ctx, &created, "create", uri, "--rows", fmt.Sprint(d.vectors)); err != nil {
 		return err
 	}
+	if s3 == "" {
+		if p, err := ref.Store.Parse(); err != nil {
+			return err
+		} else if err := handToStoreOwner(p.Root, uri); err != nil {
+			return fmt.Errorf("hand the Lance dataset to the store's owner: %w", err)
+		}
+	}
 	fmt.Fprintf(d.out, "   written by Lance in %v: %s (version %d)\n", time.Since(start).Round(time.Millisecond), uri, created.Version)
 	ivf := rpc.IndexSpec{Name: "by_vec", Columns: []string{"vec"}, Type: "IVF_PQ",
 		Params: map[string]string{"num_partitions": "64", "num_sub_vectors": "16"}}
