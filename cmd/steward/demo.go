@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -222,6 +223,11 @@ func (d *demo) launch(ctx context.Context, dir, s3 string) error {
 		}
 		_ = d.client.Close()
 		return fmt.Errorf("%w: the sidecar started, but it refuses every index mutation because worker isolation did not verify:\n%s", errNoIsolation, reason)
+	}
+	if d.lance != "" && !slices.ContainsFunc(h.Engines, func(e rpc.EngineInfo) bool { return e.Name == "lance" }) {
+		// Its probe failed: the sidecar logs why (a contained worker's guest must be able to
+		// execute the venv's interpreter and read the venv and engines/lance).
+		d.lance, d.lanceErr = "", fmt.Errorf("the sidecar did not register the Lance engine (%s): its hello probe failed in a worker domain", d.lance)
 	}
 	iso := h.Isolation.Mode + ", verified"
 	d.step(1, "sidecar", "launched through go-plugin (AutoMTLS) in %v", time.Since(start).Round(time.Millisecond))
