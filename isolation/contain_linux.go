@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -446,3 +447,19 @@ func runContainedProbe(cfg Config) error {
 	}
 	return nil
 }
+
+// KillSelf ends the calling process with SIGKILL, as a crash would, also when it is the init of
+// its own PID namespace (a contained worker is), where the kernel drops a kill(2) of itself: the
+// signal is queued to the calling thread with si_code SI_KERNEL (rt_tgsigqueueinfo), which a
+// thread may do only to itself and which the kernel does not let init ignore. It does not return.
+func KillSelf() {
+	runtime.LockOSThread() // the thread that queues is the thread named
+	var info [128]byte     // siginfo_t: si_signo, si_errno, si_code
+	*(*int32)(unsafe.Pointer(&info[0])) = int32(unix.SIGKILL)
+	*(*int32)(unsafe.Pointer(&info[8])) = siKernel
+	_, _, _ = unix.Syscall6(unix.SYS_RT_TGSIGQUEUEINFO, uintptr(os.Getpid()), uintptr(unix.Gettid()), uintptr(unix.SIGKILL), uintptr(unsafe.Pointer(&info[0])), 0, 0)
+	_ = unix.Kill(os.Getpid(), unix.SIGKILL) // not contained: the plain way works as well
+	select {}
+}
+
+const siKernel = 0x80

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,47 @@ import (
 
 func init() {
 	helpers["contained"] = helperContained
+	helpers["killself"] = func() {
+		enter()
+		if os.Getenv("STEWARD_TEST_CONTAIN") == "1" {
+			if err := Contain(Policy{}); err != nil {
+				fmt.Fprintln(os.Stderr, "Contain:", err)
+				os.Exit(ExitRefused)
+			}
+		}
+		done := make(chan struct{})
+		go func() { // from a goroutine: not necessarily the thread whose tid is the pid
+			runtime.LockOSThread()
+			KillSelf()
+			close(done)
+		}()
+		<-done
+	}
+}
+
+// TestKillSelfInItsOwnPIDNamespace: a contained worker is init of its PID namespace, where the
+// kernel drops its own kill(2); KillSelf still ends it by SIGKILL, before and after Contain.
+func TestKillSelfInItsOwnPIDNamespace(t *testing.T) {
+	needCgroups(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to map the guest uid") // TestContainedWorker fails under STEWARD_REQUIRE_REAL
+	}
+	s := newSupervisor(t, ModeAuto, func(c *Config) { c.Containment = ContainRequire })
+	for _, contain := range []string{"0", "1"} {
+		var stderr strings.Builder
+		d, err := s.Start(context.Background(), Spec{Env: workerEnv("killself", "STEWARD_TEST_CONTAIN="+contain), Stderr: &lockedBuilder{b: &stderr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		o, err := d.Wait(ctx)
+		cancel()
+		if err != nil || o.SignalName != "SIGKILL" {
+			_, _ = d.Kill(context.Background())
+			t.Errorf("contain=%s: outcome %+v, %v (stderr %q)", contain, o, err, stderr.String())
+		}
+		_ = d.Close()
+	}
 }
 
 // probeResult is what the contained helper observed of itself, attempt by attempt: each

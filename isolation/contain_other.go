@@ -2,5 +2,14 @@
 
 package isolation
 
+import "os"
+
 // Contain is a no-op off Linux, where no worker is ever launched.
 func Contain(Policy) error { return nil }
+
+// KillSelf ends the process with SIGKILL.
+func KillSelf() {
+	p, _ := os.FindProcess(os.Getpid())
+	_ = p.Kill()
+	select {}
+}

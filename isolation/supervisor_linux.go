@@ -20,10 +20,11 @@ type Supervisor struct {
 	owner     string   // <pid>-<starttime>: this supervisor's directory below each parent
 	leftovers []string // owner directories of dead supervisors removed by New
 
-	mu      sync.Mutex
-	seq     uint64
-	domains map[string]*Domain
-	closed  bool
+	mu       sync.Mutex
+	seq      uint64
+	domains  map[string]*Domain
+	closed   bool
+	starting sync.WaitGroup // Starts between their reservation and their domain's registration
 }
 
 // New makes this process a child subreaper (so a worker's orphaned descendants re-parent to it
@@ -131,7 +132,9 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 		return nil, fmt.Errorf("%w: domain id %q in use", ErrInvalidSpec, id)
 	}
 	s.domains[id] = nil // reserve the name while launching
+	s.starting.Add(1)
 	s.mu.Unlock()
+	defer s.starting.Done()
 	defer func() {
 		if retErr != nil {
 			s.forget(id)
@@ -168,6 +171,12 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 	}
 	d.onClose = func(d *Domain) { s.forget(d.id) }
 	s.mu.Lock()
+	if s.closed { // Close ran while this domain was launching: it must not outlive the supervisor
+		s.mu.Unlock()
+		_, _ = d.Kill(ctx)
+		_ = d.Close()
+		return nil, ErrClosed
+	}
 	s.domains[id] = d
 	s.mu.Unlock()
 	return d, nil
@@ -202,6 +211,7 @@ func (s *Supervisor) Close(ctx context.Context) error {
 		}
 		errs = append(errs, d.Close())
 	}
+	s.starting.Wait() // a launch in flight kills its own domain once it sees closed
 	errs = append(errs, removeOwnerDirs(s.tree, s.owner))
 	return errors.Join(errs...)
 }

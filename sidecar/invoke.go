@@ -55,6 +55,7 @@ type warm struct {
 	fromW   *os.File // worker → sidecar
 	frames  chan frameOrErr
 	logw    *workerLog
+	network bool // born in the host's network namespace (or uncontained)
 	tempDir string // the domain's private TMPDIR and HOME, removed once the domain is reaped
 }
 
@@ -104,7 +105,7 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 		fromWR.Close()
 		return nil, err
 	}
-	w := &warm{eng: e, dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw, tempDir: tmp}
+	w := &warm{eng: e, dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw, tempDir: tmp, network: network}
 	go readFrames(fromWR, w.frames)
 	return w, nil
 }
@@ -117,7 +118,7 @@ func (s *Server) prestart() *warm {
 	if s.sparesClosed {
 		return nil
 	}
-	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil, true)
+	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil, !s.spareNoNet.Load())
 	if err != nil {
 		s.log.Warn("could not start a spare worker", "error", err)
 		return nil
@@ -165,14 +166,15 @@ func (w *warm) discard() {
 	_ = os.RemoveAll(w.tempDir)
 }
 
-// spareServes reports whether a spare (a built-in domain with the host's network and no
-// writable folder) may serve j: uncontained, any call; contained, only a call on an s3:// store.
-func (s *Server) spareServes(j *job) bool {
+// spareServes reports whether spare w may serve j: uncontained, any call; contained, a call
+// that needs the network w was born with (the built-in worker binds its dataset folder and
+// limits its connections itself once it has read the request).
+func (s *Server) spareServes(w *warm, j *job) bool {
 	if !s.contained() {
 		return true
 	}
-	ps, err := j.p.Dataset.Store.Parse()
-	return err == nil && ps.Kind == rpc.StoreS3
+	network, _ := workerproto.Reach(j.p.Dataset)
+	return w.network == network
 }
 
 // domainTemp is the temp dir as the domain sees it: a contained domain has it mounted on /tmp.
@@ -194,11 +196,15 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	j.launched = start
 	memory := lower(s.cfg.Isolation.MemoryLimit, limit(j.p.Limits, true))
 	pids := lower(s.cfg.Isolation.PidsLimit, limit(j.p.Limits, false))
+	if s.contained() { // the next spares are born for calls like this one
+		network, _ := workerproto.Reach(j.p.Dataset)
+		s.spareNoNet.Store(!network)
+	}
 	w := spare
 	if w != nil && !s.take(w) {
 		w = nil // discarded by shutdown
 	}
-	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(j)) {
+	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j)) {
 		w.discard()
 		w = nil
 	}

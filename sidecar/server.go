@@ -57,6 +57,9 @@ type Server struct {
 	spareMu      sync.Mutex
 	spares       map[*warm]struct{} // idle prestarted workers
 	sparesClosed bool
+	// spareNoNet: the next spare is born without network (the last call was on a file:// store):
+	// a contained domain's network is chosen at its birth, so spares follow the recent calls.
+	spareNoNet atomic.Bool
 
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
 

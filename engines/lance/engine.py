@@ -316,7 +316,7 @@ def mutate(ch, req):
     # engine's last word before the commit point.
     reserve(ch, keys=[f"{target.rel}/_transactions/{pinned}-{txn_uuid}.txn"])
     if req.get("fault") == "crash_before_commit":
-        os.kill(os.getpid(), 9)
+        se.kill_self()
     try:
         v = commit(target, pinned, ds, lance.LanceOperation.CreateIndex(new_indices=new, removed_indices=existing),
                    invocation, "commit", txn_uuid)
@@ -324,7 +324,7 @@ def mutate(ch, req):
         a.fields.setdefault("index_uuid", uuid_out)
         raise
     if req.get("fault") == "crash_after_commit":
-        os.kill(os.getpid(), 9)
+        se.kill_self()
     raise native(se.OK, "", completion_reason="COMMITTED", committed_version=v, observed_latest=v,
                  index_uuid=uuid_out, created=[])
 

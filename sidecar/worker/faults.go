@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/sidecar/enginesdk"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage"
@@ -93,10 +94,9 @@ func (c *crashStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, s
 		return c.Store.PutIfAbsent(ctx, key, r, size)
 	}
 	if !c.after {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {}
+		isolation.KillSelf()
 	}
 	_ = c.Store.PutIfAbsent(ctx, key, r, size)
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {}
+	isolation.KillSelf()
+	return nil
 }
