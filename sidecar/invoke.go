@@ -55,7 +55,7 @@ type warm struct {
 	fromW   *os.File // worker → sidecar
 	frames  chan frameOrErr
 	logw    *workerLog
-	network bool // born in the host's network namespace (or uncontained)
+	network bool   // born in the host's network namespace (or uncontained)
 	tempDir string // the domain's private TMPDIR and HOME, removed once the domain is reaped
 }
 
