@@ -178,6 +178,11 @@ func (r *run) setupCommon(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
 	}
+	// Searchable, not readable: a sidecar's contained workers (another uid) reach their temp dirs
+	// below it (sidecarTemp).
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
 	r.dir, r.rep.Dir = dir, dir
 	r.stateDir = filepath.Join(dir, "state")
 	r.cgroupParent = "steward-campaign-" + randHex(6)

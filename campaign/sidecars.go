@@ -72,7 +72,7 @@ func (n *node) launch(ctx context.Context) (*sidecar, error) {
 	r := n.r
 	env := storecfg.WithoutEnvKeys(os.Environ())
 	if r.cfg.Engine == EngineLance {
-		if err := os.MkdirAll(r.sidecarTemp(), 0o700); err != nil {
+		if err := os.MkdirAll(r.sidecarTemp(), 0o711); err != nil { // searchable by the workers' guest uid
 			return nil, err
 		}
 		env = append(env, "TMPDIR="+r.sidecarTemp())
