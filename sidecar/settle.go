@@ -2,13 +2,16 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"time"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 )
 
@@ -136,6 +139,12 @@ func (s *Server) confirmCommit(j *job, res rpc.MutateResult) string {
 	if j.eng.decl.Settle == rpc.SettleNone {
 		return "engine " + j.eng.name + " declares no settle guarantee: nothing can confirm its commit"
 	}
+	// Trusted code first: the engine's settle runs engine code, which a compromised engine
+	// controls. Only a commit claim of this invocation, put-if-absent at the slot, lets its
+	// answer through; the settle in a fresh domain must then agree.
+	if why := s.claimedByThis(ctx, j, slot); why != "" {
+		return why
+	}
 	out, err := s.settleIn(ctx, j.eng, workerproto.SettleRequest{InvocationID: j.p.InvocationID, Dataset: j.p.Dataset,
 		PinnedVersion: j.p.PinnedVersion, Credentials: j.p.Credentials, DomainReaped: true})
 	switch {
@@ -143,6 +152,38 @@ func (s *Server) confirmCommit(j *job, res rpc.MutateResult) string {
 		return "the engine's settle could not confirm it: " + s.sanitize(j, err.Error())
 	case out.Outcome != rpc.OutcomeCommitted || out.Version != slot:
 		return fmt.Sprintf("the engine's settle answers %s at %d (%s)", out.Outcome, out.Version, out.Reason)
+	}
+	return ""
+}
+
+// maxClaimBytes bounds a slot claim read by the sidecar.
+const maxClaimBytes = 4 << 10
+
+// claimedByThis reads the slot's claim, `<dataset>/_steward/slots/<slot:020>.json` (docs/ENGINE.md
+// §5.3: written with put-if-absent by every commit of an engine other than the built-in one),
+// and returns why it does not show this invocation's commit ("" when it does).
+func (s *Server) claimedByThis(ctx context.Context, j *job, slot int64) string {
+	st, err := s.openStore(ctx, j.p.Dataset.Store, j.p.Credentials)
+	if err != nil {
+		return "the slot's claim could not be read: " + s.sanitize(j, err.Error())
+	}
+	key := path.Join(j.p.Dataset.Path, "_steward/slots", fmt.Sprintf("%020d.json", slot))
+	b, err := storage.ReadAll(ctx, st, key, maxClaimBytes)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return fmt.Sprintf("slot %d has no claim: the engine never took it", slot)
+	case err != nil:
+		return "the slot's claim could not be read: " + s.sanitize(j, err.Error())
+	}
+	var c struct {
+		Invocation string `json:"invocation"`
+		Kind       string `json:"kind"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return fmt.Sprintf("slot %d's claim is not a claim: %v", slot, err)
+	}
+	if c.Kind != "commit" || c.Invocation != j.p.InvocationID {
+		return fmt.Sprintf("slot %d is claimed for a %s by %q", slot, c.Kind, c.Invocation)
 	}
 	return ""
 }
