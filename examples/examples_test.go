@@ -59,7 +59,7 @@ func TestPyhostHello(t *testing.T) {
 // newDataset makes a small dataset with the steward CLI, as a user would.
 func newDataset(t *testing.T, bin string) string {
 	t.Helper()
-	store := t.TempDir()
+	store := testenv.GuestDir(t) // the contained workers' guest uid reaches and owns it
 	out, err := exec.Command(bin, "dataset", "create", "--store", store, "--path", "sales", "--rows", "20000").CombinedOutput()
 	if err != nil {
 		t.Fatalf("dataset create: %v\n%s", err, out)

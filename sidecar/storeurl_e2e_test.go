@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
@@ -77,7 +78,11 @@ func TestSweepSeesTicketsOfEverySpelling(t *testing.T) {
 func TestMutateInEscapedFileURL(t *testing.T) {
 	e := newSidecar(t)
 	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "my data")
+	dir := filepath.Join(testenv.GuestDir(t), "my data")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testenv.GuestOwn(t, dir)
 	st, err := storage.OpenStore(ctx, storage.StoreConfig{Kind: storage.KindLocal, Root: dir})
 	if err != nil {
 		t.Fatal(err)
