@@ -72,7 +72,7 @@ func runCampaign(t *testing.T, what string, n int64, cfg campaign.Config) campai
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		testenv.Unavailable(t, "cgroups unavailable: "+err.Error())
 	}
-	cfg.Steward, cfg.MinIOBinary, cfg.WorkDir = testbin.Steward(t), minioBinary(t), t.TempDir()
+	cfg.Steward, cfg.MinIOBinary, cfg.WorkDir = testbin.Steward(t), minioBinary(t), testenv.GuestDir(t) // contained workers reach their temp dirs below it
 	cfg.Mutations, cfg.Seed, cfg.Keep = int(n), envInt(t, seedEnv, max(cfg.Seed, 1)), os.Getenv("STEWARD_CAMPAIGN_KEEP") == "1"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*3*time.Second)
 	defer cancel()

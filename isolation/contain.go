@@ -44,6 +44,11 @@ type Policy struct {
 	// mount. Landlock still allows writing only below Write. A Write path under no Mount is
 	// bind-mounted itself.
 	Mount []string `json:"mount,omitempty"`
+	// Exec, when not nil, lists the only files the worker may execute (an engine's resolved
+	// executable and its ELF interpreter: what the trampoline's execve needs); the system's trees
+	// and Read are then readable but not executable, so no shell or other program can be
+	// started. nil keeps the system's trees executable (the built-in worker).
+	Exec []string `json:"exec,omitempty"`
 	// Connect lists the TCP ports the worker may connect to (an S3 endpoint's). Without
 	// network (Spec.Network false) the domain has its own network namespace with no interface
 	// at all and this list is moot.
@@ -56,9 +61,10 @@ func (p Policy) merge(q Policy) Policy {
 		Read:    slices.Concat(p.Read, q.Read),
 		Write:   slices.Concat(p.Write, q.Write),
 		Mount:   slices.Concat(p.Mount, q.Mount),
+		Exec:    slices.Concat(p.Exec, q.Exec),
 		Connect: slices.Concat(p.Connect, q.Connect),
 	}
-	for _, l := range []*[]string{&out.Read, &out.Write, &out.Mount} {
+	for _, l := range []*[]string{&out.Read, &out.Write, &out.Mount, &out.Exec} {
 		slices.Sort(*l)
 		*l = slices.Compact(*l)
 	}
@@ -79,7 +85,7 @@ func (p Policy) mounts() []string {
 }
 
 func (p Policy) check() error {
-	for _, d := range slices.Concat(p.Read, p.Write, p.Mount) {
+	for _, d := range slices.Concat(p.Read, p.Write, p.Mount, p.Exec) {
 		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
 			return fmt.Errorf("%w: policy path %q must be absolute and clean", ErrInvalidSpec, d)
 		}

@@ -1,10 +1,12 @@
 package isolation
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -87,9 +89,9 @@ var systemDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random
 
 // enterNamespaces builds the worker's mount namespace (the worker is root of its own user
 // namespace here, before Contain): mounts private, a /proc of its own PID namespace, every
-// mount read-only, its private temp dir (EnvTmp) on /tmp, and its own cgroup namespace rooted
-// at its domain. It keeps a handle on the host's /tmp so that Contain can still bind write
-// paths that lie below it.
+// mount read-only but its private temp dir (EnvTmp, at its own path: a private mount over /tmp
+// would hide store roots below /tmp, and Landlock grants a tree with everything mounted below
+// it), and its own cgroup namespace rooted at its domain.
 func enterNamespaces() error {
 	fail := func(op string, err error) error { return fmt.Errorf("%w: %s: %w", ErrContainment, op, err) }
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -98,53 +100,31 @@ func enterNamespaces() error {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fail("mount /proc", err)
 	}
-	tmpTree := -1
-	if tmp := os.Getenv(EnvTmp); tmp != "" {
-		// By path, as the guest: a descriptor opened by the supervisor names a mount of the
-		// supervisor's namespace, which open_tree refuses to clone (EINVAL).
-		fd, err := unix.OpenTree(unix.AT_FDCWD, tmp, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-		if err != nil {
-			return fail("clone temp dir "+tmp+" (the guest must be able to reach it)", err)
-		}
-		tmpTree = fd
-		defer unix.Close(tmpTree)
-		hostTmp, err := unix.Open("/tmp", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fail("open /tmp", err)
-		}
-		hostTmpFD = hostTmp
-	}
 	if err := unix.MountSetattr(-1, "/", unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}); err != nil {
 		return fail("make mounts read-only", err)
 	}
-	if tmpTree >= 0 {
-		if err := unix.MoveMount(tmpTree, "", unix.AT_FDCWD, "/tmp", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fail("mount temp dir on /tmp", err)
-		}
-		_ = os.Setenv("TMPDIR", "/tmp")
-		_ = os.Setenv("HOME", "/tmp")
-	}
+	tempDir = os.Getenv(EnvTmp)
 	_ = os.Unsetenv(EnvTmp)
+	if tempDir != "" {
+		if err := bindTree(tempDir); err != nil {
+			return fmt.Errorf("%w (the guest must be able to reach its temp dir)", err)
+		}
+		_ = os.Setenv("TMPDIR", tempDir)
+		_ = os.Setenv("HOME", tempDir)
+	}
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fail("own cgroup namespace", err)
 	}
 	return nil
 }
 
-// hostTmpFD is an O_PATH handle on the host's /tmp, taken before the private temp dir covered
-// it (-1 when there is none).
-var hostTmpFD = -1
+// tempDir is the domain's private temp dir (TMPDIR), writable through Contain's Landlock rules.
+var tempDir string
 
-// bindTree mounts dir's tree from the host's view onto the same path in the worker's: a clone
-// of its mount (reached below the host's /tmp even where the private /tmp covers it), made
-// read-write when writable, moved onto dir. A dir that does not exist is skipped. Read-only
-// trees need it only below /tmp (elsewhere the host's tree is visible as it is).
-func bindTree(dir string, writable bool) error {
-	dirfd, rel := unix.AT_FDCWD, dir
-	if r, ok := strings.CutPrefix(dir, "/tmp/"); ok && hostTmpFD >= 0 {
-		dirfd, rel = hostTmpFD, r
-	}
-	tree, err := unix.OpenTree(dirfd, rel, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+// bindTree makes dir's tree writable in the read-only mount namespace: a clone of its mount,
+// made read-write, moved back onto dir. A dir that does not exist is skipped.
+func bindTree(dir string) error {
+	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
@@ -152,15 +132,9 @@ func bindTree(dir string, writable bool) error {
 		return fmt.Errorf("%w: clone %s: %w", ErrContainment, dir, err)
 	}
 	defer unix.Close(tree)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
-	if writable {
-		attr = unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}
-	}
+	attr := unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		return fmt.Errorf("%w: mount attributes of %s: %w", ErrContainment, dir, err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil { // the mount point, inside the private /tmp
-		return fmt.Errorf("%w: mount point %s: %w", ErrContainment, dir, err)
 	}
 	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("%w: mount %s: %w", ErrContainment, dir, err)
@@ -188,20 +162,9 @@ func Contain(extra Policy) error {
 	}
 	p := base.merge(extra)
 	for _, d := range p.mounts() {
-		if err := bindTree(d, true); err != nil {
+		if err := bindTree(d); err != nil {
 			return err
 		}
-	}
-	for _, d := range p.Read {
-		if strings.HasPrefix(d, "/tmp/") {
-			if err := bindTree(d, false); err != nil {
-				return err
-			}
-		}
-	}
-	if hostTmpFD >= 0 {
-		_ = unix.Close(hostTmpFD)
-		hostTmpFD = -1
 	}
 	if err := restrictLandlock(p); err != nil {
 		return err
@@ -222,10 +185,16 @@ func restrictLandlock(p Policy) error {
 	if err != nil || abi < 1 {
 		return nil // reported by the probe; ContainRequire refused to start without it
 	}
+	readable := existing(append(append([]string(nil), systemRead...), p.Read...))
+	read := landlock.RODirs(readable...)
+	if p.Exec != nil { // nothing runs but the engine itself
+		read = landlock.PathAccess(ll.AccessFSReadFile|ll.AccessFSReadDir, readable...)
+	}
 	rules := []landlock.Rule{
-		landlock.RODirs(existing(append(append([]string(nil), systemRead...), p.Read...))...),
+		read,
+		landlock.PathAccess(ll.AccessFSExecute|ll.AccessFSReadFile, existing(p.Exec)...),
 		landlock.RWFiles(existing(systemDevices)...),
-		landlock.RWDirs(existing(append([]string{"/tmp"}, p.Write...))...).WithRefer(),
+		landlock.RWDirs(existing(append([]string{tempDir}, p.Write...))...).WithRefer(),
 	}
 	for _, port := range p.Connect {
 		rules = append(rules, landlock.ConnectTCP(port))
@@ -234,6 +203,34 @@ func restrictLandlock(p Policy) error {
 		return fmt.Errorf("%w: landlock: %w", ErrContainment, err)
 	}
 	return nil
+}
+
+// ExecClosure is what executing path needs from Landlock: the file it resolves to and, for an
+// ELF executable, its program interpreter (the dynamic loader the kernel opens for execution),
+// resolved too. It is for Policy.Exec.
+func ExecClosure(path string) []string {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil
+	}
+	out := []string{real}
+	f, err := elf.Open(real)
+	if err != nil {
+		return out // a script: its interpreter line is the caller's to list
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type != elf.PT_INTERP {
+			continue
+		}
+		b := make([]byte, min(prog.Filesz, 4096))
+		if _, err := prog.ReadAt(b, 0); err == nil {
+			if interp, err := filepath.EvalSymlinks(strings.TrimRight(string(b), "\x00")); err == nil {
+				out = append(out, interp)
+			}
+		}
+	}
+	return out
 }
 
 // existing keeps the paths that exist (Landlock refuses a rule on a missing path).

@@ -92,6 +92,7 @@ func helperContained() {
 		}
 	}
 	try("write tmp", os.WriteFile(filepath.Join(os.Getenv("TMPDIR"), "t"), []byte("x"), 0o600))
+	try("write host /tmp", os.WriteFile("/tmp/steward-contained-test", []byte("x"), 0o600))
 	try("write allowed dir", os.WriteFile(filepath.Join(write, "allowed"), []byte("x"), 0o600))
 	try("write sibling dir", os.WriteFile(filepath.Join(filepath.Dir(write), "sibling", "x"), []byte("x"), 0o600))
 	try("write /etc", os.WriteFile("/etc/steward-contained-test", []byte("x"), 0o600))
@@ -179,7 +180,7 @@ func TestContainedWorker(t *testing.T) {
 			res := r()
 			want := map[string]bool{ // attempt → must succeed
 				"write tmp": true, "write allowed dir": true, "connect allowed port": true,
-				"write sibling dir": false, "write /etc": false, "read secret": false, "mount tmpfs": false,
+				"write sibling dir": false, "write /etc": false, "write host /tmp": false, "read secret": false, "mount tmpfs": false,
 				"unshare user": false, "ptrace": false, "bpf": false, "setrlimit raise nofile": false,
 				"chown to another uid": false, "connect other port": false, "signal supervisor": false,
 			}
@@ -189,11 +190,11 @@ func TestContainedWorker(t *testing.T) {
 					t.Errorf("%s: error %q, want success=%v", name, got, ok)
 				}
 			}
-			if res.Pid != 1 || res.Ppid != 0 || res.UID != 0 || res.PidsVisible != 1 || res.Tmp != "/tmp" {
+			if res.Pid != 1 || res.Ppid != 0 || res.UID != 0 || res.PidsVisible != 1 || res.Tmp != filepath.Join(base, "tmp") {
 				t.Errorf("inside: %+v", res)
 			}
 			if _, err := os.Stat(filepath.Join(base, "tmp", "t")); err != nil {
-				t.Errorf("the private /tmp is not the domain's temp dir: %v", err)
+				t.Errorf("TMPDIR is not the domain's temp dir: %v", err)
 			}
 			var st syscall.Stat_t
 			if err := syscall.Stat(filepath.Join(write, "allowed"), &st); err != nil || st.Uid != DefaultGuestID {

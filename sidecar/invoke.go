@@ -177,14 +177,6 @@ func (s *Server) spareServes(w *warm, j *job) bool {
 	return w.network == network
 }
 
-// domainTemp is the temp dir as the domain sees it: a contained domain has it mounted on /tmp.
-func (s *Server) domainTemp(host string) string {
-	if s.contained() {
-		return "/tmp"
-	}
-	return host
-}
-
 // contained reports whether worker domains are born contained.
 func (s *Server) contained() bool { return s.iso != nil && s.iso.Contained() }
 
@@ -319,7 +311,7 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			return true
 		}
 		req.Engine = "" // the engine is the one running; ENGINE.md §4.1
-		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req, TempDir: ss.s.domainTemp(ss.tempDir)})
+		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req, TempDir: ss.tempDir})
 		if err == nil {
 			err = workerproto.Write(ss.toW, frame, workerproto.MaxRequestFrame)
 		}

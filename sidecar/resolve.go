@@ -113,6 +113,14 @@ func (s *Server) resolveThrough(ctx context.Context, e *engine, p rpc.ResolvePar
 	if out.Version != 0 {
 		res.Version = out.Version
 	}
+	// The settle is engine code: a COMMITTED stands only on the slot's claim, read here.
+	if res.Outcome == rpc.OutcomeCommitted {
+		if why := s.claimedBy(ctx, p.Dataset, p.Credentials, p.InvocationID, p.PinnedVersion+1); why != "" {
+			s.log.Error("the engine's settle answers COMMITTED, the slot's claim does not: left unknown", "invocation", p.InvocationID, "engine", e.name, "why", why)
+			res.Outcome, res.Fenced = rpc.OutcomeUnknown, false
+			res.Reason = "engine " + e.name + "'s settle answers COMMITTED, but " + why + ": the outcome is left for a person"
+		}
+	}
 	s.log.Info("resolved", "invocation", p.InvocationID, "engine", e.name, "outcome", res.Outcome, "version", res.Version)
 	if s.custody != nil {
 		s.custody.Settle(ctx, p.InvocationID, res.Outcome)

@@ -66,7 +66,7 @@ func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.Settle
 			s.log.Error("removing the settle domain's temp dir failed", "invocation", req.InvocationID, "error", err)
 		}
 	}()
-	req.TempDir = s.domainTemp(w.tempDir)
+	req.TempDir = w.tempDir
 	requested := false
 	for {
 		select {
@@ -142,7 +142,7 @@ func (s *Server) confirmCommit(j *job, res rpc.MutateResult) string {
 	// Trusted code first: the engine's settle runs engine code, which a compromised engine
 	// controls. Only a commit claim of this invocation, put-if-absent at the slot, lets its
 	// answer through; the settle in a fresh domain must then agree.
-	if why := s.claimedByThis(ctx, j, slot); why != "" {
+	if why := s.claimedBy(ctx, j.p.Dataset, j.p.Credentials, j.p.InvocationID, slot); why != "" {
 		return why
 	}
 	out, err := s.settleIn(ctx, j.eng, workerproto.SettleRequest{InvocationID: j.p.InvocationID, Dataset: j.p.Dataset,
@@ -159,21 +159,21 @@ func (s *Server) confirmCommit(j *job, res rpc.MutateResult) string {
 // maxClaimBytes bounds a slot claim read by the sidecar.
 const maxClaimBytes = 4 << 10
 
-// claimedByThis reads the slot's claim, `<dataset>/_steward/slots/<slot:020>.json` (docs/ENGINE.md
+// claimedBy reads the slot's claim, `<dataset>/_steward/slots/<slot:020>.json` (docs/ENGINE.md
 // §5.3: written with put-if-absent by every commit of an engine other than the built-in one),
-// and returns why it does not show this invocation's commit ("" when it does).
-func (s *Server) claimedByThis(ctx context.Context, j *job, slot int64) string {
-	st, err := s.openStore(ctx, j.p.Dataset.Store, j.p.Credentials)
+// and returns why it does not show invocation inv's commit ("" when it does).
+func (s *Server) claimedBy(ctx context.Context, ds rpc.DatasetRef, creds *rpc.Credentials, inv string, slot int64) string {
+	st, err := s.openStore(ctx, ds.Store, creds)
 	if err != nil {
-		return "the slot's claim could not be read: " + s.sanitize(j, err.Error())
+		return "the slot's claim could not be read: " + s.sanitizeCreds(creds, err.Error())
 	}
-	key := path.Join(j.p.Dataset.Path, "_steward/slots", fmt.Sprintf("%020d.json", slot))
+	key := path.Join(ds.Path, "_steward/slots", fmt.Sprintf("%020d.json", slot))
 	b, err := storage.ReadAll(ctx, st, key, maxClaimBytes)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		return fmt.Sprintf("slot %d has no claim: the engine never took it", slot)
 	case err != nil:
-		return "the slot's claim could not be read: " + s.sanitize(j, err.Error())
+		return "the slot's claim could not be read: " + s.sanitizeCreds(creds, err.Error())
 	}
 	var c struct {
 		Invocation string `json:"invocation"`
@@ -182,7 +182,7 @@ func (s *Server) claimedByThis(ctx context.Context, j *job, slot int64) string {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return fmt.Sprintf("slot %d's claim is not a claim: %v", slot, err)
 	}
-	if c.Kind != "commit" || c.Invocation != j.p.InvocationID {
+	if c.Kind != "commit" || c.Invocation != inv {
 		return fmt.Sprintf("slot %d is claimed for a %s by %q", slot, c.Kind, c.Invocation)
 	}
 	return ""

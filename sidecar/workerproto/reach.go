@@ -41,11 +41,16 @@ func Reach(ds rpc.DatasetRef) (network bool, p isolation.Policy) {
 	return false, p
 }
 
-// EngineReach is what an engine's own installation needs readable and executable: for each
-// absolute path on its command line, the directory holding it, and that directory's parent
-// when it is a bin/ (a virtualenv or a prefix: …/venv/bin/python reads …/venv/lib).
+// EngineReach is what an engine's own installation needs: readable, for each absolute path on
+// its command line, the directory holding it, and that directory's parent when it is a bin/ (a
+// virtualenv or a prefix: …/venv/bin/python reads …/venv/lib); executable, its command alone
+// (resolved, with its ELF interpreter), so that the engine can start nothing else. The built-in
+// engine (no argv) gets nothing here: its own trees are the system's.
 func EngineReach(argv []string) isolation.Policy {
 	var p isolation.Policy
+	if len(argv) > 0 {
+		p.Exec = append([]string{}, isolation.ExecClosure(argv[0])...)
+	}
 	for _, a := range argv {
 		if !filepath.IsAbs(a) {
 			continue
