@@ -15,33 +15,45 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// benchLaunch launches, waits for and tears down one no-op domain per iteration.
+func benchLaunch(b *testing.B, s *Supervisor, env []string) {
+	ctx := context.Background()
+	for b.Loop() {
+		d, err := s.Start(ctx, Spec{Env: env})
+		if err != nil {
+			b.Fatal(err)
+		}
+		o, err := d.Wait(ctx)
+		if err != nil || o.ExitCode != 0 {
+			b.Fatalf("noop worker: %+v %v", o, err)
+		}
+		if o, err := d.Terminate(ctx); err != nil || !o.AllReaped {
+			b.Fatalf("teardown: %+v %v", o, err)
+		}
+		if err := d.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkLaunchNoop: launch + wait + teardown of a no-op worker inside isolation, against a
 // raw ForkExec + wait4 of the same executable doing the same work (EnterWorker, exit), and the
-// fork/exec floor of a small static Go binary.
+// fork/exec floor of a small static Go binary; and the same launch contained (user, PID, mount,
+// IPC, UTS and cgroup namespaces, read-only mounts, Landlock, seccomp, capabilities dropped:
+// what every worker pays with ContainAuto) against the uncontained one, same mode, same run.
 func BenchmarkLaunchNoop(b *testing.B) {
 	needCgroups(b)
 	for _, mode := range realModes(b) {
-		b.Run("isolated-"+string(mode), func(b *testing.B) {
-			s := newSupervisor(b, mode, nil)
-			env := workerEnv("noop")
-			ctx := context.Background()
-			for b.Loop() {
-				d, err := s.Start(ctx, Spec{Env: env})
-				if err != nil {
-					b.Fatal(err)
-				}
-				o, err := d.Wait(ctx)
-				if err != nil || o.ExitCode != 0 {
-					b.Fatalf("noop worker: %+v %v", o, err)
-				}
-				if o, err := d.Terminate(ctx); err != nil || !o.AllReaped {
-					b.Fatalf("teardown: %+v %v", o, err)
-				}
-				if err := d.Close(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		for _, variant := range []struct {
+			name    string
+			contain Containment
+			helper  string
+		}{{"isolated-", ContainOff, "noop"}, {"contained-", ContainRequire, "noop-contained"}} {
+			b.Run(variant.name+string(mode), func(b *testing.B) {
+				s := newSupervisor(b, mode, func(c *Config) { c.Containment = variant.contain })
+				benchLaunch(b, s, workerEnv(variant.helper))
+			})
+		}
 	}
 	b.Run("raw-forkexec", func(b *testing.B) {
 		env := append(workerEnv("noop"), EnvParent+"="+strconv.Itoa(os.Getpid()), EnvNoFile+"=1024")

@@ -27,7 +27,14 @@ const (
 
 // helpers that are workers (they call EnterWorker first) or descendants of workers.
 var helpers = map[string]func(){
-	"noop":     func() { enter() },
+	"noop": func() { enter() },
+	"noop-contained": func() {
+		enter()
+		if err := Contain(Policy{}); err != nil {
+			fmt.Fprintln(os.Stderr, "Contain:", err)
+			os.Exit(ExitRefused)
+		}
+	},
 	"exit3":    func() { enter(); os.Exit(3) },
 	"alloc":    helperAlloc,
 	"forkbomb": helperForkBomb,

@@ -67,6 +67,16 @@ func (r results) pair(headline, name, base, goal string) (row, bool) {
 	return row{headline, dur(a) + "  " + name, dur(b) + "  " + base, fmt.Sprintf("%.2f×", a/b), goal}, true
 }
 
+// delta is a benchmark's ns/op minus its baseline's, in milliseconds (goals like "≤ +1 ms").
+func (r results) delta(headline, name, base, goal string) (row, bool) {
+	a, ok1 := r.get(name, "ns/op")
+	b, ok2 := r.get(base, "ns/op")
+	if !ok1 || !ok2 {
+		return row{}, false
+	}
+	return row{headline, dur(a) + "  " + name, dur(b) + "  " + base, fmt.Sprintf("%+.2f ms", (a-b)/1e6), goal}, true
+}
+
 func dur(ns float64) string {
 	switch {
 	case ns >= 1e9:
@@ -88,6 +98,7 @@ func (r results) rows() []row {
 	}
 	for _, mode := range []string{"hybrid", "v1", "v2"} {
 		add(r.pair("isolation launch overhead", "LaunchNoop/isolated-"+mode, "LaunchNoop/raw-forkexec", "≤ 1.5×"))
+		add(r.delta("containment launch cost", "LaunchNoop/contained-"+mode, "LaunchNoop/isolated-"+mode, "≤ +1 ms"))
 	}
 	add(r.pair("raw launch vs static floor", "LaunchNoop/raw-forkexec", "LaunchNoop/static-floor", "≤ 2×"))
 	for _, mode := range []string{"hybrid", "v1", "v2"} {
