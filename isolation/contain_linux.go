@@ -354,12 +354,12 @@ func probeContainment(cfg Config) (rep ContainmentReport, ok bool) {
 	}
 	rep.Layers = append(rep.Layers, ns,
 		Layer{Name: "namespaces", Enforced: err == nil, Detail: "pid (the worker is init of its own), mount, ipc, uts, cgroup (rooted at its domain); network: a namespace without interfaces for file:// stores, the host's for s3:// (TCP connect only to the endpoint's port, by Landlock)"},
-		Layer{Name: "mounts", Enforced: err == nil, Detail: "every mount read-only and nosuid; /proc of its own PID namespace; /tmp its private temp dir; a file:// dataset folder writable"},
+		Layer{Name: "mounts", Enforced: err == nil, Detail: "every mount read-only and nosuid but its private temp dir and a file:// store; /proc of its own PID namespace"},
 		Layer{Name: "no_new_privs", Enforced: true, Detail: "from birth: set on the thread that forks the worker, so every thread and child has it"},
 	)
 	abi, lerr := ll.LandlockGetABIVersion()
 	land := Layer{Name: "landlock", Enforced: err == nil && lerr == nil && abi >= 4,
-		Detail: fmt.Sprintf("ABI %d: read/execute the system's trees and the engine's, write its /tmp and dataset folder, TCP connect to the store's port only, no signals or abstract sockets out of its domain", abi)}
+		Detail: fmt.Sprintf("ABI %d: read the system's trees and the engine's, execute only an engine's own command (the built-in worker: the system's), write its temp dir and dataset folder, TCP connect to the store's port only, no signals or abstract sockets out of its domain", abi)}
 	if lerr != nil || abi < 4 {
 		land.Detail = fmt.Sprintf("Landlock ABI ≥ 4 is needed (filesystem and TCP rules); this kernel offers %d (%v)", abi, lerr)
 	}
@@ -368,7 +368,7 @@ func probeContainment(cfg Config) (rep ContainmentReport, ok bool) {
 	if !seccomp.Supported() {
 		sc.Detail = "the kernel has no seccomp filter mode"
 	}
-	caps := Layer{Name: "capabilities", Enforced: err == nil, Detail: "none, even inside its user namespace: bounding, ambient, permitted and effective sets empty, securebits locked (root regains nothing at execve)"}
+	caps := Layer{Name: "capabilities", Enforced: err == nil, Detail: "none, even inside its user namespace: ambient, permitted and effective sets empty on every thread, bounding set empty on the thread that runs the engine, securebits locked (root regains nothing at execve)"}
 	rep.Layers = append(rep.Layers, land, sc, caps)
 	return rep, err == nil
 }
