@@ -80,8 +80,10 @@ fuzz:
 
 # Every benchmark of the project, then one table of the headline ratios (each against a baseline
 # measured in the same run). Raw output is kept in bench.out. BENCH_ROWS sizes the index benchmarks
-# (default 10M rows, generated once into $$TMPDIR/steward-bench).
-bench: minio etcd build
+# (default 10M rows, generated once into $$TMPDIR/steward-bench). The Lance rows (issue #12 item 8)
+# compare the Lance engine, alone and through the sidecar, with bare pylance processes on datasets
+# generated once into the same folder (1M rows; 100k x 128 for IVF_PQ), ~3 minutes a round.
+bench: minio etcd lance build
 	@rm -f bench.out
 	@for round in $$(seq 1 $(BENCH_ROUNDS)); do \
 	  echo "# bench round $$round of $(BENCH_ROUNDS)"; \
@@ -96,7 +98,9 @@ bench-round:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./host/ 2>/dev/null | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench JobLifecycle -benchtime 300x -count 1 ./host/dispatch/ | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./isolation/ | tee -a bench.out
-	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 100x -count 1 ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'MutateNoop|MutateSaturated' -benchtime 100x -count 1 ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceBuild -benchtime 1x -count 1 -timeout 30m ./internal/enginetest/ | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceSidecar -benchtime 1x -count 1 -timeout 30m ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'TicketMemory|CleanupThroughput|Reserve' -count 1 -timeout 30m ./storage/ledger/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'UploadPath' -benchtime 200x -count 1 -timeout 30m ./storage/ledger/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 STEWARD_BENCH_ROWS=$(BENCH_ROWS) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./storage/dataset/ | tee -a bench.out

@@ -39,7 +39,7 @@ type lanceSidecar struct {
 	creds       *rpc.Credentials
 }
 
-func lancePython(t *testing.T) (python, dir string) {
+func lancePython(t testing.TB) (python, dir string) {
 	t.Helper()
 	py, dir, err := testbin.LanceTools()
 	if err != nil {
@@ -49,7 +49,7 @@ func lancePython(t *testing.T) (python, dir string) {
 }
 
 // newLanceSidecar starts a sidecar with the Lance engine registered, on a local store or MinIO.
-func newLanceSidecar(t *testing.T, onMinIO bool, extra ...string) *lanceSidecar {
+func newLanceSidecar(t testing.TB, onMinIO bool, extra ...string) *lanceSidecar {
 	t.Helper()
 	py, dir := lancePython(t)
 	l := &lanceSidecar{python: py, dir: dir, tmp: testenv.GuestDir(t)}

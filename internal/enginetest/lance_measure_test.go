@@ -1,10 +1,10 @@
 package enginetest_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"syscall"
 	"testing"
@@ -33,13 +33,13 @@ func TestLanceMeasure(t *testing.T) {
 	t.Logf("process start -> import lance done: median %v (min %v, max %v)", imports[5], imports[0], imports[9])
 
 	cases := []struct {
-		c          indexCase
-		rows, dim  int
-		name, bare string
+		c         indexCase
+		rows, dim int
+		name      string
 	}{
-		{indexCase{"BTREE", "id", nil}, 1_000_000, 0, "idx_id", ""},
-		{indexCase{"BITMAP", "category", nil}, 1_000_000, 0, "idx_cat", ""},
-		{indexCase{"IVF_PQ", "vec", map[string]string{"num_partitions": "64", "num_sub_vectors": "16"}}, 100_000, 128, "idx_vec", "num_partitions=64 num_sub_vectors=16"},
+		{indexCase{"BTREE", "id", nil}, 1_000_000, 0, "idx_id"},
+		{indexCase{"BITMAP", "category", nil}, 1_000_000, 0, "idx_cat"},
+		{indexCase{"IVF_PQ", "vec", map[string]string{"num_partitions": "64", "num_sub_vectors": "16"}}, 100_000, 128, "idx_vec"},
 	}
 	for _, m := range cases {
 		s := localStore(t)
@@ -55,17 +55,11 @@ func TestLanceMeasure(t *testing.T) {
 				}
 				wall, rss = sess.Wall, sess.Cmd().ProcessState.SysUsage().(*syscall.Rusage).Maxrss
 			} else {
-				args := []string{"-B", "-s", "-E", filepath.Join(l.dir, "lancectl.py"), "index", s.uri(path), m.c.column, m.c.typ, m.name}
-				if m.bare != "" {
-					args = append(args, "num_partitions=64", "num_sub_vectors=16")
+				r, err := enginetest.BareBuild(context.Background(), l.python, l.dir, s.uri(path), m.c.column, m.c.typ, m.name, m.c.params)
+				if err != nil {
+					t.Fatal(err)
 				}
-				cmd := exec.Command(l.python, args...)
-				cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + t.TempDir()}
-				start := time.Now()
-				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("%v %s", err, out)
-				}
-				wall, rss = time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+				wall, rss = r.Wall, r.PeakRSS>>10
 			}
 			t.Logf("%s %d rows: %s process wall %v, peak RSS %d MiB", m.c.typ, m.rows, who, wall.Round(time.Millisecond), rss/1024)
 		}

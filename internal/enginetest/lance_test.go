@@ -32,7 +32,7 @@ type lanceEnv struct {
 	s3          []string // STEWARD_S3_* for lancectl on MinIO
 }
 
-func needLance(t *testing.T) *lanceEnv {
+func needLance(t testing.TB) *lanceEnv {
 	t.Helper()
 	root, err := testbin.RepoRoot()
 	if err != nil {
@@ -54,7 +54,7 @@ func (l *lanceEnv) engine() enginetest.Engine {
 }
 
 // ctl runs lancectl.py and decodes its JSON answer into out.
-func (l *lanceEnv) ctl(t *testing.T, out any, args ...string) {
+func (l *lanceEnv) ctl(t testing.TB, out any, args ...string) {
 	t.Helper()
 	cmd := exec.Command(l.python, append([]string{"-B", filepath.Join(l.dir, "lancectl.py")}, args...)...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + t.TempDir()}, l.s3...)
@@ -119,7 +119,7 @@ func (s *store) objects(t *testing.T, path string) map[string]bool {
 	return out
 }
 
-func localStore(t *testing.T) *store {
+func localStore(t testing.TB) *store {
 	dir := t.TempDir()
 	return &store{url: "file://" + dir, root: dir}
 }
@@ -222,7 +222,7 @@ func custody(t *testing.T, before, after map[string]bool, reserves []enginetest.
 	}
 }
 
-func run(t *testing.T, l *lanceEnv, kind string, req map[string]any, opt enginetest.Options) *enginetest.Session {
+func run(t testing.TB, l *lanceEnv, kind string, req map[string]any, opt enginetest.Options) *enginetest.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -149,11 +149,45 @@ func (r results) rows() []row {
 			out = append(out, row{"ledger on the upload path (" + size + ")", fmt.Sprintf("%.0f µs reserve+put+accept", led), fmt.Sprintf("%.0f µs put", put), fmt.Sprintf("%+.1f%%", v), "≤ +1%"})
 		}
 	}
+	out = append(out, r.lance(names)...)
 	out = append(out, r.jobLifecycle()...)
 	if v, ok := r.get("CleanupThroughput", "ratio"); ok {
 		raw, _ := r.get("CleanupThroughput", "raw-obj/s")
 		led, _ := r.get("CleanupThroughput", "ledger-obj/s")
 		out = append(out, row{"cleanup throughput", fmt.Sprintf("%.0f obj/s via ledger", led), fmt.Sprintf("%.0f obj/s RemoveObjects", raw), fmt.Sprintf("%.2f×", v), "≥ 0.9×"})
+	}
+	return out
+}
+
+// lance reads the Lance engine's benchmarks (issue #12 item 8), each a ratio of two processes
+// measured in the same iteration: internal/enginetest BenchmarkLanceBuild (the engine under the
+// harness vs a bare pylance build) and sidecar BenchmarkLanceSidecar (a build and a no-op mutation
+// through the real sidecar vs a bare pylance build and a bare engine start).
+func (r results) lance(names []string) []row {
+	var out []row
+	for _, name := range names {
+		if v, ok := r.get(name, "engine/bare"); ok && strings.HasPrefix(name, "LanceBuild/") {
+			e, _ := r.get(name, "engine-s")
+			b, _ := r.get(name, "bare-s")
+			em, _ := r.get(name, "engine-MiB")
+			bm, _ := r.get(name, "bare-MiB")
+			out = append(out, row{"Lance build, engine vs bare pylance", fmt.Sprintf("%.2f s (peak %.0f MiB)  %s", e, em, strings.TrimPrefix(name, "LanceBuild/")),
+				fmt.Sprintf("%.2f s bare (peak %.0f MiB)", b, bm), fmt.Sprintf("%.2f×", v), "≤ 1.10×"})
+		}
+	}
+	for _, name := range names {
+		if v, ok := r.get(name, "sidecar/bare"); ok && strings.HasPrefix(name, "LanceSidecar/build/") {
+			s, _ := r.get(name, "sidecar-s")
+			b, _ := r.get(name, "bare-s")
+			out = append(out, row{"Lance build through the sidecar", fmt.Sprintf("%.2f s  %s", s, strings.TrimPrefix(name, "LanceSidecar/build/")),
+				fmt.Sprintf("%.2f s bare pylance", b), fmt.Sprintf("%.2f×", v), "≤ 1.10×"})
+		}
+	}
+	if v, ok := r.get("LanceSidecar/noop", "noop/start"); ok {
+		n, _ := r.get("LanceSidecar/noop", "noop-s")
+		s, _ := r.get("LanceSidecar/noop", "start-s")
+		out = append(out, row{"no-op Lance mutation vs engine start", fmt.Sprintf("%.0f ms round trip", n*1000),
+			fmt.Sprintf("%.0f ms python+import lance+open", s*1000), fmt.Sprintf("%.2f×", v), "≤ 0.5×"})
 	}
 	return out
 }

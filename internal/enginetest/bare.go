@@ -1,0 +1,171 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The baselines of the Lance benchmarks (this package's engine-vs-bare builds and the sidecar's
+// round trips), kept in one place so that every benchmark compares against the same processes:
+// a bare python with pylance, the environment the harness gives an engine, and nothing of steward.
+
+// Bare is one run of a bare baseline process.
+type Bare struct {
+	Wall    time.Duration // process start → exit
+	PeakRSS int64         // bytes (getrusage ru_maxrss)
+}
+
+// BareBuild builds an index the plain pylance way in a bare process (`lancectl.py index`: import
+// lance, open the dataset, create_scalar_index / create_index, committed by Lance itself at the
+// next version): the binding call the Lance engine makes, without steward around it.
+func BareBuild(ctx context.Context, python, engineDir, uri, column, typ, name string, params map[string]string) (Bare, error) {
+	args := []string{filepath.Join(engineDir, "lancectl.py"), "index", uri, column, typ, name}
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, k+"="+params[k])
+	}
+	return bare(ctx, python, args...)
+}
+
+// BareOpen is a bare engine process start: python, `import lance`, open the dataset (its latest
+// version), exit — what a cold engine does before it can look at a request.
+func BareOpen(ctx context.Context, python, uri string) (Bare, error) {
+	return bare(ctx, python, "-c", "import sys, lance; lance.dataset(sys.argv[1]).version", uri)
+}
+
+func bare(ctx context.Context, python string, args ...string) (Bare, error) {
+	tmp, err := os.MkdirTemp("", "steward-bare-")
+	if err != nil {
+		return Bare{}, err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, python, append([]string{"-B", "-s", "-E"}, args...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + tmp, "HOME=" + tmp}
+	cmd.Dir = tmp
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	wall := time.Since(start)
+	if err != nil {
+		return Bare{}, fmt.Errorf("bare %v: %w\n%s", args, err, out)
+	}
+	return Bare{Wall: wall, PeakRSS: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10}, nil
+}
+
+// CachedLanceDataset returns a local Lance dataset of rows rows (lancectl.py create: id, price,
+// category, labels, text, and a vec column of dim float32 unless dim is 0) at version 1, generated
+// once into $STEWARD_BENCH_CACHE (default $TMPDIR/steward-bench) and reused by later runs. Use it
+// through LinkCopy: a build must not write into the cached copy.
+func CachedLanceDataset(python, engineDir string, rows, dim int) (string, error) {
+	cache := os.Getenv("STEWARD_BENCH_CACHE")
+	if cache == "" {
+		cache = filepath.Join(os.TempDir(), "steward-bench")
+	}
+	dir := filepath.Join(cache, fmt.Sprintf("lance-rows%d-dim%d", rows, dim))
+	if _, err := os.Stat(filepath.Join(dir, "_versions")); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(cache, "lance-gen-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.Command(python, "-B", "-s", "-E", filepath.Join(engineDir, "lancectl.py"), "create", filepath.Join(tmp, "ds"),
+		"--rows", fmt.Sprint(rows), "--dim", fmt.Sprint(dim))
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + tmp}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("lancectl create: %w\n%s", err, out)
+	}
+	// Another run may have won the race: its copy is as good as this one.
+	if err := os.Rename(filepath.Join(tmp, "ds"), dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "_versions")); serr != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// LinkCopy makes dst a copy of the dataset at src with a hard link per file (Lance never rewrites
+// a file, it only adds new ones, so the copies share the cached data and its page cache); a file
+// that cannot be linked (another file system) is copied.
+func LinkCopy(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if os.Link(p, target) == nil {
+			return nil
+		}
+		return copyFile(p, target)
+	})
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// ABBA runs a, base, base, a (so that a drift of the machine's load within the four runs falls on
+// both sides equally) and returns each side's total.
+func ABBA(a, base func() (time.Duration, error)) (totalA, totalBase time.Duration, err error) {
+	for _, f := range []struct {
+		fn  func() (time.Duration, error)
+		sum *time.Duration
+	}{{a, &totalA}, {base, &totalBase}, {base, &totalBase}, {a, &totalA}} {
+		d, err := f.fn()
+		if err != nil {
+			return 0, 0, err
+		}
+		*f.sum += d
+	}
+	return totalA, totalBase, nil
+}
+
+// BenchABBA runs b.N ABBA rounds of a against base and reports each side's mean in seconds
+// ("<aName>-s", "<baseName>-s") and the ratio of their totals ("<aName>/<baseName>"), the figure
+// scripts/benchtable reads.
+func BenchABBA(b *testing.B, aName, baseName string, a, base func() (time.Duration, error)) {
+	var sumA, sumBase time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		x, y, err := ABBA(a, base)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sumA, sumBase = sumA+x, sumBase+y
+	}
+	b.ReportMetric(sumA.Seconds()/float64(2*b.N), aName+"-s")
+	b.ReportMetric(sumBase.Seconds()/float64(2*b.N), baseName+"-s")
+	b.ReportMetric(sumA.Seconds()/sumBase.Seconds(), aName+"/"+baseName)
+}
