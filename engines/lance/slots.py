@@ -15,7 +15,6 @@ Standard library only (the S3 client signs with AWS Signature V4 itself).
 import datetime
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import time
@@ -95,6 +94,8 @@ class S3Store:
             sig = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
             headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={self.ak}/{scope}, "
                                         f"SignedHeaders={';'.join(signed)}, Signature={sig}")
+        import http.client  # here, not at the top: 20-60 ms of imports a local store never needs
+
         cls = http.client.HTTPSConnection if self.secure else http.client.HTTPConnection
         try:
             conn = cls(self.endpoint, timeout=self.timeout)

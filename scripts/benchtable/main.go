@@ -179,14 +179,16 @@ func (r results) lance(names []string) []row {
 		if v, ok := r.get(name, "sidecar/bare"); ok && strings.HasPrefix(name, "LanceSidecar/build/") {
 			s, _ := r.get(name, "sidecar-s")
 			b, _ := r.get(name, "bare-s")
-			out = append(out, row{"Lance build through the sidecar", fmt.Sprintf("%.2f s  %s", s, strings.TrimPrefix(name, "LanceSidecar/build/")),
+			d, _ := r.get(name, "domain-s")
+			out = append(out, row{"Lance build through the sidecar", fmt.Sprintf("%.2f s (engine domain %.2f s)  %s", s, d, strings.TrimPrefix(name, "LanceSidecar/build/")),
 				fmt.Sprintf("%.2f s bare pylance", b), fmt.Sprintf("%.2f×", v), "≤ 1.10×"})
 		}
 	}
 	if v, ok := r.get("LanceSidecar/noop", "noop/start"); ok {
 		n, _ := r.get("LanceSidecar/noop", "noop-s")
 		s, _ := r.get("LanceSidecar/noop", "start-s")
-		out = append(out, row{"no-op Lance mutation vs engine start", fmt.Sprintf("%.0f ms round trip", n*1000),
+		d, _ := r.get("LanceSidecar/noop", "domain-s")
+		out = append(out, row{"no-op Lance mutation vs engine start", fmt.Sprintf("%.0f ms round trip (engine domain %.0f ms)", n*1000, d*1000),
 			fmt.Sprintf("%.0f ms python+import lance+open", s*1000), fmt.Sprintf("%.2f×", v), "≤ 0.5×"})
 	}
 	return out
