@@ -20,6 +20,7 @@ import (
 // Bare is one run of a bare baseline process.
 type Bare struct {
 	Wall    time.Duration // process start → exit
+	CPU     time.Duration // user + system (less sensitive than Wall to a shared machine's load)
 	PeakRSS int64         // bytes (getrusage ru_maxrss)
 }
 
@@ -60,7 +61,8 @@ func bare(ctx context.Context, python string, args ...string) (Bare, error) {
 	if err != nil {
 		return Bare{}, fmt.Errorf("bare %v: %w\n%s", args, err, out)
 	}
-	return Bare{Wall: wall, PeakRSS: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10}, nil
+	ps := cmd.ProcessState
+	return Bare{Wall: wall, CPU: ps.UserTime() + ps.SystemTime(), PeakRSS: ps.SysUsage().(*syscall.Rusage).Maxrss << 10}, nil
 }
 
 // CachedLanceDataset returns a local Lance dataset of rows rows (lancectl.py create: id, price,
