@@ -173,8 +173,13 @@ func (r results) lance(names []string) []row {
 			bm, _ := r.get(name, "bare-MiB")
 			ec, _ := r.get(name, "engine-cpu-s")
 			bc, _ := r.get(name, "bare-cpu-s")
-			out = append(out, row{"Lance build, engine vs bare pylance", fmt.Sprintf("%.2f s (CPU %.2f s, peak %.0f MiB)  %s", e, ec, em, strings.TrimPrefix(name, "LanceBuild/")),
-				fmt.Sprintf("%.2f s bare (CPU %.2f s, peak %.0f MiB)", b, bc, bm), fmt.Sprintf("%.2f×", v), "≤ 1.10×"})
+			out = append(out, row{"Lance build, engine vs bare pylance", fmt.Sprintf("%.2f s (peak %.0f MiB)  %s", e, em, strings.TrimPrefix(name, "LanceBuild/")),
+				fmt.Sprintf("%.2f s bare (peak %.0f MiB)", b, bm), fmt.Sprintf("%.2f×", v), "≤ 1.10×"})
+			// The same pair in CPU time, which a loaded machine hardly moves (the wall can swing 2x).
+			if bc > 0 {
+				out = append(out, row{"Lance build CPU, engine vs bare", fmt.Sprintf("%.2f s CPU  %s", ec, strings.TrimPrefix(name, "LanceBuild/")),
+					fmt.Sprintf("%.2f s CPU bare", bc), fmt.Sprintf("%.2f×", ec/bc), "≤ 1.10×"})
+			}
 		}
 	}
 	for _, name := range names {
