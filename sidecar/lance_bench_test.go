@@ -13,8 +13,9 @@ import (
 )
 
 // BenchmarkLanceSidecar: real Lance through the real sidecar, each iteration against its bare
-// baseline in ABBA order (sidecar, bare, bare, sidecar), on hard-linked copies of one cached
-// dataset (enginetest.CachedLanceDataset). Run with -benchtime 1x; make bench repeats rounds.
+// baseline in ABBA order (sidecar, bare, bare, sidecar; BAAB on even rounds, enginetest.ABBA), on
+// hard-linked copies of one cached dataset (enginetest.CachedLanceDataset). Run with -benchtime
+// 1x; make bench repeats rounds.
 //
 //   - noop: CREATE IF NOT EXISTS of an index the dataset holds, answered IF_NOT_EXISTS_NOOP
 //     (admission, an isolated engine domain, hello, request, the engine opens the pinned version

@@ -28,10 +28,11 @@ var lanceBuilds = []struct {
 // protocol v1, custody reservations, the build uncommitted, the claimed commit at pinned+1 tagged
 // with the invocation) against the same build in a bare pylance process (enginetest.BareBuild:
 // Lance builds and commits by itself), each on its own hard-linked copy of one cached dataset.
-// Every iteration runs engine, bare, bare, engine; each figure is a whole process, start to
-// exit (wall, and CPU time). The engine leaves with os._exit after its answer, the bare process
-// through the interpreter's teardown: that is part of the difference, and it is steward's to
-// keep (the sidecar reaps the domain before it answers). Run with -benchtime 1x (one ABBA per round; make bench repeats rounds).
+// Every iteration runs engine, bare, bare, engine (bare first and last on even rounds, see
+// enginetest.ABBA); each figure is a whole process, start to exit (wall, and CPU time). The engine
+// leaves with os._exit after its answer, the bare process through the interpreter's teardown:
+// that is part of the difference, and it is steward's to keep (the sidecar reaps the domain
+// before it answers). Run with -benchtime 1x (one ABBA per round; make bench repeats rounds).
 func BenchmarkLanceBuild(b *testing.B) {
 	l := needLance(b)
 	for _, m := range lanceBuilds {
