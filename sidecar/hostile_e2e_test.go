@@ -125,6 +125,7 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	listen := h.listen()
 
 	victimInv, victimPid, victimDone := h.startVictim(onMinIO)
+	victimNNP := threadsNNP(victimPid)
 	sc := h.e.c.Pid()
 	params := map[string]string{
 		hostile.ParamSidecarPid: fmt.Sprint(sc), hostile.ParamSidecarStart: statStart(t, sc), hostile.ParamSidecarNS: nsIDs(t, sc),
@@ -167,6 +168,7 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	victimRes := h.stopVictim(victimInv, victimPid, victimDone)
 	h.waitCustody()
 	after := h.judge(findings, judgeFacts{res: res, mutErr: mutErr, survivors: survivors, injected: injected, victim: victimRes})
+	after = append(after, victimNNP)
 
 	forgedRes, forgedErr := mutate("forge")
 	forged := h.waitReport(invs[1])
@@ -519,7 +521,7 @@ func (h *hostileRun) required() []string {
 		"ns.find-sidecar", "victim.mem", "victim.process-vm-readv", "victim.ptrace-seize", "victim.sigstop", "victim.forge-result",
 		"sidecar.environ", "sidecar.mem", "sidecar.process-vm-readv", "sidecar.ptrace-seize", "sidecar.pidfd-getfd", "sidecar.sigstop",
 		"sidecar.signal-any", "sidecar.stdin-inject", "sidecar.stdout-forge", "cgroup.raise-memory", "cgroup.raise-pids", "cgroup.escape",
-		"process.orphan", "nnp.children", "seccomp.ptrace", "seccomp.process_vm_readv", "seccomp.mount", "seccomp.bpf",
+		"process.orphan", "nnp.children", "nnp.builtin-worker-threads", "seccomp.ptrace", "seccomp.process_vm_readv", "seccomp.mount", "seccomp.bpf",
 		"seccomp.perf_event_open", "seccomp.kexec_load", "seccomp.init_module", "seccomp.keyctl", "seccomp.setns",
 		"seccomp.unshare-user", "seccomp.io_uring_setup", "seccomp.userfaultfd", "fs.write-state-dir", "fs.write-host-dir",
 		"fs.write-tmp", "fs.read-credentials", "fs.read-state-dir", "fs.read-kcore", "fs.exec-shell", "fs.mknod-disk", "net.connect",
@@ -552,6 +554,27 @@ func (h *hostileRun) logTable(fs []hostile.Finding) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", f.Attack, v, f.Errno, ev)
 	}
 	h.t.Logf("hostile engine on %s: %d attacks, %d not blocked%s", h.store.URL, len(fs), n, b.String())
+}
+
+// threadsNNP is the test's own look, from the host, at NoNewPrivs of every thread of the other
+// (built-in) worker: a thread without it forks children without it.
+func threadsNNP(pid int) hostile.Finding {
+	f := hostile.Finding{Attack: "nnp.builtin-worker-threads", Tried: "(the test, from the host) read NoNewPrivs of every thread of the built-in worker in /proc/<pid>/task/*/status"}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		f.Verdict, f.Evidence = hostile.Inconclusive, fmt.Sprintf("cannot list the worker's threads: %v", err)
+		return f
+	}
+	var without []string
+	for _, tk := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, tk.Name()))
+		if strings.Contains(string(b), "NoNewPrivs:\t0") { // a thread gone meanwhile reads empty
+			without = append(without, tk.Name())
+		}
+	}
+	f.Verdict = verdictOf(len(without) > 0)
+	f.Evidence = fmt.Sprintf("%d of %d threads without NoNewPrivs: %v", len(without), len(tasks), without)
+	return f
 }
 
 // killSurvivors kills every process the engine left running (found by its argv marker).

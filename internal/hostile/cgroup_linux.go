@@ -240,7 +240,7 @@ func (r *run) noNewPrivs(_ context.Context) {
 			_ = cmd.Wait()
 			mu.Lock()
 			seen = append(seen, fmt.Sprintf("child %d NoNewPrivs=%s", cmd.Process.Pid, v))
-			if v != "1" {
+			if v == "0" {
 				lacking = append(lacking, "child "+strconv.Itoa(cmd.Process.Pid))
 			}
 			mu.Unlock()
@@ -249,7 +249,8 @@ func (r *run) noNewPrivs(_ context.Context) {
 	wg.Wait()
 	tasks, _ := os.ReadDir("/proc/self/task")
 	for _, t := range tasks {
-		if v := statusField("self/task/"+t.Name(), "NoNewPrivs"); v != "1" {
+		// "0" only: a thread that exited meanwhile (the locked threads above) reads empty.
+		if v := statusField("self/task/"+t.Name(), "NoNewPrivs"); v == "0" {
 			lacking = append(lacking, "thread "+t.Name())
 		}
 	}
