@@ -147,12 +147,12 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	// Two invocations: every attack but the forged host answer, whose real answer is judged (a
+	// Three invocations: every attack but the forged host answer, whose real answer is judged (a
 	// claimed commit that never happened); then the forged answer alone (once the host takes a
-	// forgery, the real answer is never seen).
+	// forgery, the real answer is never seen); then a claim that the engine's settle confirms.
 	var invs []string
-	mutate := func(only string) (rpc.MutateResult, error) {
-		inv := randID("hostile-")
+	mutate := func(only, prefix string) (rpc.MutateResult, error) {
+		inv := randID(prefix)
 		invs = append(invs, inv)
 		p := h.e.params(inv, "ds", 1, rpc.OpCreate, "ix", "name", hostile.IndexType)
 		params[hostile.ParamOnly] = only
@@ -160,7 +160,7 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 		p.DeadlineUnixMs = time.Now().Add(3 * time.Minute).UnixMilli()
 		return h.e.c.Mutate(ctx, p)
 	}
-	res, mutErr := mutate("identity,ns,victim,sidecar,cgroup,process,nnp,seccomp,fs,net,custody")
+	res, mutErr := mutate("identity,ns,victim,sidecar,cgroup,process,nnp,seccomp,fs,net,custody", "hostile-")
 	findings := h.waitReport(invs[0])
 	injected := h.requests(rpc.MethodObjectsStatus) - injectedBefore
 	h.waitDomainGone(invs[0])
@@ -170,20 +170,30 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	after := h.judge(findings, judgeFacts{res: res, mutErr: mutErr, survivors: survivors, injected: injected, victim: victimRes})
 	after = append(after, victimNNP)
 
-	forgedRes, forgedErr := mutate("forge")
-	forged := h.waitReport(invs[1])
-	h.waitDomainGone(invs[1])
-	h.waitCustody()
-	for _, f := range h.judge(forged, judgeFacts{res: forgedRes, mutErr: forgedErr}) {
-		if f.Attack == "sidecar.stdout-forge" {
-			after = append(after, f)
+	// The forged answer alone, then a claim whose settle lies (hostile.LiarMarker in the id).
+	results, errs := []rpc.MutateResult{res}, []error{mutErr}
+	for _, run := range []struct{ only, prefix, attack string }{
+		{"forge", "hostile-", "sidecar.stdout-forge"},
+		{"liar", "hostile" + hostile.LiarMarker, "settle.lie"},
+	} {
+		r, err := mutate(run.only, run.prefix)
+		inv := invs[len(invs)-1]
+		fs := h.waitReport(inv)
+		h.waitDomainGone(inv)
+		h.waitCustody()
+		results, errs = append(results, r), append(errs, err)
+		rr, _ := h.resolveOf(ctx, inv, callCreds) // judged below
+		for _, f := range h.judge(fs, judgeFacts{res: r, mutErr: err, resolve: rr}) {
+			if f.Attack == run.attack {
+				after = append(after, f)
+			}
 		}
 	}
 	h.logTable(after)
 
 	// Every answer must be true: the hostile engine claimed commits it never made.
-	for i, r := range []rpc.MutateResult{res, forgedRes} {
-		if err := []error{mutErr, forgedErr}[i]; err != nil || r.Phase != rpc.PhaseIndeterminate || r.Code != rpc.ReasonUnconfirmedCommit || r.CommittedVersion != 0 {
+	for i, r := range results {
+		if err := errs[i]; err != nil || r.Phase != rpc.PhaseIndeterminate || r.Code != rpc.ReasonUnconfirmedCommit || r.CommittedVersion != 0 {
 			t.Errorf("the hostile engine's claimed commit (%s) was answered %+v (error %v); want INDETERMINATE %d", invs[i], r, err, rpc.ReasonUnconfirmedCommit)
 		}
 	}
@@ -191,10 +201,10 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 		t.Errorf("dataset ds is at version %d (%v) after mutations that wrote nothing; want 1", v, err)
 	}
 	for _, inv := range invs {
-		r, err := h.e.c.Resolve(ctx, rpc.ResolveParams{InvocationID: inv, Engine: "hostile", PinnedVersion: 1, Credentials: callCreds,
-			Dataset: rpc.DatasetRef{Store: h.store, Path: "ds"}})
-		if err != nil || r.Outcome != rpc.OutcomeNotCommitted {
-			t.Errorf("index.resolve of the hostile invocation %s: %+v %v; want NOT_COMMITTED", inv, r, err)
+		// A liar's settle keeps lying: the sidecar may answer UNKNOWN, never COMMITTED.
+		if r, err := h.resolveOf(ctx, inv, callCreds); err != nil || r.Outcome == rpc.OutcomeCommitted ||
+			!strings.Contains(inv, hostile.LiarMarker) && r.Outcome != rpc.OutcomeNotCommitted {
+			t.Errorf("index.resolve of the hostile invocation %s: %+v %v; want NOT_COMMITTED (never COMMITTED)", inv, r, err)
 		}
 	}
 	if strings.Contains(victimRes.Message, "forged") {
@@ -321,9 +331,12 @@ func (h *hostileRun) stopVictim(inv string, pid int, done <-chan rpc.MutateResul
 	}
 }
 
-// waitReport waits for the engine's last report line and returns its findings.
+// waitReport waits for the engine's last report line and returns its findings. An engine the
+// sidecar killed (a protocol violation) never writes it: once its domain is gone, what it wrote
+// is what there is.
 func (h *hostileRun) waitReport(inv string) []hostile.Finding {
 	deadline := time.Now().Add(3 * time.Minute)
+	var gone time.Time
 	for {
 		var lines []string
 		for _, l := range strings.Split(h.e.logs.String(), "\n") {
@@ -332,7 +345,12 @@ func (h *hostileRun) waitReport(inv string) []hostile.Finding {
 			}
 		}
 		f, done := hostile.Parse(lines)
-		if done || time.Now().After(deadline) {
+		if gone.IsZero() && h.domainGone(inv) {
+			gone = time.Now()
+		}
+		// After the domain is gone its last stderr lines may still be on their way to the log.
+		drained := !gone.IsZero() && time.Since(gone) > 5*time.Second
+		if done || drained || time.Now().After(deadline) {
 			if !done {
 				h.t.Errorf("the hostile engine's report did not finish (%d findings)", len(f))
 			}
@@ -356,17 +374,18 @@ func workerLine(l string) string {
 // waitDomainGone waits until the hostile domain's processes and cgroups are gone (once the host
 // took a forged answer, the real one comes later).
 func (h *hostileRun) waitDomainGone(inv string) {
-	dom := h.e.domainOf(inv)
-	deadline := time.Now().Add(time.Minute)
-	for dom != "" && time.Now().Before(deadline) {
-		if len(testsidecar.ProcessesIn(h.e.parent+"/*/"+dom)) == 0 && !h.domainDirExists(dom) {
+	for deadline := time.Now().Add(time.Minute); !h.domainGone(inv); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			h.t.Errorf("the hostile domain of %s is still there a minute after the answer", inv)
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	if dom != "" {
-		h.t.Errorf("the hostile domain %s is still there a minute after the answer", dom)
-	}
+}
+
+// domainGone: the domain that served inv was assigned and has no process and no cgroup left.
+func (h *hostileRun) domainGone(inv string) bool {
+	dom := h.e.domainOf(inv)
+	return dom != "" && len(testsidecar.ProcessesIn(h.e.parent+"/*/"+dom)) == 0 && !h.domainDirExists(dom)
 }
 
 func (h *hostileRun) domainDirExists(dom string) bool {
@@ -417,9 +436,16 @@ func (h *hostileRun) requests(method string) float64 {
 	return n
 }
 
+// resolveOf asks index.resolve about a hostile invocation (settled by the engine's own settle).
+func (h *hostileRun) resolveOf(ctx context.Context, inv string, creds *rpc.Credentials) (rpc.ResolveResult, error) {
+	return h.e.c.Resolve(ctx, rpc.ResolveParams{InvocationID: inv, Engine: "hostile", PinnedVersion: 1, Credentials: creds,
+		Dataset: rpc.DatasetRef{Store: h.store, Path: "ds"}})
+}
+
 type judgeFacts struct {
 	res       rpc.MutateResult
 	mutErr    error
+	resolve   rpc.ResolveResult
 	survivors []string
 	injected  float64
 	victim    rpc.MutateResult
@@ -459,6 +485,10 @@ func (h *hostileRun) judge(in []hostile.Finding, x judgeFacts) []hostile.Finding
 				f.Verdict = hostile.Succeeded
 			}
 			f.Evidence += fmt.Sprintf("; the object after custody settled: %v", existence(err))
+		case f.Attack == "settle.lie":
+			lied := x.mutErr == nil && x.res.Phase == rpc.PhaseNativeReturn && x.res.Code == rpc.NativeOK || x.resolve.Outcome == rpc.OutcomeCommitted
+			f.Verdict = verdictOf(lied)
+			f.Evidence = fmt.Sprintf("the host was told %s %d %s (error %v); index.resolve said %s", x.res.Phase, x.res.Code, x.res.CompletionReason, x.mutErr, x.resolve.Outcome)
 		case f.Attack == "sidecar.stdin-inject":
 			f.Evidence += fmt.Sprintf("; the sidecar answered %v more objects.status requests than the test sent", x.injected)
 		case f.Attack == "sidecar.stdout-forge":
@@ -526,7 +556,7 @@ func (h *hostileRun) required() []string {
 		"seccomp.unshare-user", "seccomp.io_uring_setup", "seccomp.userfaultfd", "fs.write-state-dir", "fs.write-host-dir",
 		"fs.write-tmp", "fs.read-credentials", "fs.read-state-dir", "fs.read-kcore", "fs.exec-shell", "fs.mknod-disk", "net.connect",
 		"custody.foreign-manifest", "custody.foreign-data", "custody.own-manifest", "custody.own-data", "custody.outside-dataset",
-		"custody.traversal", "custody.whole-folder", "custody.tickets", "answer.claim-commit"}
+		"custody.traversal", "custody.whole-folder", "custody.tickets", "answer.claim-commit", "settle.lie"}
 	if !h.onMinIO {
 		names = append(names, "fs.write-other-dataset", "fs.write-store-root")
 	}

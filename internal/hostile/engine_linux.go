@@ -57,10 +57,28 @@ func (engine) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.Mu
 		Message: "the hostile engine committed nothing"}
 }
 
-// Settle is honest: the hostile engine never commits, so slot pinned+1 never holds its commit.
+// Settle is honest — the hostile engine never commits, so slot pinned+1 never holds its commit
+// — except for an invocation whose id holds LiarMarker: then it claims this invocation's commit,
+// as compromised engine code asked to confirm its own claim would.
 func (engine) Settle(_ context.Context, _ *enginesdk.Conn, req *workerproto.SettleRequest) *workerproto.Settled {
+	if strings.Contains(req.InvocationID, LiarMarker) {
+		return &workerproto.Settled{Outcome: rpc.OutcomeCommitted, Version: req.PinnedVersion + 1,
+			Holder: workerproto.Holder{Kind: "commit", Invocation: req.InvocationID}, Reason: "a lie: nothing was committed"}
+	}
 	return &workerproto.Settled{Outcome: rpc.OutcomeNotCommitted, Version: req.PinnedVersion + 1,
 		Reason: "the hostile engine never commits"}
+}
+
+// liar announces the lying settle of a LiarMarker invocation (its effect is the answer, which
+// only the test sees).
+func (r *run) liar(_ context.Context) {
+	f := Finding{Attack: "settle.lie", Tried: "claim COMMITTED without writing, then, asked by the sidecar to confirm it in a settle domain, confirm it: COMMITTED, holder this invocation's commit"}
+	if strings.Contains(r.inv, LiarMarker) {
+		f.Verdict, f.Evidence = Pending, "the test judges the sidecar's answer and index.resolve: neither may say COMMITTED"
+	} else {
+		f.Verdict, f.Evidence = Inconclusive, "the invocation id lacks "+LiarMarker+": its settle is honest"
+	}
+	r.emit(f)
 }
 
 // run is one mutation's attack session.
@@ -115,6 +133,7 @@ func (r *run) all(ctx context.Context) {
 		{"net", r.network},
 		{"custody", r.custody},
 		{"forge", r.forgeAnswer},
+		{"liar", r.liar},
 	}
 	for _, a := range areas {
 		if r.only == nil || r.only[a.name] {

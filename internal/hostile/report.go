@@ -75,6 +75,9 @@ const (
 // followed by the invocation id: a test finds survivors by it in /proc/*/cmdline.
 const MarkerPrefix = "hostile-linger:"
 
+// LiarMarker in an invocation id makes the engine's settle of that invocation lie (settle.lie).
+const LiarMarker = "-liar-"
+
 // IndexType is the one index type the hostile engine declares.
 const IndexType = "HOSTILE"
 
