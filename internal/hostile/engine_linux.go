@@ -90,6 +90,7 @@ type run struct {
 	ds   string // the dataset path, without slashes at the ends
 	tmp  string // the domain's private temp dir
 	only map[string]bool
+	scan *memScan // the sidecar's memory as sidecar.mem read it: the forged answer's epoch and id
 
 	mu sync.Mutex
 	n  int

@@ -225,9 +225,6 @@ func (r *run) victim(_ context.Context) {
 	r.emit(r.victimForge(v))
 }
 
-// sidecarScan is kept for the forged answer (the epoch and the mutate's id).
-var sidecarScan *memScan
-
 func (r *run) sidecar(_ context.Context) {
 	s := r.target("sidecar", ParamSidecarPid, ParamSidecarStart)
 	r.emit(r.sidecarEnviron(s))
@@ -275,7 +272,7 @@ func (r *run) peerMem(p peer, attack, what string) Finding {
 		return blocked(attack, tried, err)
 	}
 	if p.role == "sidecar" {
-		sidecarScan = m
+		r.scan = m
 	}
 	f := Finding{Attack: attack, Tried: tried, Verdict: verdict(m.bytes > 0),
 		Evidence: fmt.Sprintf("read %d bytes of %d mappings; env secrets %d, request secrets %d; epoch found %v; this mutate's request id found %v",
@@ -504,10 +501,10 @@ func (r *run) forgeAnswer(_ context.Context) {
 	}
 	fd, how := transportFD(s.pid)
 	epoch, ids := "", []string{}
-	if sidecarScan == nil {
-		sidecarScan, _ = r.scanMem(s.pid) // nil when its memory is out of reach
+	if r.scan == nil {
+		r.scan, _ = r.scanMem(s.pid) // nil when its memory is out of reach
 	}
-	if m := sidecarScan; m != nil {
+	if m := r.scan; m != nil {
 		epoch = m.epoch
 		if m.mutateID != "" {
 			ids = append(ids, m.mutateID)
