@@ -75,6 +75,7 @@ type hostileRun struct {
 	st      storage.Store
 	store   rpc.StoreSpec
 	onMinIO bool
+	bucket  string // MinIO: the test's bucket, on the sidecar's --allow-store list
 	tmp     string // the sidecar's TMPDIR
 
 	sidecarSecret, victimSecret, credFile string
@@ -95,24 +96,30 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 		}
 	})
 	stateDir, hostDir := t.TempDir(), t.TempDir()
-	h.credFile = filepath.Join(t.TempDir(), "credentials")
 	env := append(os.Environ(), "TMPDIR="+h.tmp)
 	var callCreds *rpc.Credentials
+	// The sidecar's own keys come from its credentials file (never its environment), for the
+	// test's bucket only (--allow-store); the hostile engine tries to read that file.
+	own := rpc.Credentials{AccessKey: "hostile-test"}
+	var allow []string
 	if onMinIO {
 		srv := testminio.Shared(t)
 		h.sidecarSecret, h.victimSecret = srv.SecretKey, srv.SecretKey
-		env = append(env, "STEWARD_S3_ACCESS_KEY="+srv.AccessKey, "STEWARD_S3_SECRET_KEY="+srv.SecretKey)
+		own = rpc.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
 		callCreds = &rpc.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+		h.bucket = strings.ToLower(randID("hostile-"))
+		allow = []string{"--allow-store", "s3://" + h.bucket + "@" + srv.Endpoint}
 	} else {
 		h.sidecarSecret, h.victimSecret = randID("sidecar-secret-"), randID("victim-secret-")
-		env = append(env, "STEWARD_S3_ACCESS_KEY=hostile-test", "STEWARD_S3_SECRET_KEY="+h.sidecarSecret)
+		own.SecretKey = h.sidecarSecret
+		// Keys need a store to go to; this one is never used: they sit in the sidecar only.
+		allow = []string{"--allow-store", "s3://hostile-unused@127.0.0.1:9"}
 		callCreds = &rpc.Credentials{AccessKey: "hostile-call", SecretKey: randID("call-secret-")}
 	}
-	if err := os.WriteFile(h.credFile, []byte("aws_secret_access_key = "+h.sidecarSecret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h.e = newSidecarWithEnv(t, env, "--state-dir", stateDir, "--ledger-capacity", fmt.Sprint(hostileTickets),
-		"--engine", "hostile="+bin)
+	h.credFile = testsidecar.CredentialsFile(t, own, 0)
+	args := append([]string{"--state-dir", stateDir, "--ledger-capacity", fmt.Sprint(hostileTickets),
+		"--engine", "hostile=" + bin, "--s3-credentials-file", h.credFile}, allow...)
+	h.e = newSidecarWithEnv(t, env, args...)
 	t.Cleanup(killSurvivors) // runs before the sidecar's own leftover check
 	h.openStore(onMinIO)
 	for _, ds := range []string{"ds", "other", "victim"} {
@@ -231,7 +238,7 @@ func (h *hostileRun) openStore(onMinIO bool) {
 		return
 	}
 	srv := testminio.Shared(h.t)
-	bucket := strings.ToLower(randID("hostile-"))
+	bucket := h.bucket
 	st, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindS3, Endpoint: srv.Endpoint, Bucket: bucket,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
 	if err != nil {
