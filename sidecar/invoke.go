@@ -91,6 +91,7 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 	if ds != nil {
 		var reach isolation.Policy
 		network, reach = workerproto.Reach(*ds)
+		policy.Read = append(policy.Read, reach.Read...)
 		policy.Write, policy.Mount, policy.Connect = reach.Write, reach.Mount, reach.Connect
 	}
 	dom, err := s.iso.Start(context.Background(), isolation.Spec{

@@ -22,7 +22,10 @@ func Reach(ds rpc.DatasetRef) (network bool, p isolation.Policy) {
 	}
 	switch ps.Kind {
 	case rpc.StoreFile:
+		// Readable: the store (its root is opened and walked from; an S3 worker's keys reach its
+		// whole bucket the same way); writable: the dataset folder and the staging dir only.
 		return false, isolation.Policy{
+			Read:  []string{ps.Root},
 			Write: []string{filepath.Join(ps.Root, filepath.FromSlash(ds.Path)), filepath.Join(ps.Root, storage.LocalStagingDir)},
 			Mount: []string{ps.Root},
 		}
