@@ -62,8 +62,9 @@ type warm struct {
 // launch starts one domain of engine e with the given limits and a fresh private temp dir; its
 // frames are read in the background. ds is the dataset the domain will serve, which decides its
 // network and its writable folder when it is contained (workerproto.Reach); nil for a domain
-// that serves no store (an engine's hello) or whose call is not known yet (a spare: the host's
-// network, which s3:// calls need; a file:// call never takes a spare).
+// that serves no store (an engine's hello) or whose call is not known yet (a spare), which is
+// born with network or without as given (spares follow the recent calls; the built-in worker
+// binds its dataset folder itself once it has read its request).
 func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.DatasetRef, network bool) (_ *warm, retErr error) {
 	tmp, err := os.MkdirTemp(s.cfg.TempDir, "steward-"+domainID(id)+"-")
 	if err != nil {
