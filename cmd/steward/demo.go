@@ -117,7 +117,7 @@ func (d *demo) run(ctx context.Context, dir, s3 string) error {
 	if err := d.lookups(ctx); err != nil {
 		return err
 	}
-	if err := d.vectorAct(ctx, dir, s3); err != nil {
+	if err := d.vectorAct(ctx); err != nil {
 		return err
 	}
 	d.jobsTable()

@@ -2,10 +2,7 @@ package main
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"syscall"
 
 	"github.com/cba1309c/steward/isolation"
 )
@@ -26,24 +23,4 @@ func guestStore(store string) error {
 		return fmt.Errorf("demo store: hand it to the workers' guest: %w", err)
 	}
 	return nil
-}
-
-// handToStoreOwner gives the tree at dir, written by another tool (Lance's own library, run as
-// this process's user), the owner of the local store root it lies in, as the store gives what it
-// creates: the contained workers' guest must write there next.
-func handToStoreOwner(root, dir string) error {
-	fi, err := os.Stat(root)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || int(st.Uid) == os.Geteuid() {
-		return nil
-	}
-	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, int(st.Uid), int(st.Gid))
-	})
 }

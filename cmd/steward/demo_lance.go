@@ -17,7 +17,7 @@ import (
 // NOT_COMMITTED through the Lance engine's settle, its reserved folder deleted), the same build
 // with enough memory (COMMITTED), and a nearest-neighbour query through the index beside a
 // brute-force search, both timed by Lance's own reader.
-func (d *demo) vectorAct(ctx context.Context, dir, s3 string) error {
+func (d *demo) vectorAct(ctx context.Context) error {
 	if d.vectors <= 0 {
 		return nil
 	}
@@ -35,15 +35,8 @@ func (d *demo) vectorAct(ctx context.Context, dir, s3 string) error {
 	var created struct {
 		Version int64 `json:"version"`
 	}
-	if err := d.lancectlJSON(ctx, &created, "create", uri, "--rows", fmt.Sprint(d.vectors)); err != nil {
+	if err := d.lancectlJSON(ctx, &created, ref, "create", "--rows", fmt.Sprint(d.vectors)); err != nil {
 		return err
-	}
-	if s3 == "" {
-		if p, err := ref.Store.Parse(); err != nil {
-			return err
-		} else if err := handToStoreOwner(p.Root, uri); err != nil {
-			return fmt.Errorf("hand the Lance dataset to the store's owner: %w", err)
-		}
 	}
 	fmt.Fprintf(d.out, "   written by Lance in %v: %s (version %d)\n", time.Since(start).Round(time.Millisecond), uri, created.Version)
 	ivf := rpc.IndexSpec{Name: "by_vec", Columns: []string{"vec"}, Type: "IVF_PQ",
@@ -70,7 +63,7 @@ func (d *demo) vectorAct(ctx context.Context, dir, s3 string) error {
 		IndexMs   float64 `json:"index_ms"`
 		ScanMs    float64 `json:"scan_ms"`
 	}
-	if err := d.lancectlJSON(ctx, &chk, "check", uri, ivf.Name, "vec", "IVF_PQ"); err != nil {
+	if err := d.lancectlJSON(ctx, &chk, ref, "check", ivf.Name, "vec", "IVF_PQ"); err != nil {
 		return err
 	}
 	fmt.Fprintf(d.out, "   nearest 10 neighbours, read by Lance's own library: through %s %.1f ms, brute force %.1f ms, recall %.1f (listed %v, planned %v)\n",
@@ -86,10 +79,10 @@ func (d *demo) vectorJob(ctx context.Context, r dispatch.Request) (dispatch.Job,
 	return d.disp.Get(r.ID)
 }
 
-// lancectlJSON runs lancectl and decodes its JSON answer.
-func (d *demo) lancectlJSON(ctx context.Context, out any, args ...string) error {
+// lancectlJSON runs lancectl on the dataset ref and decodes its JSON answer.
+func (d *demo) lancectlJSON(ctx context.Context, out any, ref rpc.DatasetRef, cmd string, extra ...string) error {
 	var stdout, stderr bytes.Buffer
-	if err := lancectl(ctx, &stdout, &stderr, args...); err != nil {
+	if err := lancectlOn(ctx, &stdout, &stderr, ref.Store, ref.Path, cmd, extra...); err != nil {
 		return fmt.Errorf("%w: %s", err, strings.TrimSpace(lastLines(stderr.String(), 5)))
 	}
 	return json.Unmarshal(stdout.Bytes(), out)

@@ -1,13 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/isolation"
+	"github.com/cba1309c/steward/rpc"
 )
 
 // needLanceTools points steward at the installed Lance engine (fails under STEWARD_REQUIRE_REAL=1
@@ -48,4 +57,83 @@ func TestDatasetCreateLance(t *testing.T) {
 	if code, _, _ := runDS(t, "create", "--format", "lance", "--store", dir, "--path", "x", "--csv", "f.csv"); code != 2 {
 		t.Errorf("--format lance with --csv: exit %d, want 2", code)
 	}
+}
+
+// TestDatasetCreateLanceForGuest: as root, `steward dataset create --format lance` on a store
+// root owned by the contained workers' guest leaves a dataset that is the guest's throughout
+// (what Lance's library wrote as root is handed over), while a folder that existed before keeps
+// its owner; a real sidecar's contained Lance engine then builds an index on it.
+func TestDatasetCreateLanceForGuest(t *testing.T) {
+	testenv.NeedRoot(t)
+	needLanceTools(t)
+	root := testenv.GuestDir(t)
+	if err := os.Mkdir(filepath.Join(root, "wh"), 0o755); err != nil { // root's, before the create
+		t.Fatal(err)
+	}
+	const path = "wh/lake/events"
+	out, err := exec.Command(testbin.Steward(t), "dataset", "create", "--format", "lance", "--store", "file://"+root,
+		"--path", path, "--rows", "2000", "--dim", "16").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dataset create: %v\n%s", err, out)
+	}
+	if uid := ownerOf(t, filepath.Join(root, "wh")); uid != 0 {
+		t.Errorf("the existing folder wh was handed over too (uid %d)", uid)
+	}
+	n := 0
+	if uid := ownerOf(t, filepath.Join(root, "wh", "lake")); uid != isolation.DefaultGuestID { // made by Lance
+		t.Errorf("wh/lake: uid %d, want the guest %d", uid, isolation.DefaultGuestID)
+	}
+	err = filepath.WalkDir(filepath.Join(root, path), func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		n++
+		if uid := ownerOf(t, p); uid != isolation.DefaultGuestID {
+			t.Errorf("%s: uid %d, want the guest %d", p, uid, isolation.DefaultGuestID)
+		}
+		return nil
+	})
+	if err != nil || n < 4 {
+		t.Fatalf("walk the dataset: %v (%d entries)", err, n)
+	}
+
+	engine, err := lanceEngineFlag()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := testsidecar.Start(t, testsidecar.Options{Args: []string{"--engine", engine},
+		Env: append(os.Environ(), "TMPDIR="+testenv.GuestDir(t))})
+	if c := sc.Info().Isolation.Containment; c == nil || c.Guest != fmt.Sprintf("%d:%d", isolation.DefaultGuestID, isolation.DefaultGuestID) {
+		t.Fatalf("workers are not contained as the guest: %+v", c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p := rpc.MutateParams{InvocationID: testbin.RandID("inv-"), JobID: "job-guest-lance",
+		DeadlineUnixMs: time.Now().Add(3 * time.Minute).UnixMilli(), Engine: "lance",
+		Dataset:       rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + root}, Path: path},
+		PinnedVersion: 1, Op: rpc.OpCreate, Index: rpc.IndexSpec{Name: "by_id", Columns: []string{"id"}, Type: "BTREE"}}
+	res, err := sc.Mutate(ctx, p)
+	if err != nil {
+		t.Fatalf("mutate: %v", err)
+	}
+	if res.Phase != rpc.PhaseNativeReturn || res.Code != 0 || res.CommittedVersion != 2 || res.CompletionReason != rpc.CompletionCommitted {
+		t.Fatalf("the contained Lance engine could not build on the handed-over dataset: %+v\n%s", res, sc.Logs.String())
+	}
+	code, desc, errOut := runDS(t, "describe", "--format", "lance", "--store", root, "--path", path)
+	var d struct {
+		Version int64 `json:"version"`
+		Rows    int64 `json:"rows"`
+	}
+	if code != 0 || json.Unmarshal([]byte(desc), &d) != nil || d.Version != 2 || d.Rows != 2000 {
+		t.Fatalf("Lance's reader after the build: %d %q %s", code, desc, errOut)
+	}
+}
+
+func ownerOf(t *testing.T, p string) int {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(fi.Sys().(*syscall.Stat_t).Uid)
 }
