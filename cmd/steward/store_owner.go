@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // storeHandover gives what another tool (Lance's own library through lancectl, run as this
@@ -17,9 +19,11 @@ import (
 // dataset of 0755 dirs and 0644 files is one their engine cannot write into. Only a root process
 // hands over, and only to an owner that is not root. The handover covers dir and the folders
 // between the root and dir that did not exist before the tool ran; folders that did keep their
-// owner.
+// owner. The guest owns the store root and may be running in it: the walk goes by directory fd,
+// never follows a symlink, and never resolves a path it could have swapped.
 type storeHandover struct {
 	uid, gid int    // the store root's owner
+	root     string // the store root
 	top      string // the highest path from the root down to dir that did not exist before
 }
 
@@ -44,7 +48,7 @@ func prepareHandover(root, dir string) (*storeHandover, error) {
 	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return nil, fmt.Errorf("%s is not below the store root %s", dir, root)
 	}
-	h := &storeHandover{uid: int(st.Uid), gid: int(st.Gid), top: dir}
+	h := &storeHandover{uid: int(st.Uid), gid: int(st.Gid), root: root, top: dir}
 	p := root
 	for _, part := range strings.Split(rel, string(filepath.Separator)) {
 		p = filepath.Join(p, part)
@@ -63,14 +67,65 @@ func (h *storeHandover) done() error {
 	if h == nil {
 		return nil
 	}
-	err := filepath.WalkDir(h.top, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, h.uid, h.gid)
-	})
-	if err != nil {
+	if err := h.chown(); err != nil {
 		return fmt.Errorf("hand %s to the store root's owner (uid %d): %w", h.top, h.uid, err)
 	}
 	return nil
+}
+
+// chown opens the folders from the root down to top's parent without following a symlink and
+// hands the tree at top over from there.
+func (h *storeHandover) chown() error {
+	dir, err := unix.Open(h.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: h.root, Err: err}
+	}
+	rel, err := filepath.Rel(h.root, h.top)
+	if err != nil {
+		unix.Close(dir)
+		return err
+	}
+	parts := strings.Split(rel, string(filepath.Separator))
+	for _, name := range parts[:len(parts)-1] {
+		next, err := openDirAt(dir, name)
+		unix.Close(dir)
+		if err != nil {
+			return &fs.PathError{Op: "openat", Path: name, Err: err}
+		}
+		dir = next
+	}
+	defer unix.Close(dir)
+	return h.chownAt(dir, parts[len(parts)-1])
+}
+
+// chownAt hands name in dir over, and, when it is a directory, everything below it.
+func (h *storeHandover) chownAt(dir int, name string) error {
+	fd, err := openDirAt(dir, name)
+	if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) { // a file or a symlink: not followed
+		if err := unix.Fchownat(dir, name, h.uid, h.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &fs.PathError{Op: "fchownat", Path: name, Err: err}
+		}
+		return nil
+	} else if err != nil {
+		return &fs.PathError{Op: "openat", Path: name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	if err := unix.Fchown(fd, h.uid, h.gid); err != nil {
+		return &fs.PathError{Op: "fchown", Path: name, Err: err}
+	}
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := h.chownAt(fd, n); err != nil {
+			return fmt.Errorf("%s/%w", name, err)
+		}
+	}
+	return nil
+}
+
+func openDirAt(dir int, name string) (int, error) {
+	return unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 }

@@ -42,3 +42,40 @@ func TestPrepareHandover(t *testing.T) {
 		})
 	}
 }
+
+// TestHandoverFollowsNoSymlink: the guest owns the store root and may plant symlinks in it; the
+// handover gives the links themselves away, never what they point at.
+func TestHandoverFollowsNoSymlink(t *testing.T) {
+	testenv.NeedRoot(t)
+	guest, outside := testenv.GuestDir(t), t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ds := filepath.Join(guest, "lake", "ds")
+	h, err := prepareHandover(guest, ds)
+	if err != nil || h == nil {
+		t.Fatalf("prepare: %+v %v", h, err)
+	}
+	if err := os.MkdirAll(filepath.Join(ds, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"data/file-link": secret, "dir-link": outside} {
+		if err := os.Symlink(target, filepath.Join(ds, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.done(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{secret, outside} {
+		if uid := ownerOf(t, p); uid != 0 {
+			t.Errorf("%s was handed over through a symlink (uid %d)", p, uid)
+		}
+	}
+	for _, p := range []string{filepath.Join(guest, "lake"), ds, filepath.Join(ds, "data"), filepath.Join(ds, "data", "file-link"), filepath.Join(ds, "dir-link")} {
+		if uid := ownerOf(t, p); uid != isolation.DefaultGuestID {
+			t.Errorf("%s: uid %d, want %d", p, uid, isolation.DefaultGuestID)
+		}
+	}
+}
