@@ -106,6 +106,13 @@ func TestDatasetCreateLanceForGuest(t *testing.T) {
 	if c := sc.Info().Isolation.Containment; c == nil || c.Guest != fmt.Sprintf("%d:%d", isolation.DefaultGuestID, isolation.DefaultGuestID) {
 		t.Fatalf("workers are not contained as the guest: %+v", c)
 	}
+	registered := false
+	for _, e := range sc.Info().Engines {
+		registered = registered || e.Name == "lance"
+	}
+	if !registered { // e.g. a venv the guest cannot run (STEWARD_TOOLS must be readable by uid 65534)
+		t.Fatalf("the sidecar did not register the Lance engine %q: %+v\n%s", engine, sc.Info().Engines, sc.Logs.String())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p := rpc.MutateParams{InvocationID: testbin.RandID("inv-"), JobID: "job-guest-lance",
