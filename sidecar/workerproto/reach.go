@@ -34,8 +34,8 @@ func Reach(ds rpc.DatasetRef) (network bool, p isolation.Policy) {
 		if ds.Store.Secure {
 			port = 443
 		}
-		if _, ps, err := net.SplitHostPort(ps.Endpoint); err == nil {
-			if n, err := strconv.Atoi(ps); err == nil {
+		if _, portText, err := net.SplitHostPort(ps.Endpoint); err == nil {
+			if n, err := strconv.Atoi(portText); err == nil {
 				port = n
 			}
 		}
