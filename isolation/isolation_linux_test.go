@@ -471,7 +471,7 @@ func TestUnifiedKillAndPlacement(t *testing.T) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	owner, _ := ownerName(os.Getpid())
+	owner, _ := OwnerName(os.Getpid())
 	rel := filepath.Join(testParent, owner, "v2direct")
 	g, err := newV2Group(mount, rel, "", false)
 	if err != nil {

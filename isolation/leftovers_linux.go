@@ -20,7 +20,7 @@ func removeLeftovers(ctx context.Context, t tree) ([]string, error) {
 	for _, h := range t.hierarchies() {
 		ents, _ := os.ReadDir(t.abs(h))
 		for _, e := range ents {
-			if e.IsDir() && ownerRE.MatchString(e.Name()) && !ownerAlive(e.Name()) {
+			if e.IsDir() && ownerRE.MatchString(e.Name()) && !OwnerAlive(e.Name()) {
 				dead[e.Name()] = true
 			}
 		}

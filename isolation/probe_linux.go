@@ -26,7 +26,7 @@ var probeSeq atomic.Uint64
 // one Check per requirement.
 func Probe(cfg Config) Report {
 	cfg = cfg.WithDefaults()
-	owner, err := ownerName(os.Getpid())
+	owner, err := OwnerName(os.Getpid())
 	if err != nil {
 		return Report{Mode: ModeNone, Host: hostLayout(), Reason: err.Error()}
 	}

@@ -42,8 +42,10 @@ func readProcStat(pid int) (procStat, error) {
 	return st, nil
 }
 
-// ownerName identifies a live process across pid reuse: "<pid>-<starttime>".
-func ownerName(pid int) (string, error) {
+// OwnerName identifies a live process across pid reuse: "<pid>-<starttime>" (its start in clock
+// ticks since boot). Isolation names its cgroup owner directories so, the sidecar its temp
+// directory; OwnerAlive tells a later process whether that owner still runs.
+func OwnerName(pid int) (string, error) {
 	st, err := readProcStat(pid)
 	if err != nil {
 		return "", err
@@ -51,8 +53,9 @@ func ownerName(pid int) (string, error) {
 	return fmt.Sprintf("%d-%d", pid, st.start), nil
 }
 
-// ownerAlive reports whether the process named by an ownerName still exists.
-func ownerAlive(name string) bool {
+// OwnerAlive reports whether the process named by an OwnerName still exists: false once the pid
+// is gone, is a zombie, or belongs to a later process with another start time.
+func OwnerAlive(name string) bool {
 	p, start, ok := strings.Cut(name, "-")
 	if !ok {
 		return false

@@ -39,7 +39,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, unavailable(opErr("set child subreaper", "", "", ErrIsolationUnavailable, err))
 	}
-	owner, err := ownerName(os.Getpid())
+	owner, err := OwnerName(os.Getpid())
 	if err != nil {
 		return nil, unavailable(opErr("identify self", "", "", ErrIsolationUnavailable, err))
 	}

@@ -63,8 +63,10 @@ type Config struct {
 	// Engines registers engines besides the built-in one (docs/ENGINE.md §1); each is probed once
 	// at New, and one whose probe fails is left out (logged). Default none.
 	Engines []EngineSpec
-	// TempDir is where each worker domain's private temp dir (its TMPDIR and HOME) is created,
-	// mode 0700, and removed once the domain is reaped. Default os.TempDir().
+	// TempDir holds the sidecar's own directory steward-<pid>-<start> (mode 0711), in which each
+	// worker domain's private temp dir (its TMPDIR and HOME) is created, mode 0700, and removed
+	// once the domain is reaped. The sidecar removes its directory when it closes, and at New
+	// those of sidecars that no longer run (SIGKILLed). Default os.TempDir().
 	TempDir string
 	// TestFaults lets index.mutate carry a fault to inject (tests and the fault campaign only).
 	// Default false: a request with a fault is invalid.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ type sidecarEnv struct {
 	root   string // local store directory
 	store  storage.Store
 	logs   *testsidecar.Logs
+	sc     *testsidecar.Sidecar // the process: Restart starts a successor on the same parent
 
 	mu       sync.Mutex
 	progress []rpc.ProgressParams
@@ -60,7 +62,7 @@ func newSidecarWithEnv(t testing.TB, env []string, extra ...string) *sidecarEnv 
 				e.mu.Unlock()
 			}
 		}})
-	e.c, e.parent, e.logs = sc.Client, sc.Parent, sc.Logs
+	e.c, e.parent, e.logs, e.sc = sc.Client, sc.Parent, sc.Logs, sc
 	st, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindLocal, Root: e.root})
 	if err != nil {
 		t.Fatal(err)
@@ -202,3 +204,16 @@ func newSidecarB(b *testing.B) *sidecarEnv { return newSidecarWithEnv(b, nil) }
 
 // removeParent removes a benchmark's cgroup parent from every hierarchy.
 func removeParent(parent string) { _ = testsidecar.RemoveParent(parent) }
+
+// sigkill SIGKILLs the sidecar behind c and waits until it has exited.
+func sigkill(t testing.TB, c *host.Client) {
+	t.Helper()
+	proc, err := os.FindProcess(c.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.Exited()
+}

@@ -66,7 +66,7 @@ type warm struct {
 // born with network or without as given (spares follow the recent calls; the built-in worker
 // binds its dataset folder itself once it has read its request).
 func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.DatasetRef, network bool) (_ *warm, retErr error) {
-	tmp, err := os.MkdirTemp(s.cfg.TempDir, "steward-"+domainID(id)+"-")
+	tmp, err := os.MkdirTemp(s.tempDir, "steward-"+domainID(id)+"-")
 	if err != nil {
 		return nil, fmt.Errorf("private temp dir: %w", err)
 	}

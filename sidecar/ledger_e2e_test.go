@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -472,14 +470,7 @@ func TestSidecarKilledWhileUploading(t *testing.T) {
 	// status counts a reservation from the moment it is taken, before its journal commit; give
 	// the commit and the upload behind it a moment.
 	time.Sleep(20 * time.Millisecond)
-	proc, err := os.FindProcess(e.c.Pid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-e.c.Exited()
+	sigkill(t, e.c)
 	answered := 0
 	for range paths[:3] {
 		if err := <-errs; err == nil {

@@ -37,6 +37,7 @@ type Server struct {
 	reason   string
 
 	iso        *isolation.Supervisor // nil: isolation did not verify, mutations are refused
+	tempDir    string                // this sidecar's own dir in Config.TempDir, holding its domains' temp dirs (tempdir.go)
 	isoReport  isolation.Report
 	dedup      *dedup
 	condWrites *condWrites      // per-store verdicts on put-if-absent (condwrite.go)
@@ -111,6 +112,12 @@ func New(cfg Config) (*Server, error) {
 	s.dedup = newDedup(cfg.DedupCapacity)
 	s.condWrites = newCondWrites(s.log.Named("condwrite"), s.metrics.reg)
 	s.startIsolation()
+	// After isolation's preflight: it killed what was left in dead owners' cgroups, so nothing
+	// still writes into their temp dirs.
+	if err := s.openTempDir(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	s.registerEngines()
 	if err := s.openLedger(); err != nil {
 		_ = s.Close()
@@ -151,7 +158,8 @@ func (s *Server) startIsolation() {
 
 // Close stops everything the sidecar started: it begins a shutdown if none has begun (queued
 // mutations are answered as never launched), kills and reaps every worker domain, waits for the
-// executors to deliver their answers, and closes the ledger (its tickets stay in the journal).
+// executors to deliver their answers, removes its temp dir, and closes the ledger (its tickets
+// stay in the journal).
 // Call it once the sidecar stops serving; later calls return the first call's result.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
@@ -166,9 +174,33 @@ func (s *Server) Close() error {
 		}
 		// Every domain is dead now, so each executor's session ends within its teardown bound.
 		s.executors.Wait()
-		s.closeErr = errors.Join(err, s.closeLedger())
+		s.closeErr = errors.Join(err, s.closeTempDir(), s.closeLedger())
 	})
 	return s.closeErr
+}
+
+// openTempDir sweeps dead sidecars' temp dirs out of Config.TempDir and makes this one's.
+func (s *Server) openTempDir() error {
+	dir, swept, err := openOwnerTemp(s.cfg.TempDir)
+	if len(swept) > 0 {
+		s.log.Info("temp dirs of dead sidecars removed", "dirs", swept)
+	}
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	s.tempDir = dir
+	return nil
+}
+
+// closeTempDir removes the sidecar's temp dir once every domain is reaped (Close, once).
+func (s *Server) closeTempDir() error {
+	if s.tempDir == "" {
+		return nil
+	}
+	if err := closeOwnerTemp(s.tempDir); err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	return nil
 }
 
 // newEpoch returns 128 random bits: a sidecar process start that no other shares.

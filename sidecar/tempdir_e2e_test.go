@@ -1,0 +1,124 @@
+package sidecar_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/isolation"
+	"github.com/cba1309c/steward/rpc"
+)
+
+// ownerTempDir is the directory sidecar pid keeps its domains' temp dirs in, below TMPDIR tmp.
+func ownerTempDir(t *testing.T, tmp string, pid int) string {
+	t.Helper()
+	owner, err := isolation.OwnerName(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(tmp, "steward-"+owner)
+}
+
+// entries lists dir's names (nil if it does not exist).
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// deadPid returns the pid of a process that has exited and been reaped.
+func deadPid(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// TestTempDirsOfKilledSidecarSwept: a sidecar SIGKILLed mid-job leaves its domains' temp dirs in
+// its own steward-<pid>-<start> directory; the next sidecar on the same TMPDIR removes that
+// directory at its start, leaves a live sidecar's and everything not named like an owner dir (a
+// symlink so named is not followed) alone, and sidecars that exit cleanly leave nothing.
+func TestTempDirsOfKilledSidecarSwept(t *testing.T) {
+	tmp := testenv.GuestDir(t)
+	env := append(os.Environ(), "TMPDIR="+tmp)
+	live := newSidecarWithEnv(t, env, "--executors", "1")
+	victim := newSidecarWithEnv(t, env, "--executors", "1")
+	liveDir, victimDir := ownerTempDir(t, tmp, live.c.Pid()), ownerTempDir(t, tmp, victim.c.Pid())
+	waitFor(t, func() bool { return len(entries(t, liveDir)) == 1 }) // its spare's
+
+	// Decoys the sweep must not touch: a symlink named like a dead owner's dir, pointing at a
+	// directory with a file; a dead owner's name with a suffix; a ledger-like steward-<uid>.
+	dead := deadPid(t)
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "keep"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(tmp, fmt.Sprintf("steward-%d-1", dead))); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{fmt.Sprintf("steward-%d-0-x", dead), fmt.Sprintf("steward-%d", dead)} {
+		if err := os.Mkdir(filepath.Join(tmp, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	victim.makeDataset("tmp", 1000)
+	p := victim.params(randID("inv-"), "tmp", 1, rpc.OpCreate, "ix", "id", rpc.IndexBTree)
+	p.Fault = "hang"
+	go func() { _, _ = victim.c.Mutate(context.Background(), p) }()
+	waitFor(t, func() bool { return metricOf(t, victim.c, "steward_mutate_workers_in_flight") == 1 })
+	if len(entries(t, victimDir)) == 0 {
+		t.Fatalf("no domain temp dir in %s mid-job", victimDir)
+	}
+	sigkill(t, victim.c)
+	victim.c.Close()
+	if len(entries(t, victimDir)) == 0 {
+		t.Fatalf("the SIGKILLed sidecar's %s is empty: nothing for its successor to sweep", victimDir)
+	}
+	liveBefore := entries(t, liveDir)
+
+	victim.sc.Restart()
+	victim.c = victim.sc.Client
+	if _, err := os.Lstat(victimDir); !os.IsNotExist(err) {
+		t.Fatalf("the SIGKILLed sidecar's temp dir is still there after its successor started (%v): %v", err, entries(t, victimDir))
+	}
+	if got := entries(t, liveDir); fmt.Sprint(got) != fmt.Sprint(liveBefore) {
+		t.Fatalf("the live sidecar's temp dir changed when another one started: %v, was %v", got, liveBefore)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, fmt.Sprintf("steward-%d-1", dead), "keep")); err != nil {
+		t.Fatalf("the sweep followed a symlink named like an owner dir: %v", err)
+	}
+	for _, name := range []string{fmt.Sprintf("steward-%d-0-x", dead), fmt.Sprintf("steward-%d", dead)} {
+		if _, err := os.Stat(filepath.Join(tmp, name)); err != nil {
+			t.Fatalf("the sweep removed %s, not named like an owner dir: %v", name, err)
+		}
+	}
+	successorDir := ownerTempDir(t, tmp, victim.c.Pid())
+	if fi, err := os.Lstat(successorDir); err != nil || fi.Mode().Perm() != 0o711 || !fi.IsDir() {
+		t.Fatalf("successor's temp dir %s: %v %v, want a directory of mode 0711", successorDir, fi, err)
+	}
+
+	// Clean exits: both remove their own directory.
+	live.c.Close()
+	victim.c.Close()
+	owner := regexp.MustCompile(`^steward-[0-9]+-[0-9]+$`)
+	for _, name := range entries(t, tmp) {
+		if fi, err := os.Lstat(filepath.Join(tmp, name)); err == nil && fi.IsDir() && owner.MatchString(name) {
+			t.Errorf("sidecar temp dir %s left after a clean exit: %v", name, entries(t, filepath.Join(tmp, name)))
+		}
+	}
+}
