@@ -314,28 +314,45 @@ func (r *run) teardown() {
 	}
 }
 
-// leftoverTemp counts the worker domains' temp dirs left in the sidecars' TMPDIR. A sidecar
-// removes a domain's dir after its reap; a SIGKILLed sidecar cannot, and nothing sweeps them yet
-// (a known gap of the Lance engine's integration, #12): they are findings with the count, and a
-// violation when no sidecar was killed.
+// leftoverTemp counts what is left in the sidecars' TMPDIR: a violation each. A sidecar keeps
+// its domains' temp dirs in its own steward-<pid>-<start> dir and removes it when it exits; a
+// SIGKILLed one cannot, but node.kill starts its successor on the same TMPDIR only after it has
+// exited, and that successor removes the dead one's dir at its start. By teardown every sidecar
+// has exited cleanly, so anything left is a leak (a kill whose successor never started is also
+// a sidecar-restart violation). Each domain dir inside a leftover sidecar dir counts, and the
+// sidecar dir itself when it is empty.
 func (r *run) leftoverTemp() {
-	left, err := os.ReadDir(r.sidecarTemp())
-	if err != nil && !os.IsNotExist(err) {
+	left, err := tempLeftovers(r.sidecarTemp())
+	if err != nil {
 		r.violate("leftovers", "", err.Error())
-		return
 	}
 	r.rep.LeftoverTemp = len(left)
-	if len(left) == 0 {
-		return
+	for _, p := range left {
+		r.violate("leftover-temp", "", p)
 	}
-	if r.rep.row(KindSidecarKill).Delivered > 0 {
-		r.finding("KNOWN GAP: %d worker temp dirs left in the sidecars' TMPDIR after %d sidecar SIGKILLs (a killed sidecar's domains are not swept)",
-			len(left), r.rep.row(KindSidecarKill).Delivered)
-		return
+}
+
+// tempLeftovers lists the entries of dir, each non-empty directory by its entries instead.
+func tempLeftovers(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
 	}
-	for _, e := range left {
-		r.violate("leftover-temp", "", filepath.Join(r.sidecarTemp(), e.Name()))
+	var out []string
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		var inner []os.DirEntry
+		if e.IsDir() {
+			inner, _ = os.ReadDir(p)
+		}
+		if len(inner) == 0 {
+			out = append(out, p)
+		}
+		for _, d := range inner {
+			out = append(out, filepath.Join(p, d.Name()))
+		}
 	}
+	return out, nil
 }
 
 func (r *run) violate(check, job, detail string) {

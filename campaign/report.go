@@ -34,8 +34,8 @@ type Report struct {
 	Sent, MaxSends            int
 	Assigned, MaxAssigned     int
 	SidecarLogs               int
-	// LeftoverProcesses and LeftoverCgroups after teardown; LeftoverTemp worker temp dirs left
-	// in the sidecars' TMPDIR (Lance campaigns).
+	// LeftoverProcesses and LeftoverCgroups after teardown; LeftoverTemp worker temp dirs (or
+	// other entries) left in the sidecars' TMPDIR (Lance campaigns), each a violation.
 	LeftoverProcesses, LeftoverCgroups, LeftoverTemp int
 	// Engine is the engine the mutations ran on.
 	Engine string

@@ -61,8 +61,9 @@ func (r *run) sidecarArgs() []string {
 		"--s3-credentials-file", r.credsFile, "--allow-store", r.storeName)
 }
 
-// sidecarTemp is the sidecars' TMPDIR on Lance, where each worker domain gets its private temp
-// dir (removed after its reap); teardown counts what is left there.
+// sidecarTemp is the sidecars' TMPDIR on Lance: each sidecar keeps its worker domains' private
+// temp dirs (removed after their reap) in its own steward-<pid>-<start> dir there, and a
+// successor sweeps a SIGKILLed one's; teardown counts what is left (leftoverTemp).
 func (r *run) sidecarTemp() string { return filepath.Join(r.dir, "sidecar-tmp") }
 
 // launch starts one sidecar over stdio. The sidecar's own S3 credentials (index.resolve,
