@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 )
@@ -86,6 +87,9 @@ func TestTempDirsOfKilledSidecarSwept(t *testing.T) {
 	}
 	sigkill(t, victim.c)
 	victim.c.Close()
+	// Its workers die with it (PDEATHSIG) and are reaped by init in its own time: until then they
+	// still show in their deleted cgroups, where the cleanup's leftover check would count them.
+	waitFor(t, func() bool { return len(testsidecar.ProcessesIn(victim.parent)) == 0 })
 	if len(entries(t, victimDir)) == 0 {
 		t.Fatalf("the SIGKILLed sidecar's %s is empty: nothing for its successor to sweep", victimDir)
 	}
@@ -108,6 +112,7 @@ func TestTempDirsOfKilledSidecarSwept(t *testing.T) {
 		}
 	}
 	successorDir := ownerTempDir(t, tmp, victim.c.Pid())
+	waitFor(t, func() bool { return len(entries(t, successorDir)) == 1 }) // its spare's
 	if fi, err := os.Lstat(successorDir); err != nil || fi.Mode().Perm() != 0o711 || !fi.IsDir() {
 		t.Fatalf("successor's temp dir %s: %v %v, want a directory of mode 0711", successorDir, fi, err)
 	}
