@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/cba1309c/steward/internal/testenv"
@@ -87,9 +88,6 @@ func TestTempDirsOfKilledSidecarSwept(t *testing.T) {
 	}
 	sigkill(t, victim.c)
 	victim.c.Close()
-	// Its workers die with it (PDEATHSIG) and are reaped by init in its own time: until then they
-	// still show in their deleted cgroups, where the cleanup's leftover check would count them.
-	waitFor(t, func() bool { return len(testsidecar.ProcessesIn(victim.parent)) == 0 })
 	if len(entries(t, victimDir)) == 0 {
 		t.Fatalf("the SIGKILLed sidecar's %s is empty: nothing for its successor to sweep", victimDir)
 	}
@@ -113,6 +111,18 @@ func TestTempDirsOfKilledSidecarSwept(t *testing.T) {
 	}
 	successorDir := ownerTempDir(t, tmp, victim.c.Pid())
 	waitFor(t, func() bool { return len(entries(t, successorDir)) == 1 }) // its spare's
+	// The successor killed what was left of the victim's domains (isolation's leftovers); init
+	// reaps them in its own time, and until then they still show in their deleted cgroups, where
+	// the cleanup's leftover check would count them.
+	successor, _ := isolation.OwnerName(victim.c.Pid())
+	waitFor(t, func() bool {
+		for _, pid := range testsidecar.ProcessesIn(victim.parent) {
+			if b, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup")); err == nil && !strings.Contains(string(b), "/"+successor+"/") {
+				return false
+			}
+		}
+		return true
+	})
 	if fi, err := os.Lstat(successorDir); err != nil || fi.Mode().Perm() != 0o711 || !fi.IsDir() {
 		t.Fatalf("successor's temp dir %s: %v %v, want a directory of mode 0711", successorDir, fi, err)
 	}
