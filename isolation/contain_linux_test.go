@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,9 +45,7 @@ func init() {
 // kernel drops its own kill(2); KillSelf still ends it by SIGKILL, before and after Contain.
 func TestKillSelfInItsOwnPIDNamespace(t *testing.T) {
 	needCgroups(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to map the guest uid") // TestContainedWorker fails under STEWARD_REQUIRE_REAL
-	}
+	testenv.NeedRoot(t) // the tests expect the default guest 65534, which only root may map
 	s := newSupervisor(t, ModeAuto, func(c *Config) { c.Containment = ContainRequire })
 	for _, contain := range []string{"0", "1"} {
 		var stderr strings.Builder
@@ -142,12 +141,7 @@ func errnoErr(e syscall.Errno) error {
 // capability, no_new_privs from birth.
 func TestContainedWorker(t *testing.T) {
 	needCgroups(t)
-	if os.Geteuid() != 0 {
-		if os.Getenv("STEWARD_REQUIRE_REAL") == "1" {
-			t.Fatal("STEWARD_REQUIRE_REAL=1: the contained worker test maps a guest uid and needs root")
-		}
-		t.Skip("needs root to map the guest uid")
-	}
+	testenv.NeedRoot(t) // the tests expect the default guest 65534, which only root may map
 	for _, mode := range realModes(t) {
 		t.Run(string(mode), func(t *testing.T) {
 			s := newSupervisor(t, mode, func(c *Config) { c.Containment = ContainRequire })
@@ -227,9 +221,7 @@ func TestContainedWorker(t *testing.T) {
 // nothing in it, so even loopback listeners of the host are out of reach.
 func TestContainedWithoutNetwork(t *testing.T) {
 	needCgroups(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to map the guest uid") // TestContainedWorker fails under STEWARD_REQUIRE_REAL
-	}
+	testenv.NeedRoot(t) // the tests expect the default guest 65534, which only root may map
 	s := newSupervisor(t, ModeAuto, func(c *Config) { c.Containment = ContainRequire })
 	l := listen(t)
 	_, port, _ := net.SplitHostPort(l.Addr().String())
