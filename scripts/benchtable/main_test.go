@@ -72,3 +72,49 @@ func TestMedianOfRounds(t *testing.T) {
 		t.Fatalf("%d rounds, rows %+v", n, rows)
 	}
 }
+
+// TestIssueGoals: the rows of issue #15 carry its goals — the sorted int64 build ≤ 1.5×, every
+// other build ≤ 2×, each build's peak heap against the 256 MiB budget, the no-op mutation
+// against the static fork+exec floor, the kill ladder ≤ 1.2× — and their verdicts follow.
+func TestIssueGoals(t *testing.T) {
+	in := `BenchmarkLaunchNoop/static-floor-2  200  2000000 ns/op
+BenchmarkLaunchNoop/raw-forkexec-2  200  4000000 ns/op
+BenchmarkLaunchNoop/isolated-hybrid-2  200  6000000 ns/op
+BenchmarkKillTree50/ladder-v1-2  30  11000000 ns/op
+BenchmarkKillTree50/bare-v1-2  30  10000000 ns/op
+BenchmarkMutateNoop/sidecar-noop-mutation-2  100  5000000 ns/op
+BenchmarkIndexBuild/local/btree-id-2  1  1 ns/op  1.0 read-s  1.6 build-s  1.6 build/read  120 peak-heap-MB
+BenchmarkIndexBuild/local/btree-name-2  1  1 ns/op  1.0 read-s  1.9 build-s  1.9 build/read  300 peak-heap-MB
+BenchmarkCleanupThroughput-2  1  5 ns/op  1000 raw-obj/s  930 ledger-obj/s  0.93 ratio
+`
+	rows := parse(bufio.NewScanner(strings.NewReader(in))).rows()
+	type want struct{ ratio, goal, verdict string }
+	wants := []struct {
+		headline, figure string
+		want
+	}{
+		{"isolation launch overhead", "isolated-hybrid", want{"1.50×", "≤ 1.25×", "MISS"}},
+		{"kill+reap of 50 processes", "ladder-v1", want{"1.10×", "≤ 1.2×", "ok"}},
+		{"no-op mutation vs static floor", "sidecar-noop-mutation", want{"2.50×", "≤ 2×", "MISS"}},
+		{"index build vs column read", "local/btree-id", want{"1.60×", "≤ 1.5×", "MISS"}},
+		{"index build vs column read", "local/btree-name", want{"1.90×", "≤ 2×", "ok"}},
+		{"index build peak heap", "local/btree-id", want{"0.47×", "≤ 1×", "ok"}},
+		{"index build peak heap", "local/btree-name", want{"1.17×", "≤ 1×", "MISS"}},
+		{"cleanup throughput", "via ledger", want{"0.93×", "≥ 0.95×", "MISS"}},
+	}
+	for _, w := range wants {
+		found := false
+		for _, r := range rows {
+			if r.headline != w.headline || !strings.Contains(r.figure, w.figure) {
+				continue
+			}
+			found = true
+			if got := (want{r.ratio, r.goal, verdict(r.ratio, r.goal)}); got != w.want {
+				t.Errorf("%s %s: %+v, want %+v", w.headline, w.figure, got, w.want)
+			}
+		}
+		if !found {
+			t.Errorf("no row %q for %s in %+v", w.headline, w.figure, rows)
+		}
+	}
+}
