@@ -10,6 +10,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,6 +177,15 @@ func peakHeap() (stop func() uint64) {
 	}
 }
 
+// processCPU is the user+sys time this process has used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // indexBytes is the size of the segments of the named index at the latest version.
 func indexBytes(b *testing.B, s storage.Store, name string) int64 {
 	d, err := dataset.Open(context.Background(), s, "bench", 0)
@@ -213,7 +223,7 @@ func BenchmarkIndexBuild(b *testing.B) {
 			b.Run(kind+"/"+tc.name, func(b *testing.B) {
 				s := benchStore(b, kind)
 				ctx := context.Background()
-				var readDur, buildDur time.Duration
+				var readDur, buildDur, readCPU, buildCPU time.Duration
 				var peak uint64
 				var segBytes int64
 				b.ResetTimer()
@@ -222,17 +232,19 @@ func BenchmarkIndexBuild(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					start := time.Now()
+					start, cpu := time.Now(), processCPU()
 					if _, err := d.Scan(ctx, dataset.Eq(tc.column, tc.probe)); err != nil {
 						b.Fatal(err)
 					}
 					readDur += time.Since(start)
+					readCPU += processCPU() - cpu
 					stop := peakHeap()
-					start = time.Now()
+					start, cpu = time.Now(), processCPU()
 					_, err = d.Mutate(ctx, dataset.MutateSpec{
 						Op: dataset.MutateReplace, Name: "bench_" + tc.name, Columns: []string{tc.column}, Type: tc.typ,
 					}, dataset.MutateOptions{InvocationID: "bench"})
 					buildDur += time.Since(start)
+					buildCPU += processCPU() - cpu
 					if p := stop(); p > peak {
 						peak = p
 					}
@@ -247,6 +259,9 @@ func BenchmarkIndexBuild(b *testing.B) {
 				b.ReportMetric(buildDur.Seconds()/n, "build-s")
 				b.ReportMetric(buildDur.Seconds()/readDur.Seconds(), "build/read")
 				b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+				// CPU time (user+sys of the process, GC included) moves far less with
+				// machine load than wall time does.
+				b.ReportMetric(buildCPU.Seconds()/readCPU.Seconds(), "build/read-cpu")
 			})
 		}
 	}
