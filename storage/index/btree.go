@@ -27,6 +27,7 @@ type BTreeWriter[K Key] struct {
 	perPage  int
 	keys     []K
 	ids      []uint64
+	strs     []byte // addEntries' copy of the page's string keys: a builder reuses its buffers
 	page     []byte
 	lookup   []byte
 	pages    uint32
@@ -93,7 +94,7 @@ func (bw *BTreeWriter[K]) flush() error {
 	bw.lookup = appendKey(bw.lookup, bw.keys[len(bw.keys)-1])
 	bw.pages++
 	bw.entries += uint64(len(bw.keys))
-	bw.keys, bw.ids = bw.keys[:0], bw.ids[:0]
+	bw.keys, bw.ids, bw.strs = bw.keys[:0], bw.ids[:0], bw.strs[:0]
 	return nil
 }
 
@@ -111,8 +112,12 @@ func addEntries[K Key](bw *BTreeWriter[K], es []entry) error {
 				*ks = append(*ks, decodeFloat(e.k))
 			}
 		case *[]string:
+			// e.s points into a merge buffer that is refilled once es is consumed: the page
+			// keeps its own copy. A grown strs leaves the keys before it in the old array.
 			for _, e := range es[:n] {
-				*ks = append(*ks, e.s)
+				at := len(bw.strs)
+				bw.strs = append(bw.strs, e.s...)
+				*ks = append(*ks, arenaString(bw.strs[at:]))
 			}
 		}
 		for _, e := range es[:n] {

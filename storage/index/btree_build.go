@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync/atomic"
 )
 
 // DefaultMemoryBudget bounds the memory of a BTREE build when BuildOptions.MemoryBudget is 0.
@@ -21,8 +22,9 @@ const DefaultRunEntries = 1 << 20
 // goroutine while the caller decodes and adds the next one, so input and sorting share two
 // cores. Numbers (as order-preserving uint64 encodings) are split into key-range buckets,
 // one pass per run, and Finish radix-sorts one bucket of all runs at a time, in cache (see
-// bucket.go); strings are radix-sorted per run on 8-byte prefixes, then by comparison within
-// equal prefixes, packed in order, and merged at Finish. Input already in order (an id
+// bucket.go); strings are moved into key ranges of their leading bytes, each range is sorted
+// in cache, and the run is packed front-coded (see memRun.sortStrings), to be merged at Finish
+// while pages are encoded and written on a second goroutine. Input already in order (an id
 // column) is recognised in O(n) and not sorted. Runs stay in memory while they fit
 // MemoryBudget; past it, the runs held are sorted into one spill file in TempDir, and
 // Finish merges spill files with what is in memory. The segment is written as it is merged.
@@ -173,6 +175,7 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 		b.ascending = false
 	}
 	b.lastID = r.lastID
+	filling := r.bytes() // what the run being filled meanwhile grows to, about
 	switch {
 	case b.str:
 		arena := fillArena{data: r.data[:0], offs: r.offs[:1]}
@@ -190,9 +193,9 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	b.runs = append(b.runs, r)
 	b.held += r.bytes()
 	b.stats.Runs++
-	scratch := int64(8*cap(b.scratch.a) + 8*cap(b.scratch.b) + 4*cap(b.scratch.o) + cap(b.recycled.data) + 4*cap(b.recycled.offs))
-	b.stats.PeakBytes = max(b.stats.PeakBytes, b.held+r.bytes()+scratch)
-	if b.held+r.bytes()+scratch <= b.opts.MemoryBudget {
+	scratch := b.scratch.bytes() + int64(cap(b.recycled.data)+4*cap(b.recycled.offs))
+	b.stats.PeakBytes = max(b.stats.PeakBytes, b.held+filling+scratch)
+	if b.held+filling+scratch <= b.opts.MemoryBudget {
 		return nil
 	}
 	return b.spillRuns()
@@ -275,15 +278,79 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 		srcs = append(srcs, &fileSource{r: bufio.NewReaderSize(f, 256<<10), str: b.str})
 	}
 	var n uint64
-	err = merge(srcs, bw.perPage, func(es []entry) error {
+	emit, wait := pipeline(func(es []entry) error {
 		n += uint64(len(es))
 		return addEntries(bw, es)
 	})
+	err = merge(srcs, bw.perPage, emit)
+	if err := wait(); err != nil {
+		return 0, err
+	}
 	if err != nil {
 		return 0, err
 	}
 	b.runs, b.held = nil, 0
 	return n, bw.Close()
+}
+
+// pipeline runs consume on a goroutine of its own, so that a build merges on one core while
+// pages are encoded and written on another. emit copies each batch (string keys included:
+// a merge reuses its buffers) into one of two batches in flight; once consume fails, emit
+// returns its error. wait must be called: it stops the goroutine and returns consume's error.
+func pipeline(consume func([]entry) error) (emit func([]entry) error, wait func() error) {
+	type batch struct {
+		es   []entry
+		strs []byte
+	}
+	free, full := make(chan *batch, 2), make(chan *batch, 2)
+	free <- &batch{}
+	free <- &batch{}
+	var failed atomic.Pointer[error]
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for bt := range full {
+			if failed.Load() == nil {
+				if err := consume(bt.es); err != nil {
+					failed.Store(&err)
+				}
+			}
+			free <- bt
+		}
+	}()
+	emit = func(es []entry) error {
+		if err := failed.Load(); err != nil {
+			return *err
+		}
+		bt := <-free
+		size := 0
+		for i := range es {
+			size += len(es[i].s)
+		}
+		if cap(bt.strs) < size {
+			bt.strs = make([]byte, 0, size+size/4)
+		}
+		bt.strs = bt.strs[:0]
+		bt.es = append(bt.es[:0], es...)
+		for i := range bt.es {
+			if e := &bt.es[i]; e.s != "" {
+				at := len(bt.strs)
+				bt.strs = append(bt.strs, e.s...)
+				e.s = arenaString(bt.strs[at:])
+			}
+		}
+		full <- bt
+		return nil
+	}
+	wait = func() error {
+		close(full)
+		<-done
+		if err := failed.Load(); err != nil {
+			return *err
+		}
+		return nil
+	}
+	return emit, wait
 }
 
 // Close removes spill files and drops everything held. Safe to call more than once.

@@ -13,26 +13,18 @@ type source interface {
 	fill(dst []entry) ([]entry, error)
 }
 
-// runSource yields a sorted, packed string run.
-type runSource struct {
-	r        *memRun
-	pos, off int
-}
-
-func (s *runSource) fill(dst []entry) ([]entry, error) {
-	dst, s.off = s.r.fillStrings(s.pos, s.off, dst)
-	s.pos += len(dst)
-	return dst, nil
-}
-
 // Spill files hold entries as key (numeric: u64; string: uvarint length + bytes) | row id u64.
+// String keys are decoded into blk, which the next fill overwrites (see merge).
 type fileSource struct {
-	r   *bufio.Reader
-	str bool
+	r    *bufio.Reader
+	str  bool
+	blk  []byte
+	ends []int
 }
 
 func (s *fileSource) fill(dst []entry) ([]entry, error) {
 	dst = dst[:0]
+	s.blk, s.ends = s.blk[:0], s.ends[:0]
 	var b [8]byte
 	for len(dst) < cap(dst) {
 		var e entry
@@ -40,18 +32,20 @@ func (s *fileSource) fill(dst []entry) ([]entry, error) {
 		if s.str {
 			var l uint64
 			if l, err = binary.ReadUvarint(s.r); err == nil {
-				buf := make([]byte, l)
-				if _, err = io.ReadFull(s.r, buf); err == nil {
-					e.s = string(buf)
-					e.k = stringPrefix(e.s)
+				if l > maxSpanLen {
+					return nil, fmt.Errorf("index: spilled run holds a %d-byte key", l)
 				}
+				at := len(s.blk)
+				s.blk = append(s.blk, make([]byte, l)...)
+				_, err = io.ReadFull(s.r, s.blk[at:])
+				s.ends = append(s.ends, len(s.blk))
 			}
 		} else {
 			_, err = io.ReadFull(s.r, b[:])
 			e.k = binary.LittleEndian.Uint64(b[:])
 		}
 		if err == io.EOF {
-			return dst, nil
+			break
 		}
 		if err == nil {
 			_, err = io.ReadFull(s.r, b[:])
@@ -61,6 +55,14 @@ func (s *fileSource) fill(dst []entry) ([]entry, error) {
 		}
 		e.id = binary.LittleEndian.Uint64(b[:])
 		dst = append(dst, e)
+	}
+	if s.str { // views are taken once blk stopped growing
+		start := 0
+		for j := range dst {
+			dst[j].s = arenaString(s.blk[start:s.ends[j]])
+			dst[j].k = stringPrefix(dst[j].s)
+			start = s.ends[j]
+		}
 	}
 	return dst, nil
 }
@@ -89,27 +91,41 @@ type cursor struct {
 
 func (c *cursor) head() *entry { return &c.buf[c.pos] }
 
-// advance moves past the head; false when the source is exhausted.
-func (c *cursor) advance() (bool, error) {
-	c.pos++
-	if c.pos < len(c.buf) {
-		return true, nil
-	}
-	var err error
-	c.buf, err = c.src.fill(c.buf[:0])
-	c.pos = 0
-	return len(c.buf) > 0, err
-}
-
-// merge streams the union of sorted sources to emit in batches of at most batch entries (a
-// full batch except the last). The cursor at the top of the heap keeps emitting while its
-// head stays below the runner-up, so ordered or clustered inputs cost one compare per entry.
+// merge streams the union of sorted sources to emit in batches of at most batch entries. The
+// cursor at the top of the heap keeps emitting while its head stays below the runner-up, so
+// ordered or clustered inputs cost one compare per entry.
+//
+// A source may decode string keys into a buffer it reuses on its next fill: the entries
+// gathered so far are emitted before any cursor is refilled, and emit must copy what it keeps.
 func merge(srcs []source, batch int, emit func([]entry) error) error {
+	out := make([]entry, 0, batch)
+	flush := func() error {
+		if len(out) == 0 {
+			return nil
+		}
+		err := emit(out)
+		out = out[:0]
+		return err
+	}
+	// advance moves c past its head; false when its source is exhausted.
+	advance := func(c *cursor) (bool, error) {
+		c.pos++
+		if c.pos < len(c.buf) {
+			return true, nil
+		}
+		if err := flush(); err != nil {
+			return false, err
+		}
+		var err error
+		c.buf, err = c.src.fill(c.buf[:0])
+		c.pos = 0
+		return len(c.buf) > 0, err
+	}
 	var h []*cursor
 	for _, s := range srcs {
 		c := &cursor{src: s, buf: make([]entry, 0, mergeBlock)}
 		c.pos = -1
-		ok, err := c.advance()
+		ok, err := advance(c)
 		if err != nil {
 			return err
 		}
@@ -137,7 +153,6 @@ func merge(srcs []source, batch int, emit func([]entry) error) error {
 	for i := len(h)/2 - 1; i >= 0; i-- {
 		down(i)
 	}
-	out := make([]entry, 0, batch)
 	for len(h) > 0 {
 		c := h[0]
 		var bound *entry
@@ -152,13 +167,12 @@ func merge(srcs []source, batch int, emit func([]entry) error) error {
 				n := copy(out[len(out):cap(out)], c.buf[c.pos:])
 				out, c.pos = out[:len(out)+n], c.pos+n-1
 				if len(out) == batch {
-					if err := emit(out); err != nil {
+					if err := flush(); err != nil {
 						return err
 					}
-					out = out[:0]
 				}
 				var err error
-				if ok, err = c.advance(); err != nil {
+				if ok, err = advance(c); err != nil {
 					return err
 				}
 			}
@@ -171,12 +185,11 @@ func merge(srcs []source, batch int, emit func([]entry) error) error {
 			}
 			out = append(out, *e)
 			if len(out) == batch {
-				if err := emit(out); err != nil {
+				if err := flush(); err != nil {
 					return err
 				}
-				out = out[:0]
 			}
-			ok, err := c.advance()
+			ok, err := advance(c)
 			if err != nil {
 				return err
 			}
@@ -188,10 +201,7 @@ func merge(srcs []source, batch int, emit func([]entry) error) error {
 		}
 		down(0)
 	}
-	if len(out) > 0 {
-		return emit(out)
-	}
-	return nil
+	return flush()
 }
 
 // errClosed: the builder was used after Close.

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"slices"
@@ -22,8 +23,9 @@ type memRun struct {
 	keys []uint64 // numeric keys; sorted once the run is sealed
 	data []byte   // string keys, concatenated, while the run fills
 	offs []uint32 // string entry i is data[offs[i]:offs[i+1]], while the run fills
-	// packed holds a sealed run's strings in sorted order, each as uvarint length + bytes:
-	// the merge then reads them sequentially instead of chasing order into data.
+	// packed holds a sealed run's strings in sorted order, front-coded with their entry
+	// numbers (see packer): the merge reads them sequentially, and a run of sorted keys
+	// takes less than its arena did.
 	packed []byte
 
 	// order maps position to entry once keys were reordered; nil when they were not.
@@ -130,91 +132,302 @@ func (r *memRun) str(i uint32) string { return arenaString(r.data[r.offs[i]:r.of
 type sortScratch struct {
 	a, b []uint64
 	o    []uint32
+	// A string run's sort: its bytes in range order (or its encoding, when it was in order),
+	// each entry's offset there, and one range's prefixes and entries.
+	p, p2  []byte
+	q      []uint32
+	lo, hi rangeScratch
 }
 
-func (sc *sortScratch) grow(n int) {
-	if cap(sc.o) < n {
-		sc.a, sc.b, sc.o = make([]uint64, n), make([]uint64, n), make([]uint32, n)
+func (sc *sortScratch) grow32(s *[]uint32, n int) {
+	if cap(*s) < n {
+		*s = make([]uint32, n)
 	}
 }
 
-func iota32(n int) []uint32 {
-	o := make([]uint32, n)
-	for i := range o {
-		o[i] = uint32(i)
-	}
-	return o
+// bytes is the scratch's memory.
+func (sc *sortScratch) bytes() int64 {
+	return int64(8*(cap(sc.a)+cap(sc.b))+4*(cap(sc.o)+cap(sc.q))+cap(sc.p)+cap(sc.p2)) + sc.lo.bytes() + sc.hi.bytes()
 }
 
-// sortStrings orders the run: O(n) when it already is, else a radix sort on 8-byte prefixes
-// followed by a comparison sort of each group of equal prefixes.
+// sortStrings orders the run and packs it (see pack). A run in order is packed as it is.
+// Otherwise the strings are first moved into key ranges of their 8-byte prefix (reading the
+// arena in order, one write stream per range), then each range, small enough to stay in
+// cache, is sorted and packed: sorting a million keys in place would chase each of them
+// through a 16 MB arena, once to compare and once to pack.
 func (r *memRun) sortStrings(sc *sortScratch) {
 	sorted := true
 	for i := 1; i < r.n && sorted; i++ {
 		c := strings.Compare(r.str(uint32(i-1)), r.str(uint32(i)))
 		sorted = c < 0 || (c == 0 && r.idsAscending)
 	}
-	if !sorted {
-		r.sortStringOrder(sc)
-	}
-	r.pack()
-}
-
-// pack rewrites the strings in sorted order and drops the fill-time arena and offsets.
-func (r *memRun) pack() {
-	p := make([]byte, 0, len(r.data)+r.n*binary.MaxVarintLen32)
-	for pos := range r.n {
-		i := uint32(pos)
-		if r.order != nil {
-			i = r.order[pos]
+	if sorted {
+		pk := packer{p: sc.p[:0]}
+		for i := range uint32(r.n) {
+			pk.add(r.data[r.offs[i]:r.offs[i+1]], i)
 		}
-		s := r.data[r.offs[i]:r.offs[i+1]]
-		p = binary.AppendUvarint(p, uint64(len(s)))
-		p = append(p, s...)
+		sc.p = pk.p
+		r.packed = bytes.Clone(pk.p)
+		r.data, r.offs, r.order = nil, nil, nil
+		return
 	}
-	r.packed = slices.Clip(p)
-	r.data, r.offs = nil, nil
+	r.sortByRange(sc)
 }
 
-func (r *memRun) sortStringOrder(sc *sortScratch) {
-	sc.grow(r.n)
-	pfx := sc.a[:r.n]
-	for i := range pfx {
-		pfx[i] = stringPrefix(r.str(uint32(i)))
+// sortByRange is sortStrings for a run out of order. The ranges are sorted and packed in two
+// halves at once: the goroutine that reads the column mostly waits for the sort.
+func (r *memRun) sortByRange(sc *sortScratch) {
+	n := uint32(r.n)
+	f := newStringRanges(r)
+	// first[j]: the first entry of range j; at[j]: where its bytes start.
+	var first, at [stringRangeCount + 1]uint32
+	for i := range n {
+		j := f.of(r.data[r.offs[i]:r.offs[i+1]])
+		first[j+1]++
+		at[j+1] += r.offs[i+1] - r.offs[i]
 	}
-	r.order = iota32(r.n)
-	radixSort(pfx, r.order, sc.b, sc.o)
+	for j := 1; j <= stringRangeCount; j++ {
+		first[j] += first[j-1]
+		at[j] += at[j-1]
+	}
+	sc.grow32(&sc.o, r.n)
+	sc.grow32(&sc.q, r.n)
+	if cap(sc.p) < len(r.data) {
+		sc.p = make([]byte, len(r.data))
+	}
+	m := movedRun{r: r, bytes: sc.p[:len(r.data)], num: sc.o[:n], off: sc.q[:n]}
+	next, end := first, at
+	for i := range n {
+		s := r.data[r.offs[i]:r.offs[i+1]]
+		j := f.of(s)
+		e := next[j]
+		next[j]++
+		m.num[e], m.off[e] = i, end[j]
+		end[j] += uint32(copy(m.bytes[end[j]:], s))
+	}
+	// Split the ranges where half the entries are behind.
+	split := 0
+	for split < stringRangeCount && first[split+1] <= n/2 {
+		split++
+	}
+	// The arena's bytes are all moved: the first half is encoded into the arena, the second
+	// into scratch, and both are copied out together.
+	done := make(chan []byte, 1)
+	go func() { done <- m.pack(&sc.hi, first[split:], sc.p2[:0]) }()
+	lo := m.pack(&sc.lo, first[:split+1], r.data[:0])
+	hi := <-done
+	sc.p2 = hi
+	r.packed = append(append(make([]byte, 0, len(lo)+len(hi)), lo...), hi...)
+	r.data, r.offs, r.order = nil, nil, nil
+}
+
+// movedRun is a string run's entries laid out by range, one after the other: entry e (its
+// number in the run: num[e]) is bytes[off[e]:off[e+1]].
+type movedRun struct {
+	r        *memRun
+	bytes    []byte
+	num, off []uint32
+}
+
+func (m *movedRun) span(e uint32) []byte {
+	hi := uint32(len(m.bytes))
+	if int(e)+1 < len(m.off) {
+		hi = m.off[e+1]
+	}
+	return m.bytes[m.off[e]:hi]
+}
+
+func (m *movedRun) str(e uint32) string { return arenaString(m.span(e)) }
+
+// pack sorts the ranges starting at bounds[0], bounds[1], ... (up to the last bound) and
+// appends them, front-coded, to p.
+func (m *movedRun) pack(sc *rangeScratch, bounds []uint32, p []byte) []byte {
+	pk := packer{p: p}
+	for j := 0; j+1 < len(bounds); j++ {
+		if bounds[j] == bounds[j+1] {
+			continue
+		}
+		for _, e := range m.sortRange(sc, bounds[j], bounds[j+1]) {
+			pk.add(m.span(e), m.num[e])
+		}
+	}
+	return pk.p
+}
+
+// rangeScratch is one range sort's scratch.
+type rangeScratch struct {
+	keys, tk []uint64
+	es, te   []uint32
+}
+
+func (sc *rangeScratch) bytes() int64 { return int64(16*cap(sc.keys) + 8*cap(sc.es)) }
+
+// sortRange returns entries lo..hi-1 (one range) sorted by (key, row id): a radix sort on the
+// 8-byte prefix, then a comparison sort where prefixes tie.
+func (m *movedRun) sortRange(sc *rangeScratch, lo, hi uint32) []uint32 {
+	n := int(hi - lo)
+	if cap(sc.keys) < n {
+		sc.keys, sc.tk = make([]uint64, n), make([]uint64, n)
+		sc.es, sc.te = make([]uint32, n), make([]uint32, n)
+	}
+	keys, es := sc.keys[:n], sc.es[:n]
+	for x := range n {
+		e := lo + uint32(x)
+		keys[x], es[x] = stringPrefix(m.str(e)), e
+	}
+	radixSort(keys, es, sc.tk[:n], sc.te[:n])
 	byStringThenID := func(a, b uint32) int {
-		if c := strings.Compare(r.str(a), r.str(b)); c != 0 {
+		if c := strings.Compare(m.str(a), m.str(b)); c != 0 {
 			return c
 		}
-		return cmp.Compare(r.id(a), r.id(b))
+		return cmp.Compare(m.r.id(m.num[a]), m.r.id(m.num[b]))
 	}
-	for i := 0; i < r.n; {
-		j := i + 1
-		for j < r.n && pfx[j] == pfx[i] {
-			j++
+	for x := 0; x < n; {
+		y := x + 1
+		for y < n && keys[y] == keys[x] {
+			y++
 		}
-		if j-i > 1 {
-			slices.SortFunc(r.order[i:j], byStringThenID)
+		if y-x > 1 {
+			slices.SortFunc(es[x:y], byStringThenID)
 		}
-		i = j
+		x = y
 	}
+	return es
 }
 
-// fillStrings copies sorted entries of a packed string run starting at position pos (at
-// byte offset off) into dst[:0], up to cap(dst).
-func (r *memRun) fillStrings(pos, off int, dst []entry) ([]entry, int) {
-	dst = dst[:0]
-	for p := pos; p < min(r.n, pos+cap(dst)); p++ {
-		i := uint32(p)
-		if r.order != nil {
-			i = r.order[p]
+// stringRangeCount bounds the ranges a string run is split into: few enough that the scatter
+// into them keeps its write streams in cache and TLB, enough that a range of a million-entry
+// run (~4K entries) sorts in cache.
+const stringRangeCount = 256
+
+// stringRanges maps a string to one of at most stringRangeCount ranges, in key order, by its
+// leading bytes. A linear cut of the 8-byte prefix would leave most ranges empty for text
+// (hex digits use 16 byte values of 256): each of the first bytes is replaced by its rank
+// among the values a sample of the run holds there, and the ranks are read as one
+// mixed-radix number. Ranks never decrease with the byte, so neither does the range; bytes
+// the sample did not hold share a neighbour's rank.
+type stringRanges struct {
+	rank  [8][256]uint16
+	radix [8]uint32
+	depth int
+}
+
+func newStringRanges(r *memRun) *stringRanges {
+	var seen [8][256]bool
+	step := max(1, r.n/(1<<14))
+	for i := 0; i < r.n; i += step {
+		s := r.data[r.offs[i]:r.offs[i+1]]
+		for d := range 8 {
+			var v byte
+			if d < len(s) {
+				v = s[d]
+			}
+			seen[d][v] = true
 		}
-		l, m := binary.Uvarint(r.packed[off:])
-		s := arenaString(r.packed[off+m : off+m+int(l)])
-		off += m + int(l)
-		dst = append(dst, entry{k: stringPrefix(s), s: s, id: r.id(i)})
 	}
-	return dst, off
+	f := &stringRanges{}
+	ranges := uint32(1)
+	for d := range 8 {
+		n := uint32(0)
+		for v := range 256 {
+			if seen[d][v] {
+				n++
+			}
+			f.rank[d][v] = uint16(max(n, 1) - 1)
+		}
+		if ranges*n > stringRangeCount {
+			break
+		}
+		ranges *= n
+		f.radix[d], f.depth = n, d+1
+	}
+	return f
+}
+
+func (f *stringRanges) of(s []byte) int {
+	j := uint32(0)
+	for d := range f.depth {
+		var v byte
+		if d < len(s) {
+			v = s[d]
+		}
+		j = j*f.radix[d] + uint32(f.rank[d][v])
+	}
+	return int(j)
+}
+
+// packer front-codes sorted strings: entry = uvarint shared | uvarint suffix length | suffix |
+// uvarint i, where shared is the length of the prefix in common with the entry before and i
+// the entry's number in the run (its row id is r.id(i)). Sorted keys share their leading
+// bytes, so a run of a million random 16-byte keys packs into about 15 bytes an entry, row id
+// included. prev must stay valid until the next add.
+type packer struct {
+	p, prev []byte
+}
+
+func (pk *packer) add(s []byte, i uint32) {
+	shared := commonPrefix(pk.prev, s)
+	pk.p = binary.AppendUvarint(pk.p, uint64(shared))
+	pk.p = binary.AppendUvarint(pk.p, uint64(len(s)-shared))
+	pk.p = append(pk.p, s[shared:]...)
+	pk.p = binary.AppendUvarint(pk.p, uint64(i))
+	pk.prev = s
+}
+
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i+8 <= n && binary.LittleEndian.Uint64(a[i:]) == binary.LittleEndian.Uint64(b[i:]) {
+		i += 8
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// runSource yields a sorted, packed string run. Its keys are decoded into blk, which the
+// next fill overwrites (see merge).
+type runSource struct {
+	r    *memRun
+	pos  int    // entries decoded so far
+	off  int    // their end in r.packed
+	last []byte // the last key decoded: the next one's shared prefix comes from it
+	blk  []byte
+	ends []uint32
+}
+
+func (s *runSource) fill(dst []entry) ([]entry, error) {
+	r, p := s.r, s.r.packed
+	n := min(r.n-s.pos, cap(dst))
+	blk := append(s.blk[:0], s.last...) // the previous block is overwritten: keep its last key
+	prev, off := 0, s.off
+	ends := s.ends[:0]
+	dst = dst[:0]
+	for range n {
+		shared, m := binary.Uvarint(p[off:])
+		off += m
+		l, m := binary.Uvarint(p[off:])
+		off += m
+		at := len(blk)
+		blk = append(blk, blk[prev:prev+int(shared)]...)
+		blk = append(blk, p[off:off+int(l)]...)
+		off += int(l)
+		i, m := binary.Uvarint(p[off:])
+		off += m
+		prev = at
+		ends = append(ends, uint32(len(blk)))
+		dst = append(dst, entry{id: r.id(uint32(i))})
+	}
+	// Views are taken once blk stopped growing.
+	start := uint32(len(s.last))
+	for j, end := range ends {
+		dst[j].s = arenaString(blk[start:end])
+		dst[j].k = stringPrefix(dst[j].s)
+		start = end
+	}
+	s.last = append(s.last[:0], blk[prev:]...)
+	s.blk, s.ends, s.off = blk, ends, off
+	s.pos += n
+	return dst, nil
 }
