@@ -54,7 +54,7 @@ type MutateOptions struct {
 	// runs to TempDir. Default: index.DefaultMemoryBudget (256 MiB).
 	MemoryBudget int64
 	// RunEntries is the number of pairs a BTREE build sorts as one run. Default:
-	// index.DefaultRunEntries.
+	// index.DefaultRunEntries (index.DefaultStringRunEntries for a string column).
 	RunEntries int
 }
 

@@ -16,6 +16,11 @@ const DefaultMemoryBudget = 256 << 20
 // DefaultRunEntries is the number of pairs sorted as one run when BuildOptions.RunEntries is 0.
 const DefaultRunEntries = 1 << 20
 
+// DefaultStringRunEntries is DefaultRunEntries for string keys: a string run holds its arena
+// twice while it sorts (and the next run fills a third), so smaller runs leave the budget to
+// the packed runs.
+const DefaultStringRunEntries = 1 << 19
+
 // BTreeBuilder turns an unsorted stream of keys into a BTREE segment in bounded memory.
 //
 // Keys are collected in runs of RunEntries pairs. Each full run is processed on a background
@@ -61,13 +66,17 @@ type BuildStats struct {
 
 // NewBTreeBuilder returns an empty builder.
 func NewBTreeBuilder[K Key](opts BuildOptions) *BTreeBuilder[K] {
+	str := KeyTypeOf[K]() == KeyString
 	if opts.RunEntries <= 0 {
 		opts.RunEntries = DefaultRunEntries
+		if str {
+			opts.RunEntries = DefaultStringRunEntries
+		}
 	}
 	if opts.MemoryBudget <= 0 {
 		opts.MemoryBudget = DefaultMemoryBudget
 	}
-	return &BTreeBuilder[K]{opts: opts, str: KeyTypeOf[K]() == KeyString, ascending: true}
+	return &BTreeBuilder[K]{opts: opts, str: str, ascending: true}
 }
 
 // Stats reports the build so far. Call it after Finish for the whole build.

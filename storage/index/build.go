@@ -18,7 +18,8 @@ type BuildOptions struct {
 	// DefaultMemoryBudget (256 MiB).
 	MemoryBudget int64
 	// RunEntries is how many (key, row id) pairs a BTREE build sorts as one run, on a
-	// background goroutine while the next run fills. Default: DefaultRunEntries (1<<20).
+	// background goroutine while the next run fills. Default: DefaultRunEntries (1<<20), or
+	// DefaultStringRunEntries (1<<19) for string keys.
 	RunEntries int
 	// TempDir holds spill files, removed by Close. Default: os.TempDir().
 	TempDir string

@@ -189,6 +189,10 @@ func merge(srcs []source, batch int, emit func([]entry) error) error {
 					return err
 				}
 			}
+			if c.pos+1 < len(c.buf) { // advance's common case, without a call
+				c.pos++
+				continue
+			}
 			ok, err := advance(c)
 			if err != nil {
 				return err
