@@ -274,7 +274,9 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	if err := b.wait(); err != nil {
 		return 0, err
 	}
-	b.scratch = sortScratch{}
+	// Nothing is sorted or filled again: the merge (and, on an object store, the upload
+	// behind it) can have the scratch and the fill arenas.
+	b.scratch, b.recycled, b.reuse, b.cur = sortScratch{}, fillArena{}, fillArena{}, nil
 	bw, err := NewBTreeWriter[K](w, b.opts.PageEntries)
 	if err != nil {
 		return 0, err
