@@ -157,6 +157,18 @@ func (r results) rows() []row {
 			put, _ := r.get("UploadPath/size="+size, "put-µs")
 			led, _ := r.get("UploadPath/size="+size, "ledger-µs")
 			out = append(out, row{"ledger on the upload path (" + size + ")", fmt.Sprintf("%.0f µs reserve+put+accept", led), fmt.Sprintf("%.0f µs put", put), fmt.Sprintf("%+.1f%%", v), "≤ +1%"})
+			// The physical share of it (issue #15 item 5): the same journal commit beside a plain
+			// put, without the guard that makes the put wait for it — what the shared disk costs.
+			if disk, ok := r.get("UploadPath/size="+size, "disk-µs"); ok && put > 0 {
+				out = append(out, row{"journal disk cost to a put (" + size + ")", fmt.Sprintf("%.0f µs added by an unguarded commit beside it", disk),
+					fmt.Sprintf("%.0f µs put", put), fmt.Sprintf("%+.1f%%", 100*disk/put), "—"})
+			}
+		}
+	}
+	if busy, ok := r.get("JournalCommit/disk=minio-writing", "commit-µs"); ok {
+		if idle, ok := r.get("JournalCommit/disk=idle", "commit-µs"); ok && idle > 0 {
+			out = append(out, row{"durable reservation, median", fmt.Sprintf("%.0f µs with MinIO writing", busy), fmt.Sprintf("%.0f µs disk idle", idle),
+				fmt.Sprintf("%.2f×", busy/idle), "—"})
 		}
 	}
 	out = append(out, r.lance(names)...)

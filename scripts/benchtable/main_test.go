@@ -86,6 +86,7 @@ BenchmarkMutateNoop/sidecar-noop-mutation-2  100  5000000 ns/op
 BenchmarkIndexBuild/local/btree-id-2  1  1 ns/op  1.0 read-s  1.6 build-s  1.6 build/read  120 peak-heap-MB
 BenchmarkIndexBuild/local/btree-name-2  1  1 ns/op  1.0 read-s  1.9 build-s  1.9 build/read  300 peak-heap-MB
 BenchmarkCleanupThroughput-2  1  5 ns/op  1000 raw-obj/s  930 ledger-obj/s  0.93 ratio
+BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  11000 ledger-µs  1000 added-µs  10.0 added%
 `
 	rows := parse(bufio.NewScanner(strings.NewReader(in))).rows()
 	type want struct{ ratio, goal, verdict string }
@@ -101,6 +102,8 @@ BenchmarkCleanupThroughput-2  1  5 ns/op  1000 raw-obj/s  930 ledger-obj/s  0.93
 		{"index build peak heap", "local/btree-id", want{"0.47×", "≤ 1×", "ok"}},
 		{"index build peak heap", "local/btree-name", want{"1.17×", "≤ 1×", "MISS"}},
 		{"cleanup throughput", "via ledger", want{"0.93×", "≥ 0.95×", "MISS"}},
+		{"ledger on the upload path (1MiB)", "reserve+put+accept", want{"+10.0%", "≤ +1%", "MISS"}},
+		{"journal disk cost to a put (1MiB)", "unguarded commit", want{"+9.0%", "—", ""}},
 	}
 	for _, w := range wants {
 		found := false
