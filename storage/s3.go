@@ -16,15 +16,20 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
-// s3PartSize bounds the memory minio-go buffers per upload of unknown size.
+// s3PartSize is minio-go's part size for the uploads it splits itself (known length, or
+// put-if-absent of unknown length).
 const s3PartSize = 16 << 20
 
 // S3Store keeps objects in one bucket of an S3-compatible server through minio-go.
 // PutIfAbsent sends If-None-Match: * (PutObjectOptions.SetMatchETagExcept("*")); the server
 // answers 412 to every writer but the first, which becomes ErrExists.
 type S3Store struct {
-	client *minio.Client
-	bucket string
+	client        *minio.Client
+	bucket        string
+	partSize      int // of a streamed upload (Put of unknown length)
+	partsInFlight int // part buffers of one streamed upload
+	// unsignedPayload: streamed parts go without SigV4 payload signing, with a CRC32C.
+	unsignedPayload bool
 }
 
 var _ Store = (*S3Store)(nil)
@@ -58,7 +63,16 @@ func NewS3Store(ctx context.Context, cfg StoreConfig) (*S3Store, error) {
 		// minio.New fails only on a malformed endpoint; its message carries no secret.
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	s := &S3Store{client: client, bucket: cfg.Bucket}
+	s := &S3Store{
+		client: client, bucket: cfg.Bucket, partSize: defaultPartSize, partsInFlight: defaultPartsInFlight,
+		unsignedPayload: cfg.UnsignedPayload,
+	}
+	if cfg.PartSize > 0 {
+		s.partSize = max(cfg.PartSize, minPartSize)
+	}
+	if cfg.PartsInFlight > 0 {
+		s.partsInFlight = cfg.PartsInFlight
+	}
 	if err := s.ensureBucket(ctx, region); err != nil {
 		return nil, err
 	}
@@ -117,7 +131,18 @@ func (s *S3Store) put(ctx context.Context, op, key string, r io.Reader, size int
 	}
 	opts.PartSize = s3PartSize
 	opts.ContentType = "application/octet-stream"
-	if _, err := s.client.PutObject(ctx, s.bucket, key, r, size, opts); err != nil {
+	var err error
+	if size < 0 && op == "put" {
+		// minio-go would drop put-if-absent's condition from a multipart upload's
+		// completion, so only a plain put is streamed here.
+		err = s.putStream(ctx, key, r, opts)
+	} else {
+		_, err = s.client.PutObject(ctx, s.bucket, key, r, size, opts)
+	}
+	switch {
+	case errors.Is(err, errTooManyParts):
+		return opErr(op, key, ErrRejected, err)
+	case err != nil:
 		return s3Err(op, key, err)
 	}
 	return nil

@@ -87,6 +87,19 @@ type StoreConfig struct {
 	MaxRetries int
 	// RequestTimeout bounds one S3 HTTP exchange from dial to response headers. Default: 30s.
 	RequestTimeout time.Duration
+	// PartSize is the part size, in bytes, of an S3 upload of unknown length (a streamed
+	// Put); raised to S3's 5 MiB floor. Default: 8 MiB.
+	PartSize int
+	// PartsInFlight bounds the parts of one streamed S3 upload held in memory (one filling,
+	// the rest on the wire): such an upload buffers at most PartSize*PartsInFlight bytes.
+	// Default: 3.
+	PartsInFlight int
+	// UnsignedPayload sends the body of a streamed S3 upload without SigV4 payload signing
+	// on plain http, which costs a SHA-256 of every byte on both ends (over https the body
+	// is never signed: TLS protects it). Each part then carries an x-amz-checksum-crc32c
+	// header that the server verifies: corruption is caught, but an attacker on the path
+	// could substitute a body with the same CRC. Default: false (signed).
+	UnsignedPayload bool
 }
 
 // String renders the configuration with the secret redacted.
