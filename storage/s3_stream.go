@@ -24,7 +24,7 @@ const (
 	minPartSize = 5 << 20
 	// defaultPartsInFlight bounds the part buffers of one streamed upload: one being
 	// filled by the writer while the others are on the wire.
-	defaultPartsInFlight = 3
+	defaultPartsInFlight = 2
 	// maxParts is S3's limit on the parts of one multipart upload.
 	maxParts = 10_000
 	// abortTimeout bounds the abort of a failed multipart upload, which runs even when the

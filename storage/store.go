@@ -92,7 +92,7 @@ type StoreConfig struct {
 	PartSize int
 	// PartsInFlight bounds the parts of one streamed S3 upload held in memory (one filling,
 	// the rest on the wire): such an upload buffers at most PartSize*PartsInFlight bytes.
-	// Default: 3.
+	// Default: 2 (16 MiB: what minio-go's synchronous stream path held in one part).
 	PartsInFlight int
 	// UnsignedPayload sends the body of a streamed S3 upload without SigV4 payload signing
 	// on plain http, which costs a SHA-256 of every byte on both ends (over https the body
