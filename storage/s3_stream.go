@@ -147,6 +147,9 @@ func (s *S3Store) readParts(ctx context.Context, r io.Reader, first []byte, free
 	allocated := 1
 	start(1, first)
 	for num := 2; ; num++ {
+		if err := ctx.Err(); err != nil {
+			return err // a part failed: stop consuming r
+		}
 		var buf []byte
 		if allocated < s.partsInFlight {
 			buf, allocated = make([]byte, s.partSize), allocated+1
