@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/containerd/cgroups/v3"
 )
 
 const v1Root = "/sys/fs/cgroup"
@@ -78,6 +80,65 @@ func (g *v1Group) attach(pid int) error {
 	}
 	return g.verify(pid)
 }
+
+// enterSelf moves the calling OS thread, alone, into every directory of the group, so that a
+// child it forks is born there, and returns leave, which moves the thread back to where it
+// was. It is for a thread locked to its goroutine, between which and leave nothing but the
+// fork runs. A thread moving itself (writing "0" to tasks) skips the global
+// cgroup_threadgroup_rwsem that moving another process by pid takes for writing: the RCU grace
+// period behind the 1–10 ms tail of an attach (BASELINES §2), paid while the child's runtime
+// starts its threads. On error the thread is where it was (or leave failed: see its error).
+func (g *v1Group) enterSelf() (leave func() error, err error) {
+	home, _, err := cgroups.ParseCgroupFileUnified("/proc/thread-self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	// The way back is opened first: the write permission is checked at open, and a thread that
+	// could not leave would stay listed in the domain it is about to create.
+	back := make([]*os.File, 0, len(g.controllers))
+	leave = func() error {
+		var errs []error
+		for _, f := range back {
+			if _, err := f.Write([]byte("0")); err != nil {
+				errs = append(errs, opErr("leave cgroup", "", f.Name(), ErrPlacement, err))
+			}
+			_ = f.Close()
+		}
+		back = nil
+		return errors.Join(errs...)
+	}
+	for _, c := range g.controllers {
+		p, ok := home[c]
+		if !ok {
+			_ = leave()
+			return nil, fmt.Errorf("isolation: thread has no %s cgroup", c)
+		}
+		f, err := os.OpenFile(filepath.Join(v1Root, c, p, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			_ = leave()
+			return nil, err
+		}
+		back = append(back, f)
+	}
+	for i, c := range g.controllers {
+		f := filepath.Join(g.dirs[c], "tasks")
+		if err := os.WriteFile(f, []byte("0"), 0); err != nil {
+			for _, b := range back[i:] { // not entered: nothing to undo there
+				_ = b.Close()
+			}
+			back = back[:i]
+			if lerr := leave(); lerr != nil {
+				return nil, fmt.Errorf("%w: %w (%w)", errThreadStuck, lerr, err)
+			}
+			return nil, opErr("enter cgroup", "", f, ErrPlacement, err)
+		}
+	}
+	return leave, nil
+}
+
+// errThreadStuck: a launcher thread could not leave a domain's v1 cgroups. It must not run
+// anything else: its goroutine ends locked, so the runtime ends the thread.
+var errThreadStuck = errors.New("isolation: launcher thread could not leave the domain's cgroups")
 
 func (g *v1Group) verify(pid int) error {
 	v1, _, err := readProcCgroup(pid)

@@ -86,10 +86,30 @@ func (c *domainCgroups) bornFD() (int, bool) {
 // a v1 fd), so the child must wait until it has been written into them.
 func (c *domainCgroups) needsBarrier() bool { return c.v1 != nil }
 
-// place puts pid into the v1 groups (if any) and verifies every membership in /proc/<pid>/cgroup.
-func (c *domainCgroups) place(pid int) error {
+// enterSelf moves the calling (locked) thread into the v1 groups, if any, so that the child it
+// forks next is born in them; leave moves it back. leave is nil when there is nothing to enter
+// or entering failed (the child is then attached after birth); err only when the thread could
+// not get back (errThreadStuck).
+func (c *domainCgroups) enterSelf() (leave func() error, err error) {
+	if c.v1 == nil {
+		return nil, nil
+	}
+	leave, err = c.v1.enterSelf()
+	if errors.Is(err, errThreadStuck) {
+		return nil, withMode(err, c.mode)
+	}
+	return leave, nil
+}
+
+// place puts pid into the v1 groups (if any; unless it was born in them) and verifies every
+// membership in /proc/<pid>/cgroup.
+func (c *domainCgroups) place(pid int, bornV1 bool) error {
 	if c.v1 != nil {
-		if err := c.v1.attach(pid); err != nil {
+		err := c.v1.verify(pid)
+		if !bornV1 {
+			err = c.v1.attach(pid)
+		}
+		if err != nil {
 			return withMode(err, c.mode)
 		}
 	}

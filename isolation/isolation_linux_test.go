@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/containerd/cgroups/v3"
 	"golang.org/x/sys/unix"
 )
 
@@ -540,4 +543,132 @@ func TestPdeathsigCheckNeverOnTheMainThread(t *testing.T) {
 			t.Fatalf("check %d: %v", i, err)
 		}
 	}
+}
+
+// TestWorkerBornInV1Cgroups: the launcher thread moves itself into the domain's v1 cgroups for
+// the fork, so the child is born in them without an attach, and goes back home; no thread of
+// the supervisor is ever left in a domain, also after a failed start.
+func TestWorkerBornInV1Cgroups(t *testing.T) {
+	needCgroups(t)
+	home := threadCgroups(t)
+	for _, mode := range realModes(t) {
+		t.Run(string(mode), func(t *testing.T) {
+			owner, _ := OwnerName(os.Getpid())
+			defer removeOwnerDirs(fixedTree(testParent), owner)
+			cg, err := newDomainCgroups(mode, fixedTree(testParent), path.Join(owner, "born"), 64<<20, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type forked struct {
+				p           *os.Process
+				inside, out map[string]string
+				err         error
+			}
+			done := make(chan forked, 1)
+			go func() { // ends locked: the thread is retired, as the launcher's is
+				runtime.LockOSThread()
+				var f forked
+				leave, err := cg.enterSelf()
+				if err != nil || leave == nil {
+					f.err = fmt.Errorf("enterSelf: leave %v, %v", leave != nil, err)
+					done <- f
+					return
+				}
+				f.inside, _, _ = cgroups.ParseCgroupFileUnified("/proc/thread-self/cgroup")
+				f.p, f.err = os.StartProcess("/proc/self/exe", []string{"block"}, &os.ProcAttr{Env: workerEnv("block")})
+				if err := leave(); err != nil && f.err == nil {
+					f.err = err
+				}
+				f.out, _, _ = cgroups.ParseCgroupFileUnified("/proc/thread-self/cgroup")
+				done <- f
+			}()
+			f := <-done
+			if f.err != nil {
+				t.Fatal(f.err)
+			}
+			defer func() { _ = f.p.Kill(); _, _ = f.p.Wait() }()
+			if err := cg.v1.verify(f.p.Pid); err != nil {
+				t.Fatalf("child not born in the domain's v1 cgroups: %v", err)
+			}
+			for _, c := range cg.v1.controllers {
+				if f.inside[c] != "/"+cg.v1.rels[c] {
+					t.Errorf("launcher thread in %s:%s while forking, want /%s", c, f.inside[c], cg.v1.rels[c])
+				}
+				if f.out[c] != home[c] {
+					t.Errorf("launcher thread back in %s:%s, want %s", c, f.out[c], home[c])
+				}
+				tids, err := readPids(filepath.Join(cg.v1.dirs[c], "tasks"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tid := range tids {
+					if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err == nil {
+						t.Errorf("thread %d of the supervisor listed in %s", tid, cg.v1.dirs[c])
+					}
+				}
+			}
+			_ = f.p.Kill()
+			_, _ = f.p.Wait()
+			if err := cg.remove(); err != nil {
+				t.Fatalf("remove: %v", err)
+			}
+
+			s := newSupervisor(t, mode, nil)
+			d, err := s.Start(context.Background(), Spec{Env: workerEnv("noop")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.Wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			o, err := d.Terminate(context.Background())
+			assertReaped(t, o, err, "exited")
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Start(context.Background(), Spec{Path: "/nonexistent/worker"}); err == nil {
+				t.Fatal("a missing executable started")
+			}
+			for _, task := range taskCgroups(t) {
+				for _, c := range hierarchiesOf(mode) {
+					if c != hUnified && task.cg[c] != home[c] {
+						t.Errorf("thread %d in %s:%s after the launches, want %s", task.tid, c, task.cg[c], home[c])
+					}
+				}
+			}
+		})
+	}
+}
+
+// threadCgroups is the calling thread's v1 cgroup by controller.
+func threadCgroups(t *testing.T) map[string]string {
+	t.Helper()
+	m, _, err := cgroups.ParseCgroupFileUnified("/proc/thread-self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+type taskCgroup struct {
+	tid int
+	cg  map[string]string
+}
+
+// taskCgroups lists the v1 cgroups of every live thread of this process.
+func taskCgroups(t *testing.T) []taskCgroup {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []taskCgroup
+	for _, e := range ents {
+		tid, _ := strconv.Atoi(e.Name())
+		m, _, err := cgroups.ParseCgroupFileUnified(filepath.Join("/proc/self/task", e.Name(), "cgroup"))
+		if err == nil { // a thread that exited meanwhile is skipped
+			out = append(out, taskCgroup{tid, m})
+		}
+	}
+	return out
 }

@@ -107,7 +107,7 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 		return nil, err
 	}
 	attr := &os.ProcAttr{Env: env, Files: files, Sys: sys}
-	err = d.start(execPath, ls.argv, attr)
+	bornV1, err := d.start(execPath, ls.argv, attr, cg.enterSelf)
 	// The parent's copies of the child's ends go now, so output pipes see EOF once the
 	// domain is dead and the copiers can finish.
 	for _, f := range closeAfterStart {
@@ -132,7 +132,7 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 			d.copiers.Wait()
 		}
 	}()
-	if err := cg.place(d.pid); err != nil {
+	if err := cg.place(d.pid, bornV1); err != nil {
 		return nil, err
 	}
 	if release != nil {
@@ -148,27 +148,48 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 // thread exits, not the process (golang/go#27505), so the thread must outlive the worker. The
 // thread sets no_new_privs on itself first, so the worker has it from birth, on every thread
 // and in every process it starts; the goroutine ends locked, so the runtime retires the thread
-// instead of handing it to other goroutines.
-func (d *Domain) start(path string, argv []string, attr *os.ProcAttr) error {
-	started := make(chan error, 1)
+// instead of handing it to other goroutines. enter moves the thread into the domain's v1
+// cgroups for the fork (see v1Group.enterSelf); bornV1 reports that the worker was born there.
+func (d *Domain) start(path string, argv []string, attr *os.ProcAttr, enter func() (func() error, error)) (bornV1 bool, _ error) {
+	type result struct {
+		born bool
+		err  error
+	}
+	started := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			started <- fmt.Errorf("isolation: PR_SET_NO_NEW_PRIVS on the forking thread: %w", err)
+			started <- result{err: fmt.Errorf("isolation: PR_SET_NO_NEW_PRIVS on the forking thread: %w", err)}
 			return
 		}
-		p, err := os.StartProcess(path, argv, attr)
+		leave, err := enter()
 		if err != nil {
-			started <- err
+			started <- result{err: err}
+			return // the thread may be in the domain's cgroups: it exits locked, and leaves them
+		}
+		p, err := os.StartProcess(path, argv, attr)
+		if leave != nil {
+			if lerr := leave(); lerr != nil {
+				if err == nil {
+					_ = p.Kill()
+					_, _ = p.Wait()
+				}
+				started <- result{err: lerr}
+				return
+			}
+		}
+		if err != nil {
+			started <- result{err: err}
 			return // exits locked: the runtime discards the thread, harmless
 		}
 		d.proc, d.pid, d.started = p, p.Pid, time.Now()
-		started <- nil
+		started <- result{born: leave != nil}
 		st, werr := p.Wait() // waitid(P_PIDFD): Go 1.23+ holds a pidfd for p
 		d.state, d.waitErr, d.wall = st, werr, time.Since(d.started)
 		close(d.exited)
 	}()
-	return <-started
+	r := <-started
+	return r.born, r.err
 }
 
 // outputFile returns the *os.File to hand the child for w: w itself if it is a file, /dev/null
