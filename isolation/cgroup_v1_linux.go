@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/cgroups/v3"
+	"golang.org/x/sys/unix"
 )
 
 const v1Root = "/sys/fs/cgroup"
@@ -22,6 +25,7 @@ type v1Group struct {
 	rels        map[string]string // controller → path relative to its hierarchy root
 	dirs        map[string]string // controller → absolute directory
 	controllers []string          // creation order
+	fresh       bool              // every directory was created by newV1Group (counters start at 0)
 }
 
 func v1Mounted(controller string) bool {
@@ -38,12 +42,15 @@ func newV1Group(t tree, sub string, controllers []string) (_ *v1Group, retErr er
 			_ = g.remove()
 		}
 	}()
+	g.fresh = true
 	for _, c := range controllers {
 		g.rels[c] = t.rel(c, sub)
 		dir := filepath.Join(v1Root, c, g.rels[c])
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		fresh, err := mkdirCgroup(dir)
+		if err != nil {
 			return nil, opErr("create cgroup", "", dir, nil, err)
 		}
+		g.fresh = g.fresh && fresh
 		g.dirs[c] = dir
 		g.controllers = append(g.controllers, c)
 	}
@@ -58,14 +65,14 @@ func (g *v1Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err e
 	}
 	// memsw bounds memory+swap: equal to the memory limit means no swap. The file exists only
 	// with swap accounting; without it there is nothing to bound.
-	if _, statErr := os.Stat(filepath.Join(md, "memory.memsw.limit_in_bytes")); statErr == nil {
+	if hasMemsw(md) {
 		var sw int64
 		if sw, err = writeReadInt(md, "memory.memsw.limit_in_bytes", mem, pageSlack); err != nil {
 			return
 		}
 		swapRB = sw - memRB
 	}
-	_ = os.WriteFile(filepath.Join(md, "memory.swappiness"), []byte("0"), 0)
+	_ = writeFile(filepath.Join(md, "memory.swappiness"), "0")
 	pidsRB, err = writeReadInt(g.dirs["pids"], "pids.max", pids, 0)
 	return
 }
@@ -74,7 +81,7 @@ func (g *v1Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err e
 func (g *v1Group) attach(pid int) error {
 	for _, c := range g.controllers {
 		f := filepath.Join(g.dirs[c], "cgroup.procs")
-		if err := os.WriteFile(f, []byte(strconv.Itoa(pid)), 0); err != nil {
+		if err := writeFile(f, strconv.Itoa(pid)); err != nil {
 			return opErr("attach", "", f, ErrPlacement, err)
 		}
 	}
@@ -122,7 +129,7 @@ func (g *v1Group) enterSelf() (leave func() error, err error) {
 	}
 	for i, c := range g.controllers {
 		f := filepath.Join(g.dirs[c], "tasks")
-		if err := os.WriteFile(f, []byte("0"), 0); err != nil {
+		if err := writeFile(f, "0"); err != nil {
 			for _, b := range back[i:] { // not entered: nothing to undo there
 				_ = b.Close()
 			}
@@ -206,7 +213,7 @@ func (g *v1Group) peak() int64 {
 func (g *v1Group) remove() error {
 	var errs []error
 	for _, c := range g.controllers {
-		if err := os.Remove(g.dirs[c]); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := rmdirCgroup(g.dirs[c]); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, opErr("remove cgroup", "", g.dirs[c], nil, err))
 		}
 	}
@@ -217,12 +224,134 @@ func (g *v1Group) remove() error {
 
 const pageSlack = 4096 // the kernel rounds memory limits to pages
 
+// The cgroup files are read and written with plain system calls: os.File would register each
+// one with the runtime poller (kernfs files are pollable) and stat it, doubling the calls of
+// the few dozen file operations a launch makes.
+
+// sysRetry retries f while it fails with EINTR.
+func sysRetry(f func() error) error {
+	for {
+		if err := f(); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+func openFile(p string, flags int) (int, error) {
+	var fd int
+	err := sysRetry(func() (err error) { fd, err = unix.Open(p, flags|unix.O_CLOEXEC, 0); return })
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	return fd, nil
+}
+
+// writeFile writes s to the cgroup file p in one write(2).
+func writeFile(p, s string) error {
+	fd, err := openFile(p, unix.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return writeFD(fd, p, s)
+}
+
+func writeFD(fd int, p, s string) error {
+	var n int
+	err := sysRetry(func() (err error) { n, err = unix.Write(fd, []byte(s)); return })
+	switch {
+	case err != nil:
+		return &os.PathError{Op: "write", Path: p, Err: err}
+	case n != len(s):
+		return &os.PathError{Op: "write", Path: p, Err: io.ErrShortWrite}
+	}
+	return nil
+}
+
+// readFile reads the cgroup file p whole.
+func readFile(p string) ([]byte, error) {
+	fd, err := openFile(p, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return readFD(fd, p)
+}
+
+// readFD reads fd from offset 0 to EOF.
+func readFD(fd int, p string) ([]byte, error) {
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		var n int
+		err := sysRetry(func() (err error) { n, err = unix.Pread(fd, buf[len(buf):cap(buf)], int64(len(buf))); return })
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
+// mkdirCgroup creates dir (and missing parents); fresh reports that dir itself did not exist.
+func mkdirCgroup(dir string) (fresh bool, err error) {
+	err = sysRetry(func() error { return unix.Mkdir(dir, 0o755) })
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EEXIST):
+		return false, nil
+	case errors.Is(err, unix.ENOENT):
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return false, err
+		}
+		return mkdirCgroup(dir)
+	}
+	return false, &os.PathError{Op: "mkdir", Path: dir, Err: err}
+}
+
+func rmdirCgroup(dir string) error {
+	if err := sysRetry(func() error { return unix.Rmdir(dir) }); err != nil {
+		return &os.PathError{Op: "rmdir", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// memsw is whether v1 memory cgroups have memory.memsw.* (swap accounting): a property of the
+// kernel and its boot options, looked up once.
+var memsw struct {
+	once sync.Once
+	ok   bool
+}
+
+func hasMemsw(memDir string) bool {
+	memsw.once.Do(func() {
+		_, err := os.Stat(filepath.Join(memDir, "memory.memsw.limit_in_bytes"))
+		memsw.ok = err == nil
+	})
+	return memsw.ok
+}
+
+// writeReadInt writes v to dir/file and reads it back through the same descriptor.
 func writeReadInt(dir, file string, v, slack int64) (int64, error) {
 	p := filepath.Join(dir, file)
-	if err := os.WriteFile(p, []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+	fd, err := openFile(p, unix.O_RDWR)
+	if err != nil {
 		return 0, opErr("write "+file, "", p, nil, err)
 	}
-	rb, err := readInt(p)
+	defer unix.Close(fd)
+	if err := writeFD(fd, p, strconv.FormatInt(v, 10)); err != nil {
+		return 0, opErr("write "+file, "", p, nil, err)
+	}
+	b, err := readFD(fd, p)
+	var rb int64
+	if err == nil {
+		rb, err = parseInt(b)
+	}
 	if err != nil {
 		return 0, opErr("read back "+file, "", p, nil, err)
 	}
@@ -234,10 +363,14 @@ func writeReadInt(dir, file string, v, slack int64) (int64, error) {
 
 // readInt parses a single-number cgroup file; "max" reads as -1.
 func readInt(p string) (int64, error) {
-	b, err := os.ReadFile(p)
+	b, err := readFile(p)
 	if err != nil {
 		return 0, err
 	}
+	return parseInt(b)
+}
+
+func parseInt(b []byte) (int64, error) {
 	s := strings.TrimSpace(string(b))
 	if s == "max" {
 		return -1, nil
@@ -247,7 +380,7 @@ func readInt(p string) (int64, error) {
 
 // readKey reads "key value" lines (memory.events, memory.oom_control, pids.events).
 func readKey(p, key string) (int64, error) {
-	b, err := os.ReadFile(p)
+	b, err := readFile(p)
 	if err != nil {
 		return 0, err
 	}
@@ -260,7 +393,7 @@ func readKey(p, key string) (int64, error) {
 }
 
 func readPids(p string) ([]int, error) {
-	b, err := os.ReadFile(p)
+	b, err := readFile(p)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ type v2Group struct {
 	rel   string
 	dir   string
 	fd    *os.File // O_PATH|O_DIRECTORY fd for CLONE_INTO_CGROUP
+	fresh bool     // created by newV2Group (counters start at 0)
 }
 
 // unifiedMount returns where the cgroup2 hierarchy is mounted, or "".
@@ -59,9 +60,11 @@ func newV2Group(mount, rel, from string, limits bool) (_ *v2Group, retErr error)
 			}
 		}
 	}
-	if err := os.MkdirAll(g.dir, 0o755); err != nil {
+	fresh, err := mkdirCgroup(g.dir)
+	if err != nil {
 		return nil, opErr("create cgroup", "", g.dir, nil, err)
 	}
+	g.fresh = fresh
 	defer func() {
 		if retErr != nil {
 			_ = g.remove()
@@ -156,7 +159,7 @@ func (g *v2Group) remove() error {
 		_ = g.fd.Close()
 		g.fd = nil
 	}
-	if err := os.Remove(g.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := rmdirCgroup(g.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return opErr("remove cgroup", "", g.dir, nil, err)
 	}
 	return nil

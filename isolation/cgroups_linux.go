@@ -62,7 +62,11 @@ func newDomainCgroups(mode Mode, t tree, sub string, mem, pids int64) (_ *domain
 	if err != nil {
 		return nil, withMode(err, mode)
 	}
-	c.oomBase, _ = c.oomKills()
+	// A directory this call created counts from 0; one that was there (a leftover of the same
+	// name) is read for its base.
+	if !c.fresh() {
+		c.oomBase, _ = c.oomKills()
+	}
 	return c, nil
 }
 
@@ -72,6 +76,11 @@ func withMode(err error, mode Mode) error {
 		e.Mode = mode
 	}
 	return err
+}
+
+// fresh: every directory was created for this domain, none found in place.
+func (c *domainCgroups) fresh() bool {
+	return (c.v1 == nil || c.v1.fresh) && (c.v2 == nil || c.v2.fresh)
 }
 
 // bornFD returns the cgroup2 directory fd a child can be cloned into, if the mode has one.
