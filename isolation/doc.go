@@ -3,8 +3,10 @@
 //
 // It owns: detecting and verifying the cgroup layout (unified v2 with delegated memory+pids,
 // hybrid v1-limits-plus-unified-placement, or v1 only), creating one cgroup set per worker
-// ("domain") and reading every limit back, launching the worker inside it (born there through
-// CLONE_INTO_CGROUP where the kernel allows, otherwise held behind a barrier pipe until placed),
+// ("domain") and reading every limit back, launching the worker inside it (born there: through
+// CLONE_INTO_CGROUP in a unified hierarchy, and in v1 ones by forking from a launcher thread that
+// moved itself into them for the fork; held behind a barrier pipe until its placement is verified,
+// and attached by pid where the thread cannot move),
 // the worker-side entry checks (EnterWorker), the kill ladder (SIGTERM → grace → cgroup kill →
 // reap), reaping of re-parented descendants as a child subreaper, OOM and peak-memory facts read
 // after reaping, and removal of cgroups left behind by a dead sidecar.
