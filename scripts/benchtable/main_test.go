@@ -82,7 +82,7 @@ BenchmarkLaunchNoop/raw-forkexec-2  200  4000000 ns/op
 BenchmarkLaunchNoop/isolated-hybrid-2  200  6000000 ns/op
 BenchmarkKillTree50/ladder-v1-2  30  11000000 ns/op
 BenchmarkKillTree50/bare-v1-2  30  10000000 ns/op
-BenchmarkMutateNoop/sidecar-noop-mutation-2  100  5000000 ns/op
+BenchmarkMutateNoop/sidecar-noop-mutation-prestarted-2  100  5000000 ns/op
 BenchmarkIndexBuild/local/btree-id-2  1  1 ns/op  1.0 read-s  1.6 build-s  1.6 build/read  120 peak-heap-MB
 BenchmarkIndexBuild/local/btree-name-2  1  1 ns/op  1.0 read-s  1.9 build-s  1.9 build/read  300 peak-heap-MB
 BenchmarkCleanupThroughput-2  1  5 ns/op  1000 raw-obj/s  930 ledger-obj/s  0.93 ratio
@@ -96,7 +96,7 @@ BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  1100
 	}{
 		{"isolation launch overhead", "isolated-hybrid", want{"1.50×", "≤ 1.25×", "MISS"}},
 		{"kill+reap of 50 processes", "ladder-v1", want{"1.10×", "≤ 1.2×", "ok"}},
-		{"no-op mutation vs static floor", "sidecar-noop-mutation", want{"2.50×", "≤ 2×", "MISS"}},
+		{"no-op mutation vs static floor", "sidecar-noop-mutation-prestarted", want{"2.50×", "≤ 2×", "MISS"}},
 		{"index build vs column read", "local/btree-id", want{"1.60×", "≤ 1.5×", "MISS"}},
 		{"index build vs column read", "local/btree-name", want{"1.90×", "≤ 2×", "ok"}},
 		{"index build peak heap", "local/btree-id", want{"0.47×", "≤ 1×", "ok"}},
