@@ -92,7 +92,9 @@ func benchForkExec(b *testing.B, path string, env []string, want int) {
 func BenchmarkKillTree50(b *testing.B) {
 	needCgroups(b)
 	for _, mode := range realModes(b) {
-		s := newSupervisor(b, mode, nil)
+		// 51 Go processes of ~5 threads each sit at the default pids.max of 256: a fork that
+		// fails there never reports, and startTree would wait for it forever.
+		s := newSupervisor(b, mode, func(c *Config) { c.PidsLimit = 1024 })
 		b.Run("ladder-"+string(mode), func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
@@ -137,10 +139,13 @@ func startTree(b *testing.B, s *Supervisor) *Domain {
 	if err != nil {
 		b.Fatal(err)
 	}
+	_ = r.SetReadDeadline(time.Now().Add(30 * time.Second))
 	br := bufio.NewReader(r)
 	for range 50 {
 		if _, err := br.ReadString('\n'); err != nil {
-			b.Fatal(err)
+			d.Kill(context.Background())
+			d.Close()
+			b.Fatalf("tree report: %v", err)
 		}
 	}
 	return d
