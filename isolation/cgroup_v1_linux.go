@@ -169,12 +169,14 @@ func (g *v1Group) procs() ([]int, error) {
 // freezeKillThaw sends SIGKILL to everything in the group once, through the freezer so that no
 // task can fork between the listing and the signal. The v1 freezer can stall in FREEZING while
 // tasks fork (vfork parents), and it only freezes tasks present at write time, so FROZEN is
-// re-written on every poll. Each pid is signalled through a pidfd after checking it is still in
-// the group; mark records every process seen (with its zombie children) for the reaper.
-func (g *v1Group) freezeKillThaw(ctx context.Context, mark func(pid int) (int, bool)) error {
+// re-written in a tight loop until it holds. Each pid is signalled through a pidfd after
+// checking it is still in the group; mark records every process seen for the reaper, with its
+// zombie children when the group may hold any (see zombiesPossible).
+func (g *v1Group) freezeKillThaw(ctx context.Context, mark func(pid int, zombieKids bool) (int, bool)) error {
 	state := filepath.Join(g.dirs["freezer"], "freezer.state")
 	deadline := time.Now().Add(time.Second)
-	for {
+	frozen := false
+	for !frozen {
 		if err := os.WriteFile(state, []byte("FROZEN"), 0); err != nil {
 			return opErr("freeze", ModeV1, state, nil, err)
 		}
@@ -182,14 +184,15 @@ func (g *v1Group) freezeKillThaw(ctx context.Context, mark func(pid int) (int, b
 		if err != nil {
 			return opErr("freeze", ModeV1, state, nil, err)
 		}
-		if strings.TrimSpace(string(b)) == "FROZEN" || time.Now().After(deadline) || ctx.Err() != nil {
+		frozen = strings.TrimSpace(string(b)) == "FROZEN"
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			break // past the deadline, kill what is there: a pidfd signal is still safe
 		}
-		time.Sleep(200 * time.Microsecond)
 	}
+	zombies := !frozen || g.zombiesPossible()
 	pids, err := readPids(filepath.Join(g.dirs["freezer"], "cgroup.procs"))
 	for _, pid := range pids {
-		if fd, ok := mark(pid); ok {
+		if fd, ok := mark(pid, zombies); ok {
 			_ = pidfdSignal(fd, 9)
 		}
 	}
@@ -197,6 +200,26 @@ func (g *v1Group) freezeKillThaw(ctx context.Context, mark func(pid int) (int, b
 		err = opErr("thaw", ModeV1, state, nil, thawErr)
 	}
 	return err
+}
+
+// zombiesPossible reports whether the frozen group may have exited, unreaped members. v1 lists
+// no zombie (its /proc/<pid>/cgroup reads "/"), so such a process can be attributed to the
+// domain only through its parent's children files, which costs a directory and a file per
+// thread of every process. The pids controller keeps charging a task until it is released
+// (reaped), while the tasks file lists live tasks only: pids.current read first, then equal to
+// the number of tasks listed, proves there is none. Frozen tasks cannot fork; one exiting
+// between the two reads only lowers the second count, so a zombie is never hidden by it.
+func (g *v1Group) zombiesPossible() bool {
+	dir := g.dirs["pids"]
+	charged, err := readInt(filepath.Join(dir, "pids.current"))
+	if err != nil {
+		return true
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+	if err != nil {
+		return true
+	}
+	return int64(len(strings.Fields(string(b)))) != charged
 }
 
 // oomKills reads the oom_kill counter of memory.oom_control (kernel ≥ 4.13).

@@ -161,8 +161,9 @@ func (c *domainCgroups) populated() bool {
 }
 
 // killOnce SIGKILLs everything in the domain: cgroup.kill where there is a unified cgroup,
-// otherwise one freeze → kill → thaw round. mark pins and records each pid for the reaper.
-func (c *domainCgroups) killOnce(ctx context.Context, mark func(int) (int, bool)) error {
+// otherwise one freeze → kill → thaw round. mark pins and records each pid for the reaper, and
+// its zombie children when zombieKids is set.
+func (c *domainCgroups) killOnce(ctx context.Context, mark func(pid int, zombieKids bool) (int, bool)) error {
 	if c.v2 != nil {
 		return withMode(c.v2.kill(), c.mode)
 	}

@@ -2,6 +2,7 @@ package isolation
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -40,6 +41,7 @@ var helpers = map[string]func(){
 	"forkbomb": helperForkBomb,
 	"tree":     helperTree,
 	"orphaner": helperOrphaner,
+	"zombies":  helperZombies,
 	"ignoreterm": func() {
 		enter()
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -132,6 +134,31 @@ func helperTree() {
 			go c.Wait()
 		}
 	}
+	sleepForever()
+}
+
+// helperZombies leaves 5 exited, unreaped children (each the intermediate of a setsid escapee)
+// and reports once all of them are zombies: in v1 only their parent's children files tie them
+// to the domain.
+func helperZombies() {
+	enter()
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	var kids []int
+	for range 5 {
+		if c := spawn("escape", "", false); c != nil {
+			kids = append(kids, c.Process.Pid)
+		}
+	}
+	for _, k := range kids {
+		for {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", k))
+			if i := bytes.LastIndexByte(b, ')'); err != nil || (i > 0 && i+2 < len(b) && b[i+2] == 'Z') {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	report("zombies")
 	sleepForever()
 }
 

@@ -256,6 +256,39 @@ func TestTreeWithEscapeesKilledAndReaped(t *testing.T) {
 	}
 }
 
+// TestZombieChildrenReaped: a worker holding exited, unreaped children when it is killed. In
+// v1 nothing but the worker's children files ties those zombies to the domain; once the worker
+// dies they re-parent to the supervisor, which must still reap every one.
+func TestZombieChildrenReaped(t *testing.T) {
+	needCgroups(t)
+	for _, mode := range realModes(t) {
+		t.Run(string(mode), func(t *testing.T) {
+			s := newSupervisor(t, mode, nil)
+			d, read := startReporting(t, s, "zombies", Spec{})
+			lines := read(6) // 5 escapees, and "zombies" once their parents are all zombies
+			kinds := map[string]int{}
+			for _, l := range lines {
+				kinds[l.kind]++
+			}
+			if kinds["escapee"] != 5 || kinds["zombies"] != 1 {
+				t.Fatalf("reports %v, want 5 escapees and zombies", lines)
+			}
+			procs := starts(t, lines)
+			o, err := d.Kill(context.Background())
+			assertReaped(t, o, err, "kill")
+			assertAllGone(t, procs)
+			if z := zombieChildren(); len(z) > 0 {
+				dumpZombies(t, "zombies")
+				t.Fatalf("zombie children left: %v", z)
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			assertCgroupsRemoved(t, s, d)
+		})
+	}
+}
+
 func TestWorkerExitsWhileChildrenRun(t *testing.T) {
 	needCgroups(t)
 	for _, mode := range realModes(t) {

@@ -24,9 +24,12 @@ func newTracker(cg *domainCgroups, mainPid int) *tracker {
 
 // mark pins pid with a pidfd if it is in the domain and returns the fd. Membership is checked
 // after opening the pidfd, so the fd cannot refer to an unrelated process that reused the pid.
-func (t *tracker) mark(pid int) (int, bool) {
+// In v1-only mode it also records pid's zombie children when zombieKids is set: the caller
+// clears it only when it proved the domain holds no zombie (v1Group.zombiesPossible).
+func (t *tracker) mark(pid int, zombieKids bool) (int, bool) {
+	zombieKids = zombieKids && t.cg.v2 == nil
 	if fd, ok := t.members[pid]; ok {
-		if t.cg.v2 == nil {
+		if zombieKids {
 			t.markZombieChildren(pid) // it may have gained exited children since
 		}
 		return fd, true
@@ -40,7 +43,7 @@ func (t *tracker) mark(pid int) (int, bool) {
 		return -1, false
 	}
 	t.members[pid] = fd
-	if t.cg.v2 == nil {
+	if zombieKids {
 		t.markZombieChildren(pid)
 	}
 	return fd, true
@@ -70,7 +73,7 @@ func (t *tracker) markZombieChildren(parent int) {
 func (t *tracker) sweep() {
 	pids, _ := t.cg.procs()
 	for _, pid := range pids {
-		t.mark(pid)
+		t.mark(pid, true)
 	}
 }
 
@@ -78,7 +81,7 @@ func (t *tracker) sweep() {
 func (t *tracker) signal(sig unix.Signal) {
 	pids, _ := t.cg.procs()
 	for _, pid := range pids {
-		if fd, ok := t.mark(pid); ok {
+		if fd, ok := t.mark(pid, true); ok {
 			_ = pidfdSignal(fd, sig)
 		}
 	}
@@ -122,7 +125,7 @@ func (t *tracker) adoptZombies() {
 			continue
 		}
 		if st, err := readProcStat(pid); err == nil && st.state == 'Z' {
-			t.mark(pid)
+			t.mark(pid, false)
 		}
 	}
 }
