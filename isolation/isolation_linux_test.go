@@ -114,6 +114,22 @@ func assertReaped(t *testing.T, o Outcome, err error, stage string) {
 	}
 }
 
+// assertKilledAndReaped: the kill stage ended the domain, every process in procs is gone, no
+// zombie child is left to this process, and Close removed the cgroups.
+func assertKilledAndReaped(t *testing.T, s *Supervisor, d *Domain, o Outcome, err error, procs map[int]uint64, where string) {
+	t.Helper()
+	assertReaped(t, o, err, "kill")
+	assertAllGone(t, procs)
+	if z := zombieChildren(); len(z) > 0 {
+		dumpZombies(t, where)
+		t.Fatalf("zombie children left: %v", z)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertCgroupsRemoved(t, s, d)
+}
+
 func TestOOMKilledWorker(t *testing.T) {
 	needCgroups(t)
 	for _, mode := range realModes(t) {
@@ -242,16 +258,7 @@ func TestTreeWithEscapeesKilledAndReaped(t *testing.T) {
 				t.Fatalf("%d escapees, want 10", escapees)
 			}
 			o, err := d.Terminate(context.Background())
-			assertReaped(t, o, err, "kill")
-			assertAllGone(t, procs)
-			if z := zombieChildren(); len(z) > 0 {
-				dumpZombies(t, "tree")
-				t.Fatalf("zombie children left: %v", z)
-			}
-			if err := d.Close(); err != nil {
-				t.Fatal(err)
-			}
-			assertCgroupsRemoved(t, s, d)
+			assertKilledAndReaped(t, s, d, o, err, procs, "tree")
 		})
 	}
 }
@@ -275,16 +282,7 @@ func TestZombieChildrenReaped(t *testing.T) {
 			}
 			procs := starts(t, lines)
 			o, err := d.Kill(context.Background())
-			assertReaped(t, o, err, "kill")
-			assertAllGone(t, procs)
-			if z := zombieChildren(); len(z) > 0 {
-				dumpZombies(t, "zombies")
-				t.Fatalf("zombie children left: %v", z)
-			}
-			if err := d.Close(); err != nil {
-				t.Fatal(err)
-			}
-			assertCgroupsRemoved(t, s, d)
+			assertKilledAndReaped(t, s, d, o, err, procs, "zombies")
 		})
 	}
 }
