@@ -100,26 +100,38 @@ func (d *Domain) mainExited() bool {
 // quiet: the main process is reaped and the cgroup holds no live task.
 func (d *Domain) quiet() bool { return d.mainExited() && !d.cg.populated() }
 
-// pollUntil calls cond with a short, growing interval until it holds or ctx ends. Exits take
-// tens of microseconds to milliseconds each, so the first polls are tight.
+// pollUntil calls cond until it holds or ctx ends, sleeping in between until a member exits or
+// the cgroup's populated flag changes (tracker.wait), at most a short, growing interval: exits
+// nobody is told about (an orphan re-parented to us, a zombie not yet known) are found by the
+// next poll.
 func (d *Domain) pollUntil(ctx context.Context, cond func() bool) bool {
 	interval := 100 * time.Microsecond
-	exited := d.exited // woken once by the main exit, then only by the timer
 	for {
 		if cond() {
 			return true
 		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if ctx.Err() != nil {
 			return cond()
-		case <-exited:
-			exited = nil
-			t.Stop()
-		case <-t.C:
 		}
-		if interval < 5*time.Millisecond {
+		wait := interval
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			wait = max(time.Until(dl), 0)
+		}
+		if d.tr.exited[d.pid] && !d.mainExited() {
+			// The main process is dead; its own Wait reaps it and closes d.exited any moment.
+			t := time.NewTimer(wait)
+			select {
+			case <-d.exited:
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		switch {
+		case d.tr.wait(wait):
+			interval = 100 * time.Microsecond // something exited: what follows comes soon
+		case interval < 5*time.Millisecond:
 			interval *= 2
 		}
 	}

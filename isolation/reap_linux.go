@@ -1,6 +1,9 @@
 package isolation
 
 import (
+	"path/filepath"
+	"time"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -14,12 +17,15 @@ import (
 // child of a process that was.
 type tracker struct {
 	cg      *domainCgroups
-	mainPid int         // reaped by os.Process.Wait in the launcher goroutine, never here
-	members map[int]int // pid → pidfd
+	mainPid int          // reaped by os.Process.Wait in the launcher goroutine, never here
+	members map[int]int  // pid → pidfd
+	exited  map[int]bool // members whose pidfd reported the exit (not yet reaped: not our child yet)
+	events  int          // cgroup.events of the unified cgroup, opened by the first wait; 0 = none
+	pollfds []unix.PollFd
 }
 
 func newTracker(cg *domainCgroups, mainPid int) *tracker {
-	return &tracker{cg: cg, mainPid: mainPid, members: map[int]int{}}
+	return &tracker{cg: cg, mainPid: mainPid, members: map[int]int{}, exited: map[int]bool{}}
 }
 
 // mark pins pid with a pidfd if it is in the domain and returns the fd. Membership is checked
@@ -88,29 +94,93 @@ func (t *tracker) signal(sig unix.Signal) {
 }
 
 // reapOnce reaps what it can without blocking and returns how many known members are left.
+// Once wait has watched a member's pidfd, the member is tried only after the pidfd reported
+// its exit: a running process has nothing to reap.
 func (t *tracker) reapOnce() int {
 	if t.cg.v2 != nil {
 		t.adoptZombies()
 	}
 	left := 0
 	for pid, fd := range t.members {
+		if t.watched(pid) && !t.exited[pid] {
+			left++
+			continue
+		}
 		if pid == t.mainPid {
 			// Reaped only by its own Wait; once that happened the pidfd can no longer signal.
 			if unix.PidfdSendSignal(fd, 0, nil, 0) == unix.ESRCH {
-				unix.Close(fd)
-				delete(t.members, pid)
+				t.forget(pid)
 			}
 			continue
 		}
 		reaped, gone, err := pidfdReap(fd)
 		if err == nil && (reaped || gone) {
-			unix.Close(fd)
-			delete(t.members, pid)
+			t.forget(pid)
 			continue
 		}
 		left++
 	}
 	return left
+}
+
+func (t *tracker) forget(pid int) {
+	unix.Close(t.members[pid])
+	delete(t.members, pid)
+	delete(t.exited, pid)
+}
+
+// watched: wait has polled pid's pidfd (the exited flag is meaningful only then).
+func (t *tracker) watched(pid int) bool {
+	_, ok := t.exited[pid]
+	return ok
+}
+
+// wait blocks until a running member exits, the unified cgroup's cgroup.events changes (the
+// populated flag), or timeout passes, and reports whether an event woke it; the ladder sleeps
+// on these events, not on a timer. A
+// pidfd becomes readable when its process exits; a member that exited is left out of later
+// polls (its pidfd stays readable) until reapOnce can reap it.
+func (t *tracker) wait(timeout time.Duration) bool {
+	t.pollfds = t.pollfds[:0]
+	if t.cg.v2 != nil && t.events == 0 {
+		t.events = -1
+		if fd, err := unix.Open(filepath.Join(t.cg.v2.dir, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			t.events = fd
+			t.drainEvents()
+		}
+	}
+	if t.events > 0 {
+		t.pollfds = append(t.pollfds, unix.PollFd{Fd: int32(t.events), Events: unix.POLLPRI})
+	}
+	pids := make([]int, 0, len(t.members))
+	for pid, fd := range t.members {
+		if !t.exited[pid] {
+			t.exited[pid] = false // watched from now on
+			pids = append(pids, pid)
+			t.pollfds = append(t.pollfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+		}
+	}
+	ts := unix.NsecToTimespec(timeout.Nanoseconds())
+	if n, err := unix.Ppoll(t.pollfds, &ts, nil); err != nil || n == 0 {
+		return false
+	}
+	off := len(t.pollfds) - len(pids)
+	if off == 1 && t.pollfds[0].Revents != 0 {
+		t.drainEvents()
+	}
+	for i, pid := range pids {
+		if t.pollfds[off+i].Revents != 0 {
+			t.exited[pid] = true
+		}
+	}
+	return true
+}
+
+// drainEvents reads cgroup.events through the polled fd: kernfs keeps it readable (POLLPRI)
+// until it is read after a change.
+func (t *tracker) drainEvents() {
+	var buf [128]byte
+	_, _ = unix.Pread(t.events, buf[:], 0)
 }
 
 // adoptZombies marks children of ours that are zombies of this domain: processes that exited
@@ -156,8 +226,11 @@ func (t *tracker) survivors() int {
 }
 
 func (t *tracker) close() {
-	for pid, fd := range t.members {
-		unix.Close(fd)
-		delete(t.members, pid)
+	for pid := range t.members {
+		t.forget(pid)
 	}
+	if t.events > 0 {
+		unix.Close(t.events)
+	}
+	t.events = 0
 }
