@@ -26,6 +26,10 @@ type v1Group struct {
 	dirs        map[string]string // controller → absolute directory
 	controllers []string          // creation order
 	fresh       bool              // every directory was created by newV1Group (counters start at 0)
+	// killed: a round froze the whole group and SIGKILLed every task. None can fork after that
+	// (fork fails with a fatal signal pending), so no process of the domain is unknown to the
+	// tracker: later rounds only catch stragglers and need no zombie-children listing.
+	killed bool
 }
 
 func v1Mounted(controller string) bool {
@@ -169,14 +173,16 @@ func (g *v1Group) procs() ([]int, error) {
 // freezeKillThaw sends SIGKILL to everything in the group once, through the freezer so that no
 // task can fork between the listing and the signal. The v1 freezer can stall in FREEZING while
 // tasks fork (vfork parents), and it only freezes tasks present at write time, so FROZEN is
-// re-written in a tight loop until it holds. Each pid is signalled through a pidfd after
+// re-written until it holds. Each pid is signalled through a pidfd after
 // checking it is still in the group; mark records every process seen for the reaper, with its
 // zombie children when the group may hold any (see zombiesPossible).
 func (g *v1Group) freezeKillThaw(ctx context.Context, mark func(pid int, zombieKids bool) (int, bool)) error {
 	state := filepath.Join(g.dirs["freezer"], "freezer.state")
 	deadline := time.Now().Add(time.Second)
 	frozen := false
-	for !frozen {
+	// Re-write at once a few times, then leave the CPU to the tasks that must reach the
+	// refrigerator (2 cores shared with them), re-writing every 20–200 µs.
+	for i, pause := 0, 20*time.Microsecond; !frozen; i++ {
 		if err := os.WriteFile(state, []byte("FROZEN"), 0); err != nil {
 			return opErr("freeze", ModeV1, state, nil, err)
 		}
@@ -188,14 +194,19 @@ func (g *v1Group) freezeKillThaw(ctx context.Context, mark func(pid int, zombieK
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			break // past the deadline, kill what is there: a pidfd signal is still safe
 		}
+		if !frozen && i >= 8 {
+			time.Sleep(pause)
+			pause = min(2*pause, 200*time.Microsecond)
+		}
 	}
-	zombies := !frozen || g.zombiesPossible()
+	zombies := !g.killed && (!frozen || g.zombiesPossible())
 	pids, err := readPids(filepath.Join(g.dirs["freezer"], "cgroup.procs"))
 	for _, pid := range pids {
 		if fd, ok := mark(pid, zombies); ok {
 			_ = pidfdSignal(fd, 9)
 		}
 	}
+	g.killed = g.killed || (frozen && err == nil)
 	if thawErr := os.WriteFile(state, []byte("THAWED"), 0); thawErr != nil && err == nil {
 		err = opErr("thaw", ModeV1, state, nil, thawErr)
 	}
