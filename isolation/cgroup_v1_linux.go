@@ -183,10 +183,10 @@ func (g *v1Group) freezeKillThaw(ctx context.Context, mark func(pid int, zombieK
 	// Re-write at once a few times, then leave the CPU to the tasks that must reach the
 	// refrigerator (2 cores shared with them), re-writing every 20–200 µs.
 	for i, pause := 0, 20*time.Microsecond; !frozen; i++ {
-		if err := os.WriteFile(state, []byte("FROZEN"), 0); err != nil {
+		if err := writeFile(state, "FROZEN"); err != nil {
 			return opErr("freeze", ModeV1, state, nil, err)
 		}
-		b, err := os.ReadFile(state)
+		b, err := readFile(state)
 		if err != nil {
 			return opErr("freeze", ModeV1, state, nil, err)
 		}
@@ -207,7 +207,7 @@ func (g *v1Group) freezeKillThaw(ctx context.Context, mark func(pid int, zombieK
 		}
 	}
 	g.killed = g.killed || (frozen && err == nil)
-	if thawErr := os.WriteFile(state, []byte("THAWED"), 0); thawErr != nil && err == nil {
+	if thawErr := writeFile(state, "THAWED"); thawErr != nil && err == nil {
 		err = opErr("thaw", ModeV1, state, nil, thawErr)
 	}
 	return err

@@ -133,14 +133,12 @@ func (c *domainCgroups) place(pid int, bornV1 bool) error {
 // member reports whether a live pid is in this domain. For zombies only the unified path is
 // meaningful (v1 shows "/" for an exited task), so member is false for v1-only zombies.
 func (c *domainCgroups) member(pid int) bool {
-	v1, u, err := readProcCgroup(pid)
-	if err != nil {
-		return false
-	}
 	if c.v2 != nil {
-		return u == "/"+c.v2.rel
+		p, ok := procCgroupPath(pid, "")
+		return ok && p == "/"+c.v2.rel
 	}
-	return v1["pids"] == "/"+c.v1.rels["pids"]
+	p, ok := procCgroupPath(pid, hPids)
+	return ok && p == "/"+c.v1.rels[hPids]
 }
 
 func (c *domainCgroups) procs() ([]int, error) {

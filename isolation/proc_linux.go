@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -21,7 +22,7 @@ type procStat struct {
 }
 
 func readProcStat(pid int) (procStat, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	b, err := readFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return procStat{}, err
 	}
@@ -75,6 +76,40 @@ func readProcCgroup(pid int) (map[string]string, string, error) {
 	return v1, strings.TrimSuffix(unified, " (deleted)"), err
 }
 
+// procCgroupPath is pid's path in one hierarchy of /proc/<pid>/cgroup: a v1 controller's, or
+// the unified one's for controller "" (without the " (deleted)" a zombie's may carry). It is
+// the membership test the ladder runs for every process, so it parses just the line it needs.
+func procCgroupPath(pid int, controller string) (string, bool) {
+	b, err := readFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return "", false
+	}
+	for len(b) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			line, b = b, nil
+		}
+		_, rest, ok := bytes.Cut(line, []byte(":"))
+		ctrls, path, ok2 := bytes.Cut(rest, []byte(":"))
+		if !ok || !ok2 {
+			continue
+		}
+		if controller == "" && len(ctrls) == 0 {
+			return strings.TrimSuffix(string(path), " (deleted)"), true
+		}
+		if controller != "" {
+			for _, c := range bytes.Split(ctrls, []byte(",")) {
+				if string(c) == controller {
+					return string(path), true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
 // ownChildren lists the children of this process's thread-group leader. An orphan re-parents
 // to the first live thread of its subreaper, which is the leader (the Go runtime never lets the
 // main thread exit), so every re-parented descendant of a domain is listed here. A worker itself
@@ -88,7 +123,7 @@ func childrenOf(pid int) []int {
 	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	var out []int
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := readFile(f)
 		if err != nil {
 			continue
 		}

@@ -183,20 +183,16 @@ func (t *tracker) drainEvents() {
 	_, _ = unix.Pread(t.events, buf[:], 0)
 }
 
-// adoptZombies marks children of ours that are zombies of this domain: processes that exited
-// before any sweep saw them, identified by the unified path a zombie keeps.
+// adoptZombies marks children of ours that are in this domain: zombies that exited before any
+// sweep saw them, identified by the unified path a zombie keeps, and live ones (escapees
+// re-parented to us), whose pidfds then wake wait when they exit.
 func (t *tracker) adoptZombies() {
 	kids, _ := ownChildren()
 	for _, pid := range kids {
-		if pid == t.mainPid {
+		if _, ok := t.members[pid]; ok || pid == t.mainPid {
 			continue
 		}
-		if _, ok := t.members[pid]; ok {
-			continue
-		}
-		if st, err := readProcStat(pid); err == nil && st.state == 'Z' {
-			t.mark(pid, false)
-		}
+		t.mark(pid, false)
 	}
 }
 
