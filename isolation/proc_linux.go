@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -120,10 +119,11 @@ func ownChildren() ([]int, error) {
 
 // childrenOf lists pid's children (including zombies) from its threads' children files.
 func childrenOf(pid int) []int {
-	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, _ := readDirNames(dir)
 	var out []int
-	for _, f := range files {
-		b, err := readFile(f)
+	for _, tid := range tasks {
+		b, err := readFile(dir + tid + "/children")
 		if err != nil {
 			continue
 		}
@@ -134,6 +134,16 @@ func childrenOf(pid int) []int {
 		}
 	}
 	return out
+}
+
+// readDirNames lists a /proc directory in one open (filepath.Glob would also stat each entry).
+func readDirNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
 }
 
 // allPids lists every process on the host.
