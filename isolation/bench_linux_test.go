@@ -96,11 +96,15 @@ func BenchmarkKillTree50(b *testing.B) {
 		// fails there never reports, and startTree would wait for it forever.
 		s := newSupervisor(b, mode, func(c *Config) { c.PidsLimit = 1024 })
 		b.Run("ladder-"+string(mode), func(b *testing.B) {
+			var cpu cpuMeter
+			defer cpu.report(b)
 			for b.Loop() {
 				b.StopTimer()
 				d := startTree(b, s)
 				b.StartTimer()
+				cpu.start()
 				o, err := d.Kill(context.Background())
+				cpu.stop()
 				b.StopTimer()
 				if err != nil || !o.AllReaped {
 					b.Fatalf("kill: %+v %v", o, err)
@@ -110,6 +114,8 @@ func BenchmarkKillTree50(b *testing.B) {
 			}
 		})
 		b.Run("bare-"+string(mode), func(b *testing.B) {
+			var cpu cpuMeter
+			defer cpu.report(b)
 			for b.Loop() {
 				b.StopTimer()
 				d := startTree(b, s)
@@ -119,7 +125,9 @@ func BenchmarkKillTree50(b *testing.B) {
 				d.tr.sweep()
 				d.mu.Unlock()
 				b.StartTimer()
+				cpu.start()
 				bareKill(b, d.cg)
+				cpu.stop()
 				b.StopTimer()
 				if _, err := d.Kill(context.Background()); err != nil { // reap, untimed
 					b.Fatal(err)
@@ -128,6 +136,27 @@ func BenchmarkKillTree50(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// cpuMeter sums this process's CPU time (user+sys, every thread) over the timed parts: a
+// figure machine load hardly moves, unlike the wall time. Reported as cpu-ms/op.
+type cpuMeter struct {
+	t0, sum time.Duration
+	n       int
+}
+
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (m *cpuMeter) start() { m.t0 = processCPU() }
+func (m *cpuMeter) stop()  { m.sum += processCPU() - m.t0; m.n++ }
+func (m *cpuMeter) report(b *testing.B) {
+	if m.n > 0 {
+		b.ReportMetric(float64(m.sum.Microseconds())/1000/float64(m.n), "cpu-ms/op")
 	}
 }
 
