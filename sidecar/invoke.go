@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"time"
 
@@ -55,16 +56,18 @@ type warm struct {
 	fromW   *os.File // worker → sidecar
 	frames  chan frameOrErr
 	logw    *workerLog
-	network bool   // born in the host's network namespace (or uncontained)
-	tempDir string // the domain's private TMPDIR and HOME, removed once the domain is reaped
+	network bool            // born in the host's network namespace (or uncontained)
+	bornFor *rpc.DatasetRef // the dataset whose reach the domain was born with; nil: none yet
+	tempDir string          // the domain's private TMPDIR and HOME, removed once the domain is reaped
 }
 
 // launch starts one domain of engine e with the given limits and a fresh private temp dir; its
 // frames are read in the background. ds is the dataset the domain will serve, which decides its
-// network and its writable folder when it is contained (workerproto.Reach); nil for a domain
-// that serves no store (an engine's hello) or whose call is not known yet (a spare), which is
-// born with network or without as given (spares follow the recent calls; the built-in worker
-// binds its dataset folder itself once it has read its request).
+// network and its writable folder when it is contained (workerproto.Reach); a built-in worker
+// launched with it contains itself before hello (workerproto.EnvReachBound), off the call's
+// path for a spare. ds is nil for a domain that serves no store (an engine's hello) or a spare
+// before the first call, which is born with network or without as given (the built-in worker
+// then binds its dataset folder itself once it has read its request).
 func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.DatasetRef, network bool) (_ *warm, retErr error) {
 	tmp, err := os.MkdirTemp(s.tempDir, "steward-"+domainID(id)+"-")
 	if err != nil {
@@ -94,6 +97,9 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 		network, reach = workerproto.Reach(*ds)
 		policy.Read = append(policy.Read, reach.Read...)
 		policy.Write, policy.Mount, policy.Connect = reach.Write, reach.Mount, reach.Connect
+		if e.builtin() {
+			env = append(env, workerproto.EnvReachBound+"=1")
+		}
 	}
 	dom, err := s.iso.Start(context.Background(), isolation.Spec{
 		ID: domainID(id), Path: path, Args: args, Env: env,
@@ -107,20 +113,23 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 		fromWR.Close()
 		return nil, err
 	}
-	w := &warm{eng: e, dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw, tempDir: tmp, network: network}
+	w := &warm{eng: e, dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw, tempDir: tmp,
+		network: network, bornFor: ds}
 	go readFrames(fromWR, w.frames)
 	return w, nil
 }
 
-// prestart launches the executor's next spare worker with the configured limits (nil if the
-// sidecar is stopping, or if the launch fails: the next job then starts cold and reports why).
+// prestart launches the executor's next spare worker with the configured limits, for the last
+// call's dataset (nil if the sidecar is stopping, or if the launch fails: the next job then
+// starts cold and reports why).
 func (s *Server) prestart() *warm {
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
 	if s.sparesClosed {
 		return nil
 	}
-	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil, !s.spareNoNet.Load())
+	ds := s.spareFor.Load() // before the first call: nil, with network
+	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, ds, true)
 	if err != nil {
 		s.log.Warn("could not start a spare worker", "error", err)
 		return nil
@@ -169,14 +178,19 @@ func (w *warm) discard() {
 }
 
 // spareServes reports whether spare w may serve j: uncontained, any call; contained, a call
-// that needs the network w was born with (the built-in worker binds its dataset folder and
-// limits its connections itself once it has read the request).
+// with exactly the reach w was born for (it is contained already), or, for a spare born before
+// any call, one that needs the network w was born with (the built-in worker then binds its
+// dataset folder and limits its connections itself once it has read the request).
 func (s *Server) spareServes(w *warm, j *job) bool {
 	if !s.contained() {
 		return true
 	}
-	network, _ := workerproto.Reach(j.p.Dataset)
-	return w.network == network
+	network, reach := workerproto.Reach(j.p.Dataset)
+	if w.bornFor == nil {
+		return w.network == network
+	}
+	bornNet, bornReach := workerproto.Reach(*w.bornFor)
+	return bornNet == network && reflect.DeepEqual(bornReach, reach)
 }
 
 // contained reports whether worker domains are born contained.
@@ -191,8 +205,8 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	memory := lower(s.cfg.Isolation.MemoryLimit, limit(j.p.Limits, true))
 	pids := lower(s.cfg.Isolation.PidsLimit, limit(j.p.Limits, false))
 	if s.contained() { // the next spares are born for calls like this one
-		network, _ := workerproto.Reach(j.p.Dataset)
-		s.spareNoNet.Store(!network)
+		ds := j.p.Dataset
+		s.spareFor.Store(&ds)
 	}
 	w := spare
 	if w != nil && !s.take(w) {

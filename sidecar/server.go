@@ -58,9 +58,11 @@ type Server struct {
 	spareMu      sync.Mutex
 	spares       map[*warm]struct{} // idle prestarted workers
 	sparesClosed bool
-	// spareNoNet: the next spare is born without network (the last call was on a file:// store):
-	// a contained domain's network is chosen at its birth, so spares follow the recent calls.
-	spareNoNet atomic.Bool
+	// spareFor: the dataset of the last call, which the next spare is born for (its network,
+	// writable folder and mounts: a contained domain's network is chosen at its birth and the
+	// built-in worker contains itself before hello when its reach is known); spares follow the
+	// recent calls and serve calls with the same reach. nil before the first call.
+	spareFor atomic.Pointer[rpc.DatasetRef]
 
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
 

@@ -28,6 +28,15 @@ func Main() int {
 		fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
 		return isolation.ExitRefused
 	}
+	if os.Getenv(workerproto.EnvReachBound) == "1" {
+		// The launch's policy holds this call's reach already: contain now, before hello, so
+		// that a prestarted worker pays for it before its request arrives. Run's Contain is
+		// then a no-op (Contain works once), and a request outside the reach finds it shut.
+		if err := isolation.Contain(isolation.Policy{}); err != nil {
+			fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
+			return isolation.ExitRefused
+		}
+	}
 	c, err := enginesdk.Open()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "steward worker:", err)
@@ -47,7 +56,7 @@ func Run(ctx context.Context, c *enginesdk.Conn) int {
 		return 4
 	}
 	// The engine part starts here: contain the process for this call's store first (a no-op
-	// unless the sidecar launched it contained).
+	// unless the sidecar launched it contained, or when Main contained it already).
 	if err := isolation.Contain(reachOf(f)); err != nil {
 		fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
 		return isolation.ExitRefused

@@ -10,6 +10,11 @@ import (
 	"github.com/cba1309c/steward/storage"
 )
 
+// EnvReachBound is set to "1" in a built-in worker's environment when its launch's policy
+// already holds the reach of the call it will serve (Reach of that call's dataset): the worker
+// contains itself at once instead of after reading its request.
+const EnvReachBound = "STEWARD_WORKER_REACH_BOUND"
+
 // Reach is what a contained worker serving one call on ds may touch, for the sidecar's launch
 // and for the built-in worker's own isolation.Contain once it has read its request (the same
 // function on both sides): a file:// store gets a network namespace of its own and its dataset
