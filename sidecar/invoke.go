@@ -177,20 +177,52 @@ func (w *warm) discard() {
 	_ = os.RemoveAll(w.tempDir)
 }
 
-// spareServes reports whether spare w may serve j: uncontained, any call; contained, a call
-// with exactly the reach w was born for (it is contained already), or, for a spare born before
-// any call, one that needs the network w was born with (the built-in worker then binds its
-// dataset folder and limits its connections itself once it has read the request).
-func (s *Server) spareServes(w *warm, j *job) bool {
+// spareServes reports whether spare w may serve a call on ds: uncontained, any call; contained,
+// a call with exactly the reach w was born for (it is contained already), or, for a spare born
+// before any call, one that needs the network w was born with (the built-in worker then binds
+// its dataset folder and limits its connections itself once it has read the request).
+func (s *Server) spareServes(w *warm, ds rpc.DatasetRef) bool {
 	if !s.contained() {
 		return true
 	}
-	network, reach := workerproto.Reach(j.p.Dataset)
 	if w.bornFor == nil {
+		network, _ := workerproto.Reach(ds)
 		return w.network == network
 	}
-	bornNet, bornReach := workerproto.Reach(*w.bornFor)
-	return bornNet == network && reflect.DeepEqual(bornReach, reach)
+	return sameReach(*w.bornFor, ds)
+}
+
+// sameReach reports whether a contained worker serving a call on a may serve one on b.
+func sameReach(a, b rpc.DatasetRef) bool {
+	netA, reachA := workerproto.Reach(a)
+	netB, reachB := workerproto.Reach(b)
+	return netA == netB && reflect.DeepEqual(reachA, reachB)
+}
+
+// followCall makes ds the dataset the next spares are born for; when its reach differs from
+// the last call's, executors holding an idle spare born for the old one replace it (spareStale).
+func (s *Server) followCall(ds rpc.DatasetRef) {
+	old := s.spareFor.Swap(&ds)
+	if old != nil && sameReach(*old, ds) {
+		return
+	}
+	s.spareMu.Lock()
+	close(s.reachMoved)
+	s.reachMoved = make(chan struct{})
+	s.spareMu.Unlock()
+}
+
+// reachMovedCh is closed once a call's reach differs from the previous one's.
+func (s *Server) reachMovedCh() <-chan struct{} {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	return s.reachMoved
+}
+
+// spareStale reports whether idle spare w was born for a reach the recent calls no longer have.
+func (s *Server) spareStale(w *warm) bool {
+	ds := s.spareFor.Load()
+	return ds != nil && !s.spareServes(w, *ds)
 }
 
 // contained reports whether worker domains are born contained.
@@ -205,14 +237,13 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	memory := lower(s.cfg.Isolation.MemoryLimit, limit(j.p.Limits, true))
 	pids := lower(s.cfg.Isolation.PidsLimit, limit(j.p.Limits, false))
 	if s.contained() { // the next spares are born for calls like this one
-		ds := j.p.Dataset
-		s.spareFor.Store(&ds)
+		s.followCall(j.p.Dataset)
 	}
 	w := spare
 	if w != nil && !s.take(w) {
 		w = nil // discarded by shutdown
 	}
-	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j)) {
+	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j.p.Dataset)) {
 		w.discard()
 		w = nil
 	}

@@ -142,7 +142,8 @@ func (s *Server) answer(j *job, res rpc.MutateResult) {
 //
 // Each executor keeps exactly one spare worker started ahead of demand (ARCHITECTURE §3): a fresh
 // domain per invocation, as always, but its exec and init are paid between jobs instead of inside
-// one. A job refused at dequeue leaves the spare for the next one.
+// one. A job refused at dequeue leaves the spare for the next one; an idle spare born for a reach
+// the calls have left is replaced.
 func (s *Server) executor() {
 	defer s.executors.Done()
 	var spare *warm
@@ -155,9 +156,23 @@ func (s *Server) executor() {
 		if spare == nil {
 			spare = s.prestart() // nil once the sidecar stops
 		}
-		j, ok := <-s.queue
-		if !ok {
-			return
+		var j *job
+		select {
+		case <-s.reachMovedCh():
+			// Another executor's call had a new reach: a spare born for the old one would only
+			// be discarded by the next call (a cold start), so it is replaced now.
+			if spare != nil && s.spareStale(spare) {
+				if s.take(spare) {
+					spare.discard()
+				}
+				spare = nil
+			}
+			continue
+		case next, ok := <-s.queue:
+			if !ok {
+				return
+			}
+			j = next
 		}
 		s.metrics.queueDepth.Dec()
 		res, used := s.dequeue(j, spare)

@@ -63,6 +63,9 @@ type Server struct {
 	// built-in worker contains itself before hello when its reach is known); spares follow the
 	// recent calls and serve calls with the same reach. nil before the first call.
 	spareFor atomic.Pointer[rpc.DatasetRef]
+	// reachMoved is closed (and replaced, under spareMu) when a call's reach differs from the
+	// previous one's: executors then replace idle spares born for the old reach.
+	reachMoved chan struct{}
 
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
 
@@ -111,6 +114,7 @@ func New(cfg Config) (*Server, error) {
 	s.queue = make(chan *job, cfg.QueueCapacity)
 	s.settleSem = make(chan struct{}, cfg.Executors)
 	s.spares = map[*warm]struct{}{}
+	s.reachMoved = make(chan struct{})
 	s.dedup = newDedup(cfg.DedupCapacity)
 	s.condWrites = newCondWrites(s.log.Named("condwrite"), s.metrics.reg)
 	s.startIsolation()
