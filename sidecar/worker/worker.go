@@ -55,11 +55,13 @@ func Run(ctx context.Context, c *enginesdk.Conn) int {
 		fmt.Fprintln(os.Stderr, "steward worker:", err)
 		return 4
 	}
-	// The engine part starts here: contain the process for this call's store first (a no-op
-	// unless the sidecar launched it contained, or when Main contained it already).
-	if err := isolation.Contain(reachOf(f)); err != nil {
-		fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
-		return isolation.ExitRefused
+	// The engine part starts here: contain the process for this call's store first (nothing to
+	// do unless the sidecar launched it contained and Main has not contained it already).
+	if os.Getenv(isolation.EnvContain) == "1" {
+		if err := isolation.Contain(reachOf(f)); err != nil {
+			fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
+			return isolation.ExitRefused
+		}
 	}
 	if f.Kind != workerproto.KindSettle {
 		if req, err := f.Mutate(); err == nil {
