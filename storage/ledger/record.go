@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 )
 
 // On-disk records. A ticket is stored under the key store + 0x00 + object key with the value
@@ -65,9 +66,19 @@ func (d *decoder) uvarint() uint64 {
 		d.fail("bad varint")
 		return 0
 	}
+	// Only the minimal encoding, the one every writer here produces: a key with a padded
+	// varint would decode to the name of another key (a pair key re-encoded to delete it
+	// would miss it).
+	if n != uvarintLen(v) {
+		d.fail("non-minimal varint")
+		return 0
+	}
 	d.b = d.b[n:]
 	return v
 }
+
+// uvarintLen is the length of v's minimal uvarint encoding.
+func uvarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
 
 func (d *decoder) owner(kind byte) Owner {
 	n := d.uvarint()
