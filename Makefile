@@ -93,6 +93,7 @@ bench: minio etcd lance build
 	done
 	@echo
 	@$(GO) run ./scripts/benchtable < bench.out
+	@if grep -q -e '^--- FAIL' -e '^FAIL' bench.out; then echo "make bench: benchmarks failed (their rows are missing above):"; grep -e '^--- FAIL' bench.out; exit 1; fi
 
 # One round of every benchmark, appended to bench.out (make bench runs BENCH_ROUNDS of them,
 # interleaved, and benchtable keeps each ratio's median round).
