@@ -205,7 +205,7 @@ func indexBytes(b *testing.B, s storage.Store, name string) int64 {
 
 // BenchmarkIndexBuild measures each index build against a plain full read of the same column
 // in the same run and reports build/read (goal <= 2), the build's peak heap and the segment
-// size (a BTREE writes 16 bytes a row for numbers: twice what the plain read decodes).
+// size.
 func BenchmarkIndexBuild(b *testing.B) {
 	cases := []struct {
 		name   string

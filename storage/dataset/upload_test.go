@@ -54,8 +54,8 @@ func TestFailedBuildLeavesNoUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { storagetest.RemoveBucket(t, s3) })
-	// 16 bytes a row in a numeric BTREE segment: about three parts.
-	const rows = 3 * uploadPart / 16
+	// The random prices pack to about 7 bytes a row in a BTREE segment: about four parts.
+	const rows = 4 * uploadPart / 7
 	if _, _, err := dataset.Create(ctx, s3, "fail/ds", dataset.NewGenerator(rows, 3),
 		dataset.WriteOptions{RowsPerFragment: rows / 2, TempDir: t.TempDir()}); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestFailedBuildLeavesNoUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	var asked []string
-	_, err = d.Mutate(bctx, dataset.MutateSpec{Op: dataset.MutateCreate, Name: "ix", Columns: []string{"id"}, Type: dataset.BTree},
+	_, err = d.Mutate(bctx, dataset.MutateSpec{Op: dataset.MutateCreate, Name: "ix", Columns: []string{"price"}, Type: dataset.BTree},
 		dataset.MutateOptions{TempDir: t.TempDir(), BeforeUpload: func(_ context.Context, key string) error {
 			asked = append(asked, key)
 			return nil

@@ -92,7 +92,7 @@ type BitmapReader[K Key] struct {
 
 // OpenBitmap reads and validates a segment's trailer and key table.
 func OpenBitmap[K Key](ctx context.Context, r RangeReader) (*BitmapReader[K], error) {
-	t, lookup, err := readFrame(ctx, r, "bitmap", bitmapMagic, KeyTypeOf[K]())
+	t, lookup, _, err := readFrame(ctx, r, "bitmap", []string{bitmapMagic}, KeyTypeOf[K]())
 	if err != nil {
 		return nil, err
 	}

@@ -6,10 +6,15 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 )
 
-const btreeMagic = "STWBT001"
+// Segment formats, told apart by their magic. Format 2 is written; format 1 is still read.
+const (
+	btreeMagicV1 = "STWBT001"
+	btreeMagic   = "STWBT002"
+)
 
 // DefaultPageEntries is the number of (key, row id) pairs per BTREE page.
 const DefaultPageEntries = 1024
@@ -20,14 +25,29 @@ const maxPageEntries = 1 << 20
 // BTreeWriter streams sorted (key, row id) pairs into a BTREE segment:
 //
 //	magic | page* | lookup | trailer
-//	page   = count u32 | key*count | rowID u64 * count | crc32c u32
 //	lookup = (offset u64 | length u32 | count u32 | minKey | maxKey) per page
+//
+// A page (format 2) is
+//
+//	count u32 | keys | base u64 | width u8 | (rowID - base) packed at width bits * count | crc32c u32
+//
+// numbers: keys = first u64 | width u8 | deltas packed at width bits * (count-1), over the
+// order-preserving encoding of the keys (encodeInt, encodeFloat: a sorted page has no
+// negative delta); strings: keys = (shared uvarint | suffixLen uvarint | suffix) * count,
+// front-coded against the key before (shared is 0 for the first). Packed values are least
+// significant bit first in ceil(n*width/8) bytes, zero-padded (see pack.go). A sorted id
+// column's page is thus about 1.4 bytes a row, where format 1 took 16:
+//
+//	page (format 1) = count u32 | key*count | rowID u64 * count | crc32c u32
 type BTreeWriter[K Key] struct {
 	w        *countingWriter
 	perPage  int
-	keys     []K
+	str      bool     // string keys
+	sk       []uint64 // numbers: the page's keys, order-preserving encoded
+	keys     []K      // strings: the page's keys
 	ids      []uint64
-	strs     []byte // addEntries' copy of the page's string keys: a builder reuses its buffers
+	strs     []byte   // addEntries' copy of the page's string keys: a builder reuses its buffers
+	scratch  []uint64 // deltas and id offsets being packed
 	page     []byte
 	lookup   []byte
 	pages    uint32
@@ -46,7 +66,7 @@ func NewBTreeWriter[K Key](w io.Writer, pageEntries int) (*BTreeWriter[K], error
 	if pageEntries > maxPageEntries {
 		return nil, fmt.Errorf("index: %d entries per page exceeds %d", pageEntries, maxPageEntries)
 	}
-	bw := &BTreeWriter[K]{w: &countingWriter{w: w}, perPage: pageEntries}
+	bw := &BTreeWriter[K]{w: &countingWriter{w: w}, perPage: pageEntries, str: KeyTypeOf[K]() == KeyString}
 	if _, err := bw.w.Write([]byte(btreeMagic)); err != nil {
 		return nil, err
 	}
@@ -61,24 +81,52 @@ func (bw *BTreeWriter[K]) Add(k K, id uint64) error {
 		}
 	}
 	bw.started, bw.last, bw.lastID = true, k, id
-	bw.keys = append(bw.keys, k)
+	if bw.str {
+		bw.keys = append(bw.keys, k)
+	} else {
+		bw.sk = append(bw.sk, sortKeyOf(k))
+	}
 	bw.ids = append(bw.ids, id)
-	if len(bw.keys) == bw.perPage {
+	if len(bw.ids) == bw.perPage {
 		return bw.flush()
 	}
 	return nil
 }
 
 func (bw *BTreeWriter[K]) flush() error {
-	if len(bw.keys) == 0 {
+	n := len(bw.ids)
+	if n == 0 {
 		return nil
 	}
 	off := bw.w.off
-	b := binary.LittleEndian.AppendUint32(bw.page[:0], uint32(len(bw.keys)))
-	b = appendKeys(b, bw.keys)
-	for _, id := range bw.ids {
-		b = binary.LittleEndian.AppendUint64(b, id)
+	b := binary.LittleEndian.AppendUint32(bw.page[:0], uint32(n))
+	var lo, hi K
+	if !bw.str {
+		lo, hi = keyOfSort[K](bw.sk[0]), keyOfSort[K](bw.sk[n-1])
+		b = binary.LittleEndian.AppendUint64(b, bw.sk[0])
+		d := bw.scratch[:0]
+		for i := 1; i < n; i++ {
+			d = append(d, bw.sk[i]-bw.sk[i-1])
+		}
+		width := widthOf(d)
+		b = appendPacked(append(b, byte(width)), d, width)
+		bw.scratch = d
+	} else {
+		lo, hi = bw.keys[0], bw.keys[n-1]
+		b = appendFrontCoded(b, any(bw.keys).([]string))
 	}
+	base := bw.ids[0]
+	for _, id := range bw.ids {
+		base = min(base, id)
+	}
+	d := bw.scratch[:0]
+	for _, id := range bw.ids {
+		d = append(d, id-base)
+	}
+	width := widthOf(d)
+	b = binary.LittleEndian.AppendUint64(b, base)
+	b = appendPacked(append(b, byte(width)), d, width)
+	bw.scratch = d
 	b = binary.LittleEndian.AppendUint32(b, checksum(b))
 	bw.page = b
 	if len(b) > maxSpanLen {
@@ -89,29 +137,21 @@ func (bw *BTreeWriter[K]) flush() error {
 	}
 	bw.lookup = binary.LittleEndian.AppendUint64(bw.lookup, uint64(off))
 	bw.lookup = binary.LittleEndian.AppendUint32(bw.lookup, uint32(len(b)))
-	bw.lookup = binary.LittleEndian.AppendUint32(bw.lookup, uint32(len(bw.keys)))
-	bw.lookup = appendKey(bw.lookup, bw.keys[0])
-	bw.lookup = appendKey(bw.lookup, bw.keys[len(bw.keys)-1])
+	bw.lookup = binary.LittleEndian.AppendUint32(bw.lookup, uint32(n))
+	bw.lookup = appendKey(bw.lookup, lo)
+	bw.lookup = appendKey(bw.lookup, hi)
 	bw.pages++
-	bw.entries += uint64(len(bw.keys))
+	bw.entries += uint64(n)
 	bw.keys, bw.ids, bw.strs = bw.keys[:0], bw.ids[:0], bw.strs[:0]
+	bw.sk = bw.sk[:0]
 	return nil
 }
 
 // addEntries appends pairs a builder has already sorted, skipping Add's order check.
 func addEntries[K Key](bw *BTreeWriter[K], es []entry) error {
 	for len(es) > 0 {
-		n := min(len(es), bw.perPage-len(bw.keys))
-		switch ks := any(&bw.keys).(type) {
-		case *[]int64:
-			for _, e := range es[:n] {
-				*ks = append(*ks, decodeInt(e.k))
-			}
-		case *[]float64:
-			for _, e := range es[:n] {
-				*ks = append(*ks, decodeFloat(e.k))
-			}
-		case *[]string:
+		n := min(len(es), bw.perPage-len(bw.ids))
+		if ks, ok := any(&bw.keys).(*[]string); ok {
 			// e.s points into a merge buffer that is refilled once es is consumed: the page
 			// keeps its own copy. A grown strs leaves the keys before it in the old array.
 			for _, e := range es[:n] {
@@ -119,12 +159,16 @@ func addEntries[K Key](bw *BTreeWriter[K], es []entry) error {
 				bw.strs = append(bw.strs, e.s...)
 				*ks = append(*ks, arenaString(bw.strs[at:]))
 			}
+		} else {
+			for _, e := range es[:n] {
+				bw.sk = append(bw.sk, e.k) // already the order-preserving encoding
+			}
 		}
 		for _, e := range es[:n] {
 			bw.ids = append(bw.ids, e.id)
 		}
 		es = es[n:]
-		if len(bw.keys) == bw.perPage {
+		if len(bw.ids) == bw.perPage {
 			if err := bw.flush(); err != nil {
 				return err
 			}
@@ -159,11 +203,12 @@ type BTreeReader[K Key] struct {
 	r       RangeReader
 	pages   []btreePage[K]
 	entries uint64
+	v1      bool // pages of format 1
 }
 
 // OpenBTree reads and validates a segment's trailer and lookup table.
 func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], error) {
-	t, lookup, err := readFrame(ctx, r, "btree", btreeMagic, KeyTypeOf[K]())
+	t, lookup, magic, err := readFrame(ctx, r, "btree", []string{btreeMagic, btreeMagicV1}, KeyTypeOf[K]())
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +239,7 @@ func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], erro
 	if len(d.b) != 0 || next != int64(t.lookupOff) || total != t.entries {
 		return nil, corrupt("btree", int64(t.lookupOff), "lookup table does not account for the segment")
 	}
-	return &BTreeReader[K]{r: r, pages: pages, entries: t.entries}, nil
+	return &BTreeReader[K]{r: r, pages: pages, entries: t.entries, v1: magic == btreeMagicV1}, nil
 }
 
 // Entries is the number of (key, row id) pairs in the segment.
@@ -235,7 +280,12 @@ func (br *BTreeReader[K]) Scan(ctx context.Context, rg Range[K], fn func(K, uint
 			return err
 		}
 		for _, p := range br.pages[lo:hi] {
-			keys, ids, err = decodePage(buf[p.off-start:p.off-start+p.length], p, keys[:0], ids[:0])
+			page := buf[p.off-start : p.off-start+p.length]
+			if br.v1 {
+				keys, ids, err = decodePageV1(page, p, keys[:0], ids[:0])
+			} else {
+				keys, ids, err = decodePage(page, p, keys[:0], ids[:0])
+			}
 			if err != nil {
 				return err
 			}
@@ -250,15 +300,76 @@ func (br *BTreeReader[K]) Scan(ctx context.Context, rg Range[K], fn func(K, uint
 	return nil
 }
 
+// decodePage decodes a page of format 2.
 func decodePage[K Key](b []byte, p btreePage[K], keys []K, ids []uint64) ([]K, []uint64, error) {
+	body, err := pageBody(b, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	bad := func(what string) error { return corrupt("btree", p.off, "page %s", what) }
+	if KeyTypeOf[K]() == KeyString {
+		if keys, body, err = decodeFrontCoded(body, p.count, keys, bad); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		if len(body) < 9 {
+			return nil, nil, bad("keys truncated")
+		}
+		k := binary.LittleEndian.Uint64(body)
+		d := slices.Grow(ids[:0], p.count)[:p.count-1] // the deltas' scratch, then the ids
+		rest, ok := unpack(body[9:], uint(body[8]), d)
+		if !ok {
+			return nil, nil, bad("key deltas truncated or malformed")
+		}
+		keys = append(keys, keyOfSort[K](k))
+		for _, v := range d {
+			if k+v < k {
+				return nil, nil, bad("key deltas overflow")
+			}
+			k += v
+			keys = append(keys, keyOfSort[K](k))
+		}
+		body, ids = rest, d
+	}
+	if cmp.Compare(keys[0], p.min) != 0 || cmp.Compare(keys[len(keys)-1], p.max) != 0 {
+		return nil, nil, bad("keys do not match its lookup entry")
+	}
+	if len(body) < 9 {
+		return nil, nil, bad("row ids truncated")
+	}
+	base := binary.LittleEndian.Uint64(body)
+	ids = slices.Grow(ids[:0], p.count)[:p.count]
+	rest, ok := unpack(body[9:], uint(body[8]), ids)
+	if !ok || len(rest) != 0 {
+		return nil, nil, bad("row ids truncated or malformed")
+	}
+	for i, v := range ids {
+		if base+v < base {
+			return nil, nil, bad("row ids overflow")
+		}
+		ids[i] = base + v
+	}
+	return keys, ids, nil
+}
+
+// pageBody checks a page's checksum and count and returns what lies between them.
+func pageBody[K Key](b []byte, p btreePage[K]) ([]byte, error) {
 	body := b[:len(b)-4]
 	if checksum(body) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
-		return nil, nil, corrupt("btree", p.off, "page checksum mismatch")
+		return nil, corrupt("btree", p.off, "page checksum mismatch")
 	}
 	if int(binary.LittleEndian.Uint32(body)) != p.count {
-		return nil, nil, corrupt("btree", p.off, "page count disagrees with lookup table")
+		return nil, corrupt("btree", p.off, "page count disagrees with lookup table")
 	}
-	body = body[4:]
+	return body[4:], nil
+}
+
+// decodePageV1 decodes a page of format 1.
+func decodePageV1[K Key](b []byte, p btreePage[K], keys []K, ids []uint64) ([]K, []uint64, error) {
+	body, err := pageBody(b, p)
+	if err != nil {
+		return nil, nil, err
+	}
 	for range p.count {
 		k, n := decodeKey[K](body)
 		if n <= 0 {

@@ -3,6 +3,7 @@ package index_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/cba1309c/steward/storage"
@@ -12,7 +13,15 @@ import (
 func FuzzDecodeBTreeSegment(f *testing.F) {
 	f.Add(buildBTree(f, []int64{3, 1, 2, 2, 9}, 0, index.BuildOptions{PageEntries: 2}))
 	f.Add(buildBTree(f, []int64{}, 0, index.BuildOptions{}))
+	f.Add(buildBTree(f, []float64{2.5, -1, 2.5, 1e300}, 1<<40, index.BuildOptions{PageEntries: 3}))
+	f.Add(buildBTree(f, []string{"ab", "abc", "", "b", "abc"}, 7, index.BuildOptions{PageEntries: 2}))
 	f.Add([]byte("STWBT001"))
+	f.Add([]byte("STWBT002"))
+	for _, name := range []string{"int64", "float64", "string"} {
+		if seg, err := os.ReadFile("testdata/btree-v1-" + name + ".seg"); err == nil {
+			f.Add(seg[:min(len(seg), 2000)]) // format 1: a truncated one is enough to mutate
+		}
+	}
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n, err := index.VerifyBTree[int64](ctx, index.BytesReader(data))
@@ -24,6 +33,9 @@ func FuzzDecodeBTreeSegment(f *testing.F) {
 			if bt.Entries() != n {
 				t.Fatalf("entries %d, scanned %d", bt.Entries(), n)
 			}
+		}
+		if _, err := index.VerifyBTree[float64](ctx, index.BytesReader(data)); err != nil && !errors.Is(err, storage.ErrCorrupt) {
+			t.Fatalf("unclassified error: %v", err)
 		}
 		// String keys exercise the varint paths of the same bytes.
 		if _, err := index.VerifyBTree[string](ctx, index.BytesReader(data)); err != nil && !errors.Is(err, storage.ErrCorrupt) {

@@ -191,12 +191,22 @@ func TestCorruptSegments(t *testing.T) {
 	ctx := context.Background()
 	keys := []string{"b", "a", "c", "a", "d", "b", "e"}
 	segs := map[string][]byte{
-		"btree":  buildBTree(t, keys, 10, index.BuildOptions{PageEntries: 2}),
-		"bitmap": buildBitmap(t, keys, 10),
+		"btree":       buildBTree(t, keys, 10, index.BuildOptions{PageEntries: 2}),
+		"btree-int":   buildBTree(t, []int64{5, -3, 5, 1 << 50, 7}, 1<<40, index.BuildOptions{PageEntries: 2}),
+		"btree-float": buildBTree(t, []float64{0.5, -3, math.Inf(1), 0.25}, 3, index.BuildOptions{PageEntries: 3}),
+		"bitmap":      buildBitmap(t, keys, 10),
 	}
 	verify := map[string]func([]byte) error{
 		"btree": func(b []byte) error {
 			_, err := index.VerifyBTree[string](ctx, index.BytesReader(b))
+			return err
+		},
+		"btree-int": func(b []byte) error {
+			_, err := index.VerifyBTree[int64](ctx, index.BytesReader(b))
+			return err
+		},
+		"btree-float": func(b []byte) error {
+			_, err := index.VerifyBTree[float64](ctx, index.BytesReader(b))
 			return err
 		},
 		"bitmap": func(b []byte) error {

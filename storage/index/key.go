@@ -168,3 +168,83 @@ func (b BytesReader) ReadRange(_ context.Context, off, n int64) ([]byte, error) 
 
 // Size implements RangeReader.
 func (b BytesReader) Size() int64 { return int64(len(b)) }
+
+// sortKeyOf is a number's order-preserving encoding (the one a build sorts by).
+func sortKeyOf[K Key](k K) uint64 {
+	switch v := any(k).(type) {
+	case int64:
+		return encodeInt(v)
+	case float64:
+		return encodeFloat(v)
+	}
+	panic("index: sortKeyOf on a string key")
+}
+
+// keyOfSort is sortKeyOf's inverse.
+func keyOfSort[K Key](u uint64) K {
+	var k K
+	switch p := any(&k).(type) {
+	case *int64:
+		*p = decodeInt(u)
+	case *float64:
+		*p = decodeFloat(u)
+	default:
+		panic("index: keyOfSort on a string key")
+	}
+	return k
+}
+
+// appendFrontCoded appends sorted string keys, each as the length of the prefix it shares
+// with the key before, then the rest.
+func appendFrontCoded(b []byte, keys []string) []byte {
+	prev := ""
+	for _, k := range keys {
+		shared := 0
+		for n := min(len(prev), len(k)); shared < n && prev[shared] == k[shared]; shared++ {
+		}
+		b = binary.AppendUvarint(b, uint64(shared))
+		b = binary.AppendUvarint(b, uint64(len(k)-shared))
+		b = append(b, k[shared:]...)
+		prev = k
+	}
+	return b
+}
+
+// decodeFrontCoded reads n front-coded keys from b onto keys and returns the bytes after
+// them. The keys share one new arena: none of them aliases b. bad makes the error for a
+// malformed key.
+func decodeFrontCoded[K Key](b []byte, n int, keys []K, bad func(string) error) ([]K, []byte, error) {
+	arena := make([]byte, 0, 2*len(b))
+	prev := ""
+	for i := range n {
+		shared, m := uvarint(b)
+		if m <= 0 || shared > uint64(len(prev)) || i == 0 && shared != 0 {
+			return nil, nil, bad("key prefix malformed")
+		}
+		b = b[m:]
+		l, m := uvarint(b)
+		if m <= 0 || l > maxKeyLen-shared || uint64(len(b)-m) < l {
+			return nil, nil, bad("key truncated")
+		}
+		suffix := b[m : m+int(l)]
+		b = b[m+int(l):]
+		at := len(arena)
+		arena = append(append(arena, prev[:shared]...), suffix...)
+		k := arenaString(arena[at:])
+		if k < prev {
+			return nil, nil, bad("keys out of order")
+		}
+		keys = append(keys, any(k).(K))
+		prev = k
+	}
+	return keys, b, nil
+}
+
+// uvarint is binary.Uvarint that also refuses a non-minimal encoding (n <= 0).
+func uvarint(b []byte) (uint64, int) {
+	v, n := binary.Uvarint(b)
+	if n > 1 && b[n-1] == 0 {
+		return 0, -1
+	}
+	return v, n
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 )
 
 // Both segment kinds end with the same fixed trailer:
@@ -67,25 +68,27 @@ func writeTail(w *countingWriter, kt KeyType, count uint32, entries uint64, look
 	return err
 }
 
-// readFrame reads and checks a segment's header magic, trailer and lookup table.
-func readFrame(ctx context.Context, r RangeReader, seg, magic string, want KeyType) (trailer, []byte, error) {
+// readFrame reads and checks a segment's header magic (one of magics, all of one length),
+// trailer and lookup table, and returns the magic found.
+func readFrame(ctx context.Context, r RangeReader, seg string, magics []string, want KeyType) (trailer, []byte, string, error) {
 	size := r.Size()
-	if size < int64(len(magic)+trailerLen) {
-		return trailer{}, nil, corrupt(seg, 0, "segment of %d bytes is too short", size)
+	if size < int64(len(magics[0])+trailerLen) {
+		return trailer{}, nil, "", corrupt(seg, 0, "segment of %d bytes is too short", size)
 	}
-	head, err := r.ReadRange(ctx, 0, int64(len(magic)))
+	head, err := r.ReadRange(ctx, 0, int64(len(magics[0])))
 	if err != nil {
-		return trailer{}, nil, err
+		return trailer{}, nil, "", err
 	}
-	if string(head) != magic {
-		return trailer{}, nil, corrupt(seg, 0, "bad header magic")
+	magic := string(head)
+	if !slices.Contains(magics, magic) {
+		return trailer{}, nil, "", corrupt(seg, 0, "bad header magic")
 	}
 	tb, err := r.ReadRange(ctx, size-trailerLen, trailerLen)
 	if err != nil {
-		return trailer{}, nil, err
+		return trailer{}, nil, "", err
 	}
 	if string(tb[trailerLen-8:]) != magic {
-		return trailer{}, nil, corrupt(seg, size-8, "bad trailer magic (truncated segment?)")
+		return trailer{}, nil, "", corrupt(seg, size-8, "bad trailer magic (truncated segment?)")
 	}
 	t := trailer{
 		keyType:   KeyType(tb[0]),
@@ -96,20 +99,20 @@ func readFrame(ctx context.Context, r RangeReader, seg, magic string, want KeyTy
 		lookupCRC: binary.LittleEndian.Uint32(tb[28:]),
 	}
 	if t.keyType != want {
-		return trailer{}, nil, &keyTypeError{seg: seg, got: t.keyType, want: want}
+		return trailer{}, nil, "", &keyTypeError{seg: seg, got: t.keyType, want: want}
 	}
 	end := uint64(size - trailerLen)
 	if t.lookupLen > maxLookupLen || t.lookupOff < uint64(len(magic)) || t.lookupOff > end || uint64(t.lookupLen) != end-t.lookupOff {
-		return trailer{}, nil, corrupt(seg, size-trailerLen, "lookup table [%d,+%d) does not end at the trailer", t.lookupOff, t.lookupLen)
+		return trailer{}, nil, "", corrupt(seg, size-trailerLen, "lookup table [%d,+%d) does not end at the trailer", t.lookupOff, t.lookupLen)
 	}
 	lookup, err := r.ReadRange(ctx, int64(t.lookupOff), int64(t.lookupLen))
 	if err != nil {
-		return trailer{}, nil, err
+		return trailer{}, nil, "", err
 	}
 	if checksum(lookup) != t.lookupCRC {
-		return trailer{}, nil, corrupt(seg, int64(t.lookupOff), "lookup table checksum mismatch")
+		return trailer{}, nil, "", corrupt(seg, int64(t.lookupOff), "lookup table checksum mismatch")
 	}
-	return t, lookup, nil
+	return t, lookup, magic, nil
 }
 
 type keyTypeError struct {
