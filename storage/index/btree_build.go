@@ -256,7 +256,7 @@ func (b *BTreeBuilder[K]) memSources() []source {
 		}
 	}
 	if len(bucketed) > 0 {
-		srcs = append(srcs, &bucketSource{runs: bucketed, ascending: b.ascending})
+		srcs = append(srcs, newBucketSource(bucketed, b.ascending))
 	}
 	return srcs
 }
@@ -281,6 +281,14 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if blocks := b.numBlocks(); blocks != nil {
+		n, err := writeBlocks(bw, blocks)
+		if err != nil {
+			return 0, err
+		}
+		b.runs, b.held = nil, 0
+		return n, bw.Close()
+	}
 	srcs := b.memSources()
 	for _, f := range b.spills {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -302,6 +310,117 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	}
 	b.runs, b.held = nil, 0
 	return n, bw.Close()
+}
+
+// numBlocks returns the sorted stream of a numeric build as blocks when it needs no merge:
+// nothing spilled and either every run was bucketed (see bucket.go), or every run was in
+// order and each one starts after the one before ends (an id column). nil otherwise.
+func (b *BTreeBuilder[K]) numBlocks() blockSource {
+	if b.str || len(b.spills) > 0 || len(b.runs) == 0 {
+		return nil
+	}
+	sorted, chained := 0, true
+	for i, r := range b.runs {
+		if !r.sorted {
+			continue
+		}
+		sorted++
+		if i > 0 {
+			p := b.runs[i-1]
+			if !p.sorted || p.keys[p.n-1] > r.keys[0] || p.keys[p.n-1] == r.keys[0] && p.lastID >= r.firstID {
+				chained = false
+			}
+		}
+	}
+	switch {
+	case sorted == len(b.runs) && chained:
+		return &chainSource{runs: b.runs}
+	case sorted == 0:
+		return &bucketBlocks{sorter: bucketSorter{runs: b.runs, ascending: b.ascending}}
+	}
+	return nil
+}
+
+// blockSource yields a numeric build's pairs in order, a block at a time: next fills blk
+// (whose buffers it may reuse) and returns false at the end.
+type blockSource interface {
+	next(blk *numBlock) bool
+}
+
+// chainSource yields runs that are in order one after the other, as they are.
+type chainSource struct {
+	runs []*memRun
+	i    int
+}
+
+func (s *chainSource) next(blk *numBlock) bool {
+	if s.i == len(s.runs) {
+		return false
+	}
+	*blk = runBlock(s.runs[s.i])
+	s.i++
+	return true
+}
+
+// bucketBlocks yields the sorted buckets of partitioned runs.
+type bucketBlocks struct {
+	sorter bucketSorter
+	j      int
+}
+
+func (s *bucketBlocks) next(blk *numBlock) bool {
+	for s.j < bucketCount {
+		s.sorter.sort(s.j, blk)
+		s.j++
+		if blk.len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// writeBlocks writes the blocks of src to bw: they are produced (sorted) on a goroutine of
+// their own while this one encodes and writes pages, with up to three blocks in flight. The
+// producer is stopped and waited for before writeBlocks returns.
+func writeBlocks[K Key](bw *BTreeWriter[K], src blockSource) (uint64, error) {
+	const inFlight = 3
+	free, full := make(chan *numBlock, inFlight), make(chan *numBlock, inFlight)
+	for range inFlight {
+		free <- &numBlock{}
+	}
+	stop := make(chan struct{})
+	go func() {
+		defer close(full)
+		for {
+			var blk *numBlock
+			select {
+			case blk = <-free:
+			case <-stop:
+				return
+			}
+			if !src.next(blk) {
+				return
+			}
+			full <- blk // never blocks: full holds every block
+		}
+	}()
+	var n uint64
+	var err error
+	stopped := false
+	es := make([]entry, 0, bw.perPage)
+	for blk := range full {
+		for at := 0; at < blk.len() && err == nil; at += len(es) {
+			es = blk.appendEntries(es[:0], at, min(blk.len(), at+cap(es)))
+			err = addEntries(bw, es)
+			n += uint64(len(es))
+		}
+		if err != nil && !stopped {
+			close(stop)
+			stopped = true
+		}
+		free <- blk
+	}
+	return n, err
 }
 
 // pipeline runs consume on a goroutine of its own, so that a build merges on one core while

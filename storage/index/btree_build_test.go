@@ -112,6 +112,21 @@ func drawBatches[K index.Key](r *rand.Rand, pool []K, firsts []uint64, per int) 
 	return bs
 }
 
+type buildMode struct {
+	name string
+	o    index.BuildOptions
+}
+
+// buildModes is one build in memory and the same one spilled after every run, with runs of
+// runEntries pairs (and spillPage pairs a page when spilled).
+func buildModes(t *testing.T, runEntries, spillPage int) []buildMode {
+	dir := t.TempDir()
+	return []buildMode{
+		{"memory", index.BuildOptions{RunEntries: runEntries, TempDir: dir}},
+		{"spill", index.BuildOptions{RunEntries: runEntries, MemoryBudget: 1, PageEntries: spillPage, TempDir: dir}},
+	}
+}
+
 // TestBTreeBuildOrder covers the sort paths: presorted input, row ids that are not one
 // ascending sequence, float spellings cmp.Compare holds equal, strings that tie on their
 // 8-byte prefix, in memory and spilled.
@@ -125,14 +140,7 @@ func TestBTreeBuildOrder(t *testing.T) {
 		r.Shuffle(len(firsts), func(i, j int) { firsts[i], firsts[j] = firsts[j], firsts[i] })
 		return firsts
 	}
-	for _, opts := range []struct {
-		name string
-		o    index.BuildOptions
-	}{
-		{"memory", index.BuildOptions{RunEntries: 300}},
-		{"spill", index.BuildOptions{RunEntries: 300, MemoryBudget: 1, PageEntries: 7}},
-	} {
-		opts.o.TempDir = t.TempDir()
+	for _, opts := range buildModes(t, 300, 7) {
 		t.Run(opts.name+"/presorted-int", func(t *testing.T) {
 			keys := make([]int64, 2000)
 			for i := range keys {
@@ -216,5 +224,115 @@ func TestAddStringsRefusesBadOffsets(t *testing.T) {
 	defer n.Close()
 	if err := n.AddStrings([]byte("a"), []uint32{0, 1}, 0); err == nil {
 		t.Fatal("AddStrings on a numeric builder accepted")
+	}
+}
+
+// TestNumericBuildPaths covers the numeric build's sort and write paths against a full sort:
+// buckets sorted as packed words or side by side (end buckets holding extreme keys, ids out
+// of order), runs in order written as they are (chained) or merged (overlapping), long runs
+// of one key, a narrow band of keys inside one wide bucket; in memory and spilled, row ids
+// past 32 bits.
+func TestNumericBuildPaths(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	ascending := func(n, per int, base uint64) []uint64 {
+		var firsts []uint64
+		for i := 0; i < n; i += per {
+			firsts = append(firsts, base+uint64(i))
+		}
+		return firsts
+	}
+	ints := func(n int, f func(i int) int64) []int64 {
+		ks := make([]int64, n)
+		for i := range ks {
+			ks[i] = f(i)
+		}
+		return ks
+	}
+	batches := func(keys []int64, per int, base uint64) []batch[int64] {
+		var bs []batch[int64]
+		for i := 0; i < len(keys); i += per {
+			bs = append(bs, batch[int64]{keys[i:min(i+per, len(keys))], base + uint64(i)})
+		}
+		return bs
+	}
+	extremes := []int64{math.MinInt64, math.MinInt64 + 1, -1, 0, 1, math.MaxInt64 - 1, math.MaxInt64}
+	for _, mode := range buildModes(t, 1000, 13) {
+		t.Run(mode.name+"/cents", func(t *testing.T) {
+			var bs []batch[float64]
+			for _, f := range ascending(20000, 100, 1<<40) {
+				ks := make([]float64, 100)
+				for i := range ks {
+					ks[i] = float64(r.IntN(100_000)) / 100
+				}
+				bs = append(bs, batch[float64]{ks, f})
+			}
+			checkOrder(t, bs, mode.o)
+		})
+		t.Run(mode.name+"/float-specials-ascending-ids", func(t *testing.T) {
+			special := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), -math.MaxFloat64, math.MaxFloat64,
+				math.SmallestNonzeroFloat64, -math.SmallestNonzeroFloat64, 1.5, -1.5, 2.25, 1e300, -1e-300}
+			var pool []float64
+			for range 50 {
+				pool = append(pool, float64(r.IntN(1000))/8)
+			}
+			pool = append(pool, special...)
+			checkOrder(t, drawBatches(r, pool, ascending(12000, 60, 1<<33), 60), mode.o)
+		})
+		t.Run(mode.name+"/int-extremes", func(t *testing.T) {
+			keys := ints(15000, func(i int) int64 {
+				if i%7 == 0 {
+					return extremes[r.IntN(len(extremes))]
+				}
+				return r.Int64N(1<<20) - 1<<19
+			})
+			checkOrder(t, batches(keys, 128, 1<<40), mode.o)
+		})
+		t.Run(mode.name+"/int-extremes-shuffled-ids", func(t *testing.T) {
+			var bs []batch[int64]
+			firsts := ascending(8000, 40, 1<<36)
+			r.Shuffle(len(firsts), func(i, j int) { firsts[i], firsts[j] = firsts[j], firsts[i] })
+			for _, f := range firsts {
+				bs = append(bs, batch[int64]{ints(40, func(int) int64 { return extremes[r.IntN(len(extremes))] + r.Int64N(3) - 1 }), f})
+			}
+			checkOrder(t, bs, mode.o)
+		})
+		t.Run(mode.name+"/uniform-int64", func(t *testing.T) {
+			checkOrder(t, batches(ints(12000, func(int) int64 { return int64(r.Uint64()) }), 500, 0), mode.o)
+		})
+		t.Run(mode.name+"/few-keys-many-dups", func(t *testing.T) {
+			checkOrder(t, batches(ints(20000, func(int) int64 { return r.Int64N(3) * 1e15 }), 333, 7), mode.o)
+		})
+		t.Run(mode.name+"/narrow-band-in-wide-bucket", func(t *testing.T) {
+			// The first run fixes wide buckets; later runs crowd one of them with distinct keys.
+			keys := ints(12000, func(i int) int64 {
+				if i < 1000 {
+					return int64(r.Uint64())
+				}
+				return 1<<40 + r.Int64N(1<<30)
+			})
+			checkOrder(t, batches(keys, 250, 1<<34), mode.o)
+		})
+		t.Run(mode.name+"/sorted-chained", func(t *testing.T) {
+			checkOrder(t, batches(ints(10000, func(i int) int64 { return int64(i/5) + math.MinInt64 + 1 }), 100, 1<<40), mode.o)
+		})
+		t.Run(mode.name+"/sorted-overlapping-runs", func(t *testing.T) {
+			// Every run is in order, but each starts below where the one before ended.
+			checkOrder(t, batches(ints(10000, func(i int) int64 { return int64(i%1000) / 2 }), 100, 0), mode.o) // RunEntries 1000: each run is 0..499, twice
+		})
+		t.Run(mode.name+"/sorted-runs-ids-going-back", func(t *testing.T) {
+			// Each run in order and the keys meet at the run boundary, but the later run's
+			// row ids come first.
+			keys := ints(1000, func(i int) int64 { return int64(i / 10) })
+			more := ints(1000, func(i int) int64 { return 99 + int64(i/10) })
+			checkOrder(t, []batch[int64]{{keys, 5000}, {more, 0}}, mode.o)
+		})
+		t.Run(mode.name+"/sorted-then-shuffled", func(t *testing.T) {
+			checkOrder(t, batches(ints(10000, func(i int) int64 {
+				if i < 3000 {
+					return int64(i)
+				}
+				return r.Int64N(5000)
+			}), 100, 0), mode.o)
+		})
 	}
 }

@@ -70,70 +70,209 @@ func (r *memRun) partition(f bucketFunc, sc *sortScratch) {
 	r.keys, r.order = keys, order
 }
 
-// bucketSource yields the sorted union of partitioned runs, one bucket at a time.
-type bucketSource struct {
+// numBlock is a sorted stretch of (key, row id) pairs, as a bucket sort or a run in order
+// leaves it. Pair i is (v[i], id(i)), unless packed: then v[i] = (key-keyBase)<<shift | p, and
+// the pair is (keyBase + v[i]>>shift, id(p)), p being the pair's position before the sort.
+// id(p) is ids[p], or idBase+p when ids is nil (a dense run).
+type numBlock struct {
+	v       []uint64
+	ids     []uint64
+	keyBase uint64
+	idBase  uint64
+	shift   uint
+	packed  bool
+	// Buffers a bucket sort owns and reuses: gathered keys, row ids and radix scratch.
+	bk, bi, bt, bu []uint64
+}
+
+func (b *numBlock) len() int { return len(b.v) }
+
+// appendEntries appends pairs from..to-1 to dst.
+func (b *numBlock) appendEntries(dst []entry, from, to int) []entry {
+	switch {
+	case b.packed:
+		mask := uint64(1)<<b.shift - 1
+		for _, x := range b.v[from:to] {
+			dst = append(dst, entry{k: b.keyBase + x>>b.shift, id: b.ids[x&mask]})
+		}
+	case b.ids != nil:
+		ids := b.ids[from:to]
+		for i, k := range b.v[from:to] {
+			dst = append(dst, entry{k: k, id: ids[i]})
+		}
+	default:
+		id := b.idBase + uint64(from)
+		for _, k := range b.v[from:to] {
+			dst = append(dst, entry{k: k, id: id})
+			id++
+		}
+	}
+	return dst
+}
+
+// runBlock views a run in (key, row id) order as a block, without a copy.
+func runBlock(r *memRun) numBlock {
+	return numBlock{v: r.keys, ids: r.ids, idBase: r.base}
+}
+
+// bucketSorter sorts one bucket of all partitioned runs at a time.
+type bucketSorter struct {
 	runs      []*memRun
 	ascending bool // row ids ascend across and within all runs
-	next      int  // next bucket to gather
-	keys, tk  []uint64
-	ids, ti   []uint64
-	pos       int
+	counts    [1<<bucketDigit + 1]uint32
+	next      [1 << bucketDigit]uint32
 }
 
-func (s *bucketSource) fill(dst []entry) ([]entry, error) {
-	dst = dst[:0]
-	for len(dst) < cap(dst) {
-		if s.pos == len(s.keys) {
-			if s.next == bucketCount {
-				break
-			}
-			s.gather()
-			continue
-		}
-		n := min(cap(dst)-len(dst), len(s.keys)-s.pos)
-		for i := s.pos; i < s.pos+n; i++ {
-			dst = append(dst, entry{k: s.keys[i], id: s.ids[i]})
-		}
-		s.pos += n
-	}
-	return dst, nil
-}
+// bucketDigit is the width of the digit a packed bucket is split on: 2048 write streams and
+// counters stay in cache, and a bucket of tens of thousands of keys falls into pieces of a
+// few dozen.
+const bucketDigit = 11
 
-// gather collects bucket s.next from every run and sorts it by (key, row id).
-func (s *bucketSource) gather() {
-	j := s.next
-	s.next++
-	s.keys, s.ids, s.pos = s.keys[:0], s.ids[:0], 0
+// sort gathers bucket j of every run into blk and sorts it by (key, row id). Entries of equal
+// keys keep their gathered order, which is row id order when ids ascend.
+//
+// When the bucket's key span and its size fit 64 bits together, each entry becomes one word,
+// (key-min)<<pos | position (see numBlock), and the words are split on their top digit (one
+// counting pass while gathering, one scatter); the pieces, a few dozen words each and often
+// one key, are finished by a comparison sort. The words are distinct, so no sort here can
+// reorder equal keys. Other buckets (the end buckets, which may hold any key, or ids out of
+// order) take a radix sort of keys and row ids side by side.
+func (s *bucketSorter) sort(j int, blk *numBlock) {
+	n := 0
 	for _, r := range s.runs {
-		lo, hi := int(r.bounds[j]), int(r.bounds[j+1])
-		s.keys = append(s.keys, r.keys[lo:hi]...)
-		for p := lo; p < hi; p++ {
-			i := uint32(p)
-			if r.order != nil {
-				i = r.order[p]
-			}
-			s.ids = append(s.ids, r.id(i))
-		}
+		n += int(r.bounds[j+1] - r.bounds[j])
 	}
-	n := len(s.keys)
-	if s.ascending && slices.IsSorted(s.keys) {
+	ids := grow64(&blk.bi, n)
+	lo, hi, sorted, prev := ^uint64(0), uint64(0), true, uint64(0)
+	x := 0
+	for _, r := range s.runs {
+		a, e := int(r.bounds[j]), int(r.bounds[j+1])
+		for _, k := range r.keys[a:e] {
+			lo, hi = min(lo, k), max(hi, k)
+			sorted = sorted && prev <= k
+			prev = k
+		}
+		for p, i := range r.order[a:e] {
+			ids[x+p] = r.id(i)
+		}
+		x += e - a
+	}
+	span, pos := uint(bits.Len64(hi-lo)), uint(bits.Len(uint(n-1)))
+	*blk = numBlock{ids: ids, bk: blk.bk, bi: blk.bi, bt: blk.bt, bu: blk.bu}
+	if n >= 2 && s.ascending && !sorted && span+pos <= 64 {
+		s.sortPacked(blk, j, n, lo, span, pos)
 		return
 	}
-	s.tk, s.ti = slices.Grow(s.tk[:0], n)[:n], slices.Grow(s.ti[:0], n)[:n]
-	radixSort(s.keys, s.ids, s.tk, s.ti)
+	keys := grow64(&blk.bk, n)
+	x = 0
+	for _, r := range s.runs {
+		x += copy(keys[x:], r.keys[r.bounds[j]:r.bounds[j+1]])
+	}
+	blk.v = keys
+	if n < 2 || sorted && s.ascending {
+		return
+	}
+	radixSort(keys, ids, grow64(&blk.bt, n), grow64(&blk.bu, n))
 	if s.ascending {
 		return // stable: equal keys kept ascending row ids
 	}
 	for i := 0; i < n; {
 		e := i + 1
-		for e < n && s.keys[e] == s.keys[i] {
+		for e < n && keys[e] == keys[i] {
 			e++
 		}
 		if e-i > 1 {
-			slices.Sort(s.ids[i:e])
+			slices.Sort(ids[i:e])
 		}
 		i = e
 	}
+}
+
+// sortPacked is sort for bucket j, of n keys in [lo, lo+2^span) that fit a word each with their
+// position (pos bits).
+func (s *bucketSorter) sortPacked(blk *numBlock, j, n int, lo uint64, span, pos uint) {
+	w := min(span, bucketDigit)
+	top := pos + span - w
+	counts := s.counts[:1<<w+1]
+	clear(counts)
+	v := grow64(&blk.bk, n)
+	x := uint64(0)
+	for _, r := range s.runs {
+		for _, k := range r.keys[r.bounds[j]:r.bounds[j+1]] {
+			u := (k-lo)<<pos | x
+			v[x] = u
+			counts[u>>top+1]++
+			x++
+		}
+	}
+	for i := 1; i < len(counts); i++ {
+		counts[i] += counts[i-1]
+	}
+	next := s.next[:1<<w]
+	copy(next, counts)
+	out := grow64(&blk.bt, n)
+	for _, u := range v {
+		d := u >> top
+		out[next[d]] = u
+		next[d]++
+	}
+	for d := range 1 << w {
+		if piece := out[counts[d]:counts[d+1]]; len(piece) > 1 {
+			sortWords(piece)
+		}
+	}
+	blk.v, blk.packed, blk.keyBase, blk.shift = out, true, lo, pos
+}
+
+// sortWords sorts a piece of distinct words: insertion sort while it is short, else pdqsort
+// (which is linear on a piece already in order, the common case of one key).
+func sortWords(v []uint64) {
+	if len(v) > 24 {
+		slices.Sort(v)
+		return
+	}
+	for i := 1; i < len(v); i++ {
+		for j := i; j > 0 && v[j] < v[j-1]; j-- {
+			v[j], v[j-1] = v[j-1], v[j]
+		}
+	}
+}
+
+func grow64(s *[]uint64, n int) []uint64 {
+	if cap(*s) < n {
+		*s = make([]uint64, n+n/8)
+	}
+	return (*s)[:n]
+}
+
+// bucketSource yields the sorted union of partitioned runs, one bucket at a time.
+type bucketSource struct {
+	sorter bucketSorter
+	next   int // next bucket to gather
+	blk    numBlock
+	pos    int
+}
+
+func newBucketSource(runs []*memRun, ascending bool) *bucketSource {
+	return &bucketSource{sorter: bucketSorter{runs: runs, ascending: ascending}}
+}
+
+func (s *bucketSource) fill(dst []entry) ([]entry, error) {
+	dst = dst[:0]
+	for len(dst) < cap(dst) {
+		if s.pos == s.blk.len() {
+			if s.next == bucketCount {
+				break
+			}
+			s.sorter.sort(s.next, &s.blk)
+			s.next, s.pos = s.next+1, 0
+			continue
+		}
+		n := min(cap(dst)-len(dst), s.blk.len()-s.pos)
+		dst = s.blk.appendEntries(dst, s.pos, s.pos+n)
+		s.pos += n
+	}
+	return dst, nil
 }
 
 // sortedSource yields a numeric run that was in (key, row id) order as added.
@@ -143,10 +282,9 @@ type sortedSource struct {
 }
 
 func (s *sortedSource) fill(dst []entry) ([]entry, error) {
-	dst = dst[:0]
-	for p := s.pos; p < min(s.r.n, s.pos+cap(dst)); p++ {
-		dst = append(dst, entry{k: s.r.keys[p], id: s.r.id(uint32(p))})
-	}
-	s.pos += len(dst)
+	blk := runBlock(s.r)
+	n := min(s.r.n-s.pos, cap(dst))
+	dst = blk.appendEntries(dst[:0], s.pos, s.pos+n)
+	s.pos += n
 	return dst, nil
 }
