@@ -69,12 +69,14 @@ func addToRun[K Key](r *memRun, keys []K, first uint64) {
 	r.addIDs(len(keys), first)
 	switch ks := any(keys).(type) {
 	case []int64:
-		for _, k := range ks {
-			r.keys = append(r.keys, encodeInt(k))
+		dst := r.extend(len(ks))
+		for i, k := range ks {
+			dst[i] = encodeInt(k)
 		}
 	case []float64:
-		for _, k := range ks {
-			r.keys = append(r.keys, encodeFloat(k))
+		dst := r.extend(len(ks))
+		for i, k := range ks {
+			dst[i] = encodeFloat(k)
 		}
 	case []string:
 		for _, k := range ks {
@@ -82,6 +84,13 @@ func addToRun[K Key](r *memRun, keys []K, first uint64) {
 			r.offs = append(r.offs, uint32(len(r.data)))
 		}
 	}
+}
+
+// extend grows r.keys by n and returns the new part.
+func (r *memRun) extend(n int) []uint64 {
+	at := len(r.keys)
+	r.keys = slices.Grow(r.keys, n)[:at+n]
+	return r.keys[at:]
 }
 
 // addBytesToRun appends the len(offs)-1 string keys data[offs[i]:offs[i+1]] at row ids first,
