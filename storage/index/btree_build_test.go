@@ -326,6 +326,23 @@ func TestNumericBuildPaths(t *testing.T) {
 			more := ints(1000, func(i int) int64 { return 99 + int64(i/10) })
 			checkOrder(t, []batch[int64]{{keys, 5000}, {more, 0}}, mode.o)
 		})
+		t.Run(mode.name+"/sorted-floats-then-back", func(t *testing.T) {
+			// In order (NaN first, -0 beside +0) for three runs, written ahead, then read back
+			// when the fourth starts below them.
+			asc := []float64{math.NaN(), math.Inf(-1), -math.MaxFloat64, -1, math.Copysign(0, -1), 0, math.SmallestNonzeroFloat64, 1, math.MaxFloat64, math.Inf(1)}
+			ks := make([]float64, 0, 4000)
+			for i := range 3000 {
+				ks = append(ks, asc[i*len(asc)/3000])
+			}
+			for range 1000 {
+				ks = append(ks, asc[r.IntN(len(asc))])
+			}
+			var bs []batch[float64]
+			for i := 0; i < len(ks); i += 200 {
+				bs = append(bs, batch[float64]{ks[i : i+200], 1<<35 + uint64(i)})
+			}
+			checkOrder(t, bs, mode.o)
+		})
 		t.Run(mode.name+"/sorted-then-shuffled", func(t *testing.T) {
 			checkOrder(t, batches(ints(10000, func(i int) int64 {
 				if i < 3000 {
