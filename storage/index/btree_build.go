@@ -144,6 +144,7 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 type fillArena struct {
 	data []byte
 	offs []uint32
+	keys []uint64 // a numeric run's keys, once they were packed (see deltaKeys)
 }
 
 // newRun starts the next run, in a recycled arena when one is free.
@@ -192,6 +193,9 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 		b.recycled = arena
 	case r.idsAscending && slices.IsSorted(r.keys):
 		r.sorted = true // an id column: kept as it is, merged at one compare a pair
+		if r.deltas = packDeltas(r.keys); r.deltas != nil {
+			b.recycled.keys, r.keys = r.keys[:0], nil
+		}
 	default:
 		if b.buckets == nil {
 			f := newBucketFunc(r.keys)
@@ -202,7 +206,7 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	b.runs = append(b.runs, r)
 	b.held += r.bytes()
 	b.stats.Runs++
-	scratch := b.scratch.bytes() + int64(cap(b.recycled.data)+4*cap(b.recycled.offs))
+	scratch := b.scratch.bytes() + int64(cap(b.recycled.data)+4*cap(b.recycled.offs)+8*cap(b.recycled.keys))
 	b.stats.PeakBytes = max(b.stats.PeakBytes, b.held+filling+scratch)
 	if b.held+filling+scratch <= b.opts.MemoryBudget {
 		return nil
@@ -250,7 +254,7 @@ func (b *BTreeBuilder[K]) memSources() []source {
 		case b.str:
 			srcs = append(srcs, &runSource{r: r})
 		case r.sorted:
-			srcs = append(srcs, &sortedSource{r: r})
+			srcs = append(srcs, &sortedSource{rd: sortedReader{r: r}})
 		default:
 			bucketed = append(bucketed, r)
 		}
@@ -327,7 +331,7 @@ func (b *BTreeBuilder[K]) numBlocks() blockSource {
 		sorted++
 		if i > 0 {
 			p := b.runs[i-1]
-			if !p.sorted || p.keys[p.n-1] > r.keys[0] || p.keys[p.n-1] == r.keys[0] && p.lastID >= r.firstID {
+			if !p.sorted || p.lastKey() > r.firstKey() || p.lastKey() == r.firstKey() && p.lastID >= r.firstID {
 				chained = false
 			}
 		}
@@ -351,15 +355,23 @@ type blockSource interface {
 type chainSource struct {
 	runs []*memRun
 	i    int
+	rd   sortedReader
 }
 
+// chainBlock is how many pairs of a sorted run one block carries.
+const chainBlock = 1 << 16
+
 func (s *chainSource) next(blk *numBlock) bool {
-	if s.i == len(s.runs) {
-		return false
+	for s.i < len(s.runs) {
+		if s.rd.r == nil {
+			s.rd = sortedReader{r: s.runs[s.i]}
+		}
+		if s.rd.next(blk, chainBlock) {
+			return true
+		}
+		s.i, s.rd = s.i+1, sortedReader{}
 	}
-	*blk = runBlock(s.runs[s.i])
-	s.i++
-	return true
+	return false
 }
 
 // bucketBlocks yields the sorted buckets of partitioned runs.

@@ -110,9 +110,34 @@ func (b *numBlock) appendEntries(dst []entry, from, to int) []entry {
 	return dst
 }
 
-// runBlock views a run in (key, row id) order as a block, without a copy.
-func runBlock(r *memRun) numBlock {
-	return numBlock{v: r.keys, ids: r.ids, idBase: r.base}
+// sortedReader yields a numeric run in (key, row id) order as blocks: views of its keys, or
+// its packed keys decoded into the block's buffer.
+type sortedReader struct {
+	r   *memRun
+	pos int
+	dec deltaDecoder
+}
+
+// next sets blk to the next (at most max) pairs; false at the end.
+func (s *sortedReader) next(blk *numBlock, max int) bool {
+	r := s.r
+	n := min(max, r.n-s.pos)
+	if n <= 0 {
+		return false
+	}
+	*blk = numBlock{idBase: r.base + uint64(s.pos), bk: blk.bk, bi: blk.bi, bt: blk.bt, bu: blk.bu}
+	if r.ids != nil {
+		blk.ids = r.ids[s.pos : s.pos+n]
+	}
+	if r.deltas == nil {
+		blk.v = r.keys[s.pos : s.pos+n]
+	} else {
+		s.dec.d = r.deltas
+		blk.v = grow64(&blk.bk, n)
+		s.dec.next(blk.v)
+	}
+	s.pos += n
+	return true
 }
 
 // bucketSorter sorts one bucket of all partitioned runs at a time.
@@ -277,14 +302,13 @@ func (s *bucketSource) fill(dst []entry) ([]entry, error) {
 
 // sortedSource yields a numeric run that was in (key, row id) order as added.
 type sortedSource struct {
-	r   *memRun
-	pos int
+	rd  sortedReader
+	blk numBlock
 }
 
 func (s *sortedSource) fill(dst []entry) ([]entry, error) {
-	blk := runBlock(s.r)
-	n := min(s.r.n-s.pos, cap(dst))
-	dst = blk.appendEntries(dst[:0], s.pos, s.pos+n)
-	s.pos += n
-	return dst, nil
+	if !s.rd.next(&s.blk, cap(dst)) {
+		return dst[:0], nil
+	}
+	return s.blk.appendEntries(dst[:0], 0, s.blk.len()), nil
 }

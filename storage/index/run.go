@@ -21,8 +21,10 @@ type memRun struct {
 	lastID       uint64
 
 	keys []uint64 // numeric keys; sorted once the run is sealed
-	data []byte   // string keys, concatenated, while the run fills
-	offs []uint32 // string entry i is data[offs[i]:offs[i+1]], while the run fills
+	// deltas holds a sorted run's keys instead of keys, when they pack (see deltaKeys).
+	deltas *deltaKeys
+	data   []byte   // string keys, concatenated, while the run fills
+	offs   []uint32 // string entry i is data[offs[i]:offs[i+1]], while the run fills
 	// packed holds a sealed run's strings in sorted order, front-coded with their entry
 	// numbers (see packer): the merge reads them sequentially, and a run of sorted keys
 	// takes less than its arena did.
@@ -36,8 +38,8 @@ type memRun struct {
 	firstID uint64
 }
 
-// newRun allocates a run for capacity entries (and dataCap bytes of strings), reusing a string
-// run's arena when one is given and large enough.
+// newRun allocates a run for capacity entries (and dataCap bytes of strings), reusing the
+// arena or key array given when it is large enough.
 func newRun(str bool, capacity, dataCap int, reuse fillArena) *memRun {
 	r := &memRun{idsAscending: true}
 	if str {
@@ -50,6 +52,8 @@ func newRun(str bool, capacity, dataCap int, reuse fillArena) *memRun {
 		}
 		r.offs, r.data = r.offs[:1], r.data[:0]
 		r.offs[0] = 0
+	} else if cap(reuse.keys) >= capacity {
+		r.keys = reuse.keys[:0]
 	} else {
 		r.keys = make([]uint64, 0, capacity)
 	}
@@ -58,7 +62,11 @@ func newRun(str bool, capacity, dataCap int, reuse fillArena) *memRun {
 
 // bytes is the memory the run holds.
 func (r *memRun) bytes() int64 {
-	return int64(8*cap(r.keys) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds))
+	d := 0
+	if r.deltas != nil {
+		d = cap(r.deltas.words)
+	}
+	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds))
 }
 
 // maxArena keeps string offsets within uint32.
@@ -126,6 +134,21 @@ func (r *memRun) addIDs(n int, first uint64) {
 	}
 	r.n += n
 	r.lastID = first + uint64(n) - 1
+}
+
+// firstKey and lastKey are a sorted numeric run's bounds.
+func (r *memRun) firstKey() uint64 {
+	if r.deltas != nil {
+		return r.deltas.first
+	}
+	return r.keys[0]
+}
+
+func (r *memRun) lastKey() uint64 {
+	if r.deltas != nil {
+		return r.deltas.last
+	}
+	return r.keys[r.n-1]
 }
 
 func (r *memRun) id(i uint32) uint64 {
