@@ -260,7 +260,7 @@ func (b *BTreeBuilder[K]) memSources() []source {
 		}
 	}
 	if len(bucketed) > 0 {
-		srcs = append(srcs, newBucketSource(bucketed, b.ascending))
+		srcs = append(srcs, newBucketSource(bucketed, *b.buckets, b.ascending))
 	}
 	return srcs
 }
@@ -340,7 +340,7 @@ func (b *BTreeBuilder[K]) numBlocks() blockSource {
 	case sorted == len(b.runs) && chained:
 		return &chainSource{runs: b.runs}
 	case sorted == 0:
-		return &bucketBlocks{sorter: bucketSorter{runs: b.runs, ascending: b.ascending}}
+		return &bucketBlocks{sorter: bucketSorter{runs: b.runs, f: *b.buckets, ascending: b.ascending}}
 	}
 	return nil
 }

@@ -299,6 +299,12 @@ func TestNumericBuildPaths(t *testing.T) {
 		t.Run(mode.name+"/uniform-int64", func(t *testing.T) {
 			checkOrder(t, batches(ints(12000, func(int) int64 { return int64(r.Uint64()) }), 500, 0), mode.o)
 		})
+		t.Run(mode.name+"/uniform-int64-long-runs", func(t *testing.T) {
+			// 52 bits under a bucket and 13 bits of entry number: too wide to pack a word.
+			o := mode.o
+			o.RunEntries = 5000
+			checkOrder(t, batches(ints(23000, func(int) int64 { return int64(r.Uint64()) }), 700, 1<<40), o)
+		})
 		t.Run(mode.name+"/few-keys-many-dups", func(t *testing.T) {
 			checkOrder(t, batches(ints(20000, func(int) int64 { return r.Int64N(3) * 1e15 }), 333, 7), mode.o)
 		})

@@ -44,8 +44,16 @@ func (f bucketFunc) of(k uint64) int {
 	return int(min(v-f.lo, bucketCount-1))
 }
 
-// partition reorders r's keys by bucket (stable) and records where each bucket starts; the
-// entry numbers move along in r.order.
+func (f bucketFunc) low(j int) uint64 { return (f.lo + uint64(j)) << f.shift }
+
+// partition reorders r's entries by bucket (stable) and records where each bucket starts.
+//
+// A key of a middle bucket j is low(j) plus shift bits, so when those bits and the entry
+// number fit one word together, bucket j's entries become words (key-low(j))<<idxBits | entry
+// number, in r.words; the end buckets, which may hold any key, keep the key itself there and
+// their entry numbers in r.endOrder. One array of words instead of keys and entry numbers
+// side by side: the entry numbers would be a fresh array of every run, and fresh memory is
+// dear here (see deltaKeys). Runs whose keys are too wide keep keys and r.order.
 func (r *memRun) partition(f bucketFunc, sc *sortScratch) {
 	var counts [bucketCount + 1]uint32
 	for _, k := range r.keys {
@@ -58,16 +66,64 @@ func (r *memRun) partition(f bucketFunc, sc *sortScratch) {
 	if cap(sc.a) < r.n {
 		sc.a = make([]uint64, r.n)
 	}
-	keys, order := sc.a[:r.n], make([]uint32, r.n)
+	out := sc.a[:r.n]
+	sc.a = r.keys[:cap(r.keys)] // the old key array is the next run's scratch
+	ib := uint(bits.Len(uint(r.n - 1)))
+	if f.shift+ib > 64 {
+		order := make([]uint32, r.n)
+		for i, k := range r.keys {
+			b := f.of(k)
+			p := counts[b]
+			counts[b]++
+			out[p] = k
+			order[p] = uint32(i)
+		}
+		r.keys, r.order = out, order
+		return
+	}
+	const last = bucketCount - 1
+	n0, nl := r.bounds[1], r.bounds[last+1]-r.bounds[last]
+	ends := make([]uint32, n0+nl)
 	for i, k := range r.keys {
 		b := f.of(k)
 		p := counts[b]
 		counts[b]++
-		keys[p] = k
-		order[p] = uint32(i)
+		switch b {
+		case 0:
+			out[p], ends[p] = k, uint32(i)
+		case last:
+			out[p], ends[n0+p-r.bounds[last]] = k, uint32(i)
+		default:
+			out[p] = (k-f.low(b))<<ib | uint64(i)
+		}
 	}
-	sc.a = r.keys[:cap(r.keys)] // the old key array is the next run's scratch
-	r.keys, r.order = keys, order
+	r.keys, r.words, r.endOrder, r.idxBits = nil, out, ends, ib
+}
+
+// gather copies bucket j of run r (partitioned by f) to keys and its row ids to ids.
+func (r *memRun) gather(f bucketFunc, j int, keys, ids []uint64) {
+	a, e := r.bounds[j], r.bounds[j+1]
+	switch {
+	case r.words == nil:
+		copy(keys, r.keys[a:e])
+		for p, i := range r.order[a:e] {
+			ids[p] = r.id(i)
+		}
+	case j == 0 || j == bucketCount-1:
+		copy(keys, r.words[a:e])
+		ends := r.endOrder[:r.bounds[1]] // bucket 0's, then the last bucket's
+		if j != 0 {
+			ends = r.endOrder[r.bounds[1]:]
+		}
+		for p := range ids[:e-a] {
+			ids[p] = r.id(ends[p])
+		}
+	default:
+		low, ib, mask := f.low(j), r.idxBits, uint64(1)<<r.idxBits-1
+		for p, w := range r.words[a:e] {
+			keys[p], ids[p] = low+w>>ib, r.id(uint32(w&mask))
+		}
+	}
 }
 
 // numBlock is a sorted stretch of (key, row id) pairs, as a bucket sort or a run in order
@@ -143,7 +199,8 @@ func (s *sortedReader) next(blk *numBlock, max int) bool {
 // bucketSorter sorts one bucket of all partitioned runs at a time.
 type bucketSorter struct {
 	runs      []*memRun
-	ascending bool // row ids ascend across and within all runs
+	f         bucketFunc // how they were partitioned
+	ascending bool       // row ids ascend across and within all runs
 	counts    [1<<bucketDigit + 1]uint32
 	next      [1 << bucketDigit]uint32
 }
@@ -167,33 +224,25 @@ func (s *bucketSorter) sort(j int, blk *numBlock) {
 	for _, r := range s.runs {
 		n += int(r.bounds[j+1] - r.bounds[j])
 	}
-	ids := grow64(&blk.bi, n)
-	lo, hi, sorted, prev := ^uint64(0), uint64(0), true, uint64(0)
+	keys, ids := grow64(&blk.bk, n), grow64(&blk.bi, n)
 	x := 0
 	for _, r := range s.runs {
-		a, e := int(r.bounds[j]), int(r.bounds[j+1])
-		for _, k := range r.keys[a:e] {
-			lo, hi = min(lo, k), max(hi, k)
-			sorted = sorted && prev <= k
-			prev = k
-		}
-		for p, i := range r.order[a:e] {
-			ids[x+p] = r.id(i)
-		}
-		x += e - a
+		m := int(r.bounds[j+1] - r.bounds[j])
+		r.gather(s.f, j, keys[x:x+m], ids[x:x+m])
+		x += m
+	}
+	lo, hi, sorted, prev := ^uint64(0), uint64(0), true, uint64(0)
+	for _, k := range keys {
+		lo, hi = min(lo, k), max(hi, k)
+		sorted = sorted && prev <= k
+		prev = k
 	}
 	span, pos := uint(bits.Len64(hi-lo)), uint(bits.Len(uint(n-1)))
-	*blk = numBlock{ids: ids, bk: blk.bk, bi: blk.bi, bt: blk.bt, bu: blk.bu}
+	*blk = numBlock{v: keys, ids: ids, bk: blk.bk, bi: blk.bi, bt: blk.bt, bu: blk.bu}
 	if n >= 2 && s.ascending && !sorted && span+pos <= 64 {
-		s.sortPacked(blk, j, n, lo, span, pos)
+		s.sortPacked(blk, lo, span, pos)
 		return
 	}
-	keys := grow64(&blk.bk, n)
-	x = 0
-	for _, r := range s.runs {
-		x += copy(keys[x:], r.keys[r.bounds[j]:r.bounds[j+1]])
-	}
-	blk.v = keys
 	if n < 2 || sorted && s.ascending {
 		return
 	}
@@ -213,29 +262,25 @@ func (s *bucketSorter) sort(j int, blk *numBlock) {
 	}
 }
 
-// sortPacked is sort for bucket j, of n keys in [lo, lo+2^span) that fit a word each with their
-// position (pos bits).
-func (s *bucketSorter) sortPacked(blk *numBlock, j, n int, lo uint64, span, pos uint) {
+// sortPacked is sort for the n keys in blk.v, which lie in [lo, lo+2^span) and fit a word
+// each with their position (pos bits).
+func (s *bucketSorter) sortPacked(blk *numBlock, lo uint64, span, pos uint) {
 	w := min(span, bucketDigit)
 	top := pos + span - w
 	counts := s.counts[:1<<w+1]
 	clear(counts)
-	v := grow64(&blk.bk, n)
-	x := uint64(0)
-	for _, r := range s.runs {
-		for _, k := range r.keys[r.bounds[j]:r.bounds[j+1]] {
-			u := (k-lo)<<pos | x
-			v[x] = u
-			counts[u>>top+1]++
-			x++
-		}
+	v := blk.v
+	for i, k := range v {
+		u := (k-lo)<<pos | uint64(i)
+		v[i] = u
+		counts[u>>top+1]++
 	}
 	for i := 1; i < len(counts); i++ {
 		counts[i] += counts[i-1]
 	}
 	next := s.next[:1<<w]
 	copy(next, counts)
-	out := grow64(&blk.bt, n)
+	out := grow64(&blk.bt, len(v))
 	for _, u := range v {
 		d := u >> top
 		out[next[d]] = u
@@ -278,8 +323,8 @@ type bucketSource struct {
 	pos    int
 }
 
-func newBucketSource(runs []*memRun, ascending bool) *bucketSource {
-	return &bucketSource{sorter: bucketSorter{runs: runs, ascending: ascending}}
+func newBucketSource(runs []*memRun, f bucketFunc, ascending bool) *bucketSource {
+	return &bucketSource{sorter: bucketSorter{runs: runs, f: f, ascending: ascending}}
 }
 
 func (s *bucketSource) fill(dst []entry) ([]entry, error) {

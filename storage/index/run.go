@@ -32,7 +32,11 @@ type memRun struct {
 
 	// order maps position to entry once keys were reordered; nil when they were not.
 	order []uint32
-	// bounds: a numeric run's bucket j is keys[bounds[j]:bounds[j+1]] (see partition).
+	// words, endOrder, idxBits: a partitioned run's entries packed (see partition).
+	words    []uint64
+	endOrder []uint32
+	idxBits  uint
+	// bounds: a numeric run's bucket j is keys (or words) [bounds[j]:bounds[j+1]] (see partition).
 	bounds  []uint32
 	sorted  bool // a numeric run that was in (key, row id) order as added
 	firstID uint64
@@ -66,7 +70,7 @@ func (r *memRun) bytes() int64 {
 	if r.deltas != nil {
 		d = cap(r.deltas.words)
 	}
-	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds))
+	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds) + 8*cap(r.words) + 4*cap(r.endOrder))
 }
 
 // maxArena keeps string offsets within uint32.
