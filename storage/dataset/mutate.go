@@ -1,7 +1,6 @@
 package dataset
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -349,23 +348,19 @@ func (d *Dataset) uploadSegment(ctx context.Context, rel string, b segmentBuilde
 			return "", 0, 0, fmt.Errorf("%w: %s: %w", ErrUploadRefused, key, err)
 		}
 	}
-	pr, pw := io.Pipe()
+	pipe := newChunkPipe()
 	put := make(chan error, 1)
 	go func() {
-		err := d.store.Put(ctx, rel, pr, -1)
-		pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe)) // unblock the builder if Put gave up early
+		err := d.store.Put(ctx, rel, pipe, -1)
+		pipe.CloseReader(cmp.Or(err, io.ErrClosedPipe)) // unblock the builder if Put gave up early
 		put <- err
 	}()
-	cw := &countWriter{w: pw}
-	bw := bufio.NewWriterSize(cw, 1<<20)
-	rows, err = b.Finish(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
+	cw := &countWriter{w: pipe}
+	rows, err = b.Finish(cw)
 	if err != nil {
 		err = fmt.Errorf("dataset: write segment: %w", err)
 	}
-	pw.CloseWithError(err) // nil: Put sees EOF
+	pipe.CloseWriter(err) // nil: Put sees EOF
 	perr := <-put
 	switch {
 	case err != nil && (perr == nil || !errors.Is(err, perr)):

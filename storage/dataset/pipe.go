@@ -1,0 +1,107 @@
+package dataset
+
+import (
+	"io"
+	"sync"
+)
+
+// chunkPipe is io.Pipe with up to pipeChunks chunks of pipeChunk bytes in flight. A segment
+// builder writes into it while the store's Put reads: through io.Pipe, a write returns only
+// once the reader has taken all of it, so encoding and storing took turns; here the builder
+// goes on encoding while Put stores the chunk before. Writes are buffered (no bufio needed).
+type chunkPipe struct {
+	full chan []byte
+	free chan []byte
+	done chan struct{} // closed by the reader's CloseWithError: writes fail from then on
+	buf  []byte        // the writer's chunk being filled
+	cur  []byte        // what is left of the reader's chunk, at
+	at   []byte
+	once sync.Once
+	// werr is the writer's close error (nil: EOF), set before full is closed; rerr the
+	// reader's, set before done is closed.
+	werr, rerr error
+}
+
+const (
+	pipeChunk  = 1 << 20
+	pipeChunks = 4
+)
+
+func newChunkPipe() *chunkPipe {
+	p := &chunkPipe{full: make(chan []byte, pipeChunks), free: make(chan []byte, pipeChunks), done: make(chan struct{})}
+	for range pipeChunks - 1 {
+		p.free <- make([]byte, 0, pipeChunk)
+	}
+	p.buf = make([]byte, 0, pipeChunk)
+	return p
+}
+
+// Write implements io.Writer for the builder.
+func (p *chunkPipe) Write(b []byte) (int, error) {
+	n := len(b)
+	for len(b) > 0 {
+		m := min(len(b), pipeChunk-len(p.buf))
+		p.buf = append(p.buf, b[:m]...)
+		b = b[m:]
+		if len(p.buf) == pipeChunk {
+			if err := p.send(); err != nil {
+				return n - len(b) - m, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// send hands the chunk being filled to the reader and takes a free one.
+func (p *chunkPipe) send() error {
+	select {
+	case p.full <- p.buf:
+	case <-p.done:
+		return p.rerr
+	}
+	select {
+	case p.buf = <-p.free:
+		return nil
+	case <-p.done:
+		return p.rerr
+	}
+}
+
+// CloseWriter hands over what is buffered and ends the stream: the reader sees err, or EOF
+// when err is nil. Call it once.
+func (p *chunkPipe) CloseWriter(err error) {
+	if err == nil && len(p.buf) > 0 {
+		err = p.send()
+	}
+	p.werr = err
+	close(p.full)
+}
+
+// Read implements io.Reader for Put.
+func (p *chunkPipe) Read(b []byte) (int, error) {
+	for len(p.cur) == 0 {
+		if p.at != nil {
+			p.free <- p.at[:0] // never blocks: free holds every chunk
+		}
+		c, ok := <-p.full
+		if !ok {
+			p.cur, p.at = nil, nil
+			if p.werr != nil {
+				return 0, p.werr
+			}
+			return 0, io.EOF
+		}
+		p.cur, p.at = c, c
+	}
+	n := copy(b, p.cur)
+	p.cur = p.cur[n:]
+	return n, nil
+}
+
+// CloseReader makes the writer's next and pending writes fail with err (Put gave up).
+func (p *chunkPipe) CloseReader(err error) {
+	p.once.Do(func() {
+		p.rerr = err
+		close(p.done)
+	})
+}
