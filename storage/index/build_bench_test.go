@@ -3,7 +3,9 @@ package index_test
 import (
 	"io"
 	"math/rand/v2"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cba1309c/steward/storage/index"
 )
@@ -23,7 +25,18 @@ func BenchmarkBTreeBuildNumeric(b *testing.B) {
 	b.Run("price", func(b *testing.B) { benchBuild(b, prices, page) })
 }
 
+// processCPU is the user+sys time of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func benchBuild[K index.Key](b *testing.B, keys []K, page int) {
+	cpu := processCPU()
+	defer func() { b.ReportMetric((processCPU()-cpu).Seconds()/float64(b.N), "cpu-s/op") }()
 	for range b.N {
 		bt := index.NewBTreeBuilder[K](index.BuildOptions{TempDir: b.TempDir()})
 		for i := 0; i < len(keys); i += page {
