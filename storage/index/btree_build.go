@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sync/atomic"
 )
 
@@ -186,14 +185,19 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	}
 	b.lastID = r.lastID
 	filling := r.bytes() // what the run being filled meanwhile grows to, about
+	var sorted bool
+	var or uint64
+	if !b.str && r.idsAscending {
+		sorted, or = sortedDeltas(r.keys)
+	}
 	switch {
 	case b.str:
 		arena := fillArena{data: r.data[:0], offs: r.offs[:1]}
 		r.sortStrings(&b.scratch)
 		b.recycled = arena
-	case r.idsAscending && slices.IsSorted(r.keys):
+	case r.idsAscending && sorted:
 		r.sorted = true // an id column: kept as it is, merged at one compare a pair
-		if r.deltas = packDeltas(r.keys); r.deltas != nil {
+		if r.deltas = packDeltas(r.keys, or); r.deltas != nil {
 			b.recycled.keys, r.keys = r.keys[:0], nil
 		}
 	default:

@@ -17,13 +17,23 @@ type deltaKeys struct {
 // decoding.
 const maxDeltaWidth = 40
 
-// packDeltas packs sorted keys, or returns nil when their distances are too wide.
-func packDeltas(keys []uint64) *deltaKeys {
+// sortedDeltas reports whether keys ascend and, if they do, the bitwise or of their
+// distances (whose width is the widest distance's).
+func sortedDeltas(keys []uint64) (bool, uint64) {
 	var or uint64
 	for i := 1; i < len(keys); i++ {
+		if keys[i] < keys[i-1] {
+			return false, 0
+		}
 		or |= keys[i] - keys[i-1]
 	}
-	w := uint(bits.Len64(or)) // the width of the widest distance
+	return true, or
+}
+
+// packDeltas packs sorted keys whose distances or to or, or returns nil when they are too
+// wide.
+func packDeltas(keys []uint64, or uint64) *deltaKeys {
+	w := uint(bits.Len64(or))
 	if len(keys) == 0 || w > maxDeltaWidth {
 		return nil
 	}

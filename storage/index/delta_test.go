@@ -23,7 +23,11 @@ func TestDeltaKeys(t *testing.T) {
 		if w > 0 && len(keys) > 1 {
 			keys[len(keys)-1] = keys[len(keys)-2] + uint64(1)<<(w-1) // the widest distance
 		}
-		d := packDeltas(keys)
+		sorted, or := sortedDeltas(keys)
+		if !sorted {
+			t.Fatalf("width %d: ascending keys seen out of order", w)
+		}
+		d := packDeltas(keys, or)
 		if w > maxDeltaWidth {
 			if d != nil {
 				t.Fatalf("width %d packed", w)
