@@ -264,7 +264,16 @@ func (d *Dataset) buildIndex(ctx context.Context, spec MutateSpec, f Field, opts
 	if err != nil {
 		return IndexMeta{}, nil, err
 	}
-	key, size, rows, err := d.uploadSegment(ctx, rel, b, opts.BeforeUpload)
+	// Numeric pages encode faster than the store takes them: up to 4 MiB ahead, encoding and
+	// storing overlap (10M rows: the id build 0.69x, price 0.86x the wall time, ABBA). A
+	// string build's merge is its slowest part and keeps a core to itself while its encoder
+	// waits for the store, so it hands over one chunk at a time, as through io.Pipe (with 4
+	// in flight its wall time rose ~10%).
+	inFlight := 4
+	if f.Type == String {
+		inFlight = 1
+	}
+	key, size, rows, err := d.uploadSegment(ctx, rel, b, opts.BeforeUpload, inFlight)
 	var created []string
 	if key != "" {
 		created = []string{key}
@@ -341,14 +350,15 @@ func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ Ind
 // the builder produces it: sorting, encoding and upload overlap, and nothing is staged on
 // disk. A build error closes the pipe with that error, so Put fails and publishes nothing.
 // It returns the full key once the hook has accepted it, the segment's size and row count.
-func (d *Dataset) uploadSegment(ctx context.Context, rel string, b segmentBuilder, hook BeforeUploadFunc) (key string, size int64, rows uint64, err error) {
+// inFlight is how many 1 MiB chunks the builder may write ahead of the store (chunkPipe).
+func (d *Dataset) uploadSegment(ctx context.Context, rel string, b segmentBuilder, hook BeforeUploadFunc, inFlight int) (key string, size int64, rows uint64, err error) {
 	key = d.fullKey(rel)
 	if hook != nil {
 		if err := hook(ctx, key); err != nil {
 			return "", 0, 0, fmt.Errorf("%w: %s: %w", ErrUploadRefused, key, err)
 		}
 	}
-	pipe := newChunkPipe()
+	pipe := newChunkPipe(inFlight)
 	put := make(chan error, 1)
 	go func() {
 		err := d.store.Put(ctx, rel, pipe, -1)

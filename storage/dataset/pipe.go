@@ -5,10 +5,11 @@ import (
 	"sync"
 )
 
-// chunkPipe is io.Pipe with up to pipeChunks chunks of pipeChunk bytes in flight. A segment
-// builder writes into it while the store's Put reads: through io.Pipe, a write returns only
-// once the reader has taken all of it, so encoding and storing took turns; here the builder
-// goes on encoding while Put stores the chunk before. Writes are buffered (no bufio needed).
+// chunkPipe is io.Pipe with chunks of pipeChunk bytes, up to a given number in flight. A
+// segment builder writes into it while the store's Put reads: with one chunk in flight it is
+// io.Pipe behind a bufio.Writer, whose write returns only once the reader has taken all of it,
+// so encoding and storing take turns; with more, the builder goes on encoding while Put
+// stores the chunk before. Writes are buffered (no bufio needed).
 type chunkPipe struct {
 	full chan []byte
 	free chan []byte
@@ -22,14 +23,12 @@ type chunkPipe struct {
 	werr, rerr error
 }
 
-const (
-	pipeChunk  = 1 << 20
-	pipeChunks = 4
-)
+const pipeChunk = 1 << 20
 
-func newChunkPipe() *chunkPipe {
-	p := &chunkPipe{full: make(chan []byte, pipeChunks), free: make(chan []byte, pipeChunks), done: make(chan struct{})}
-	for range pipeChunks - 1 {
+func newChunkPipe(inFlight int) *chunkPipe {
+	inFlight = max(inFlight, 1)
+	p := &chunkPipe{full: make(chan []byte, inFlight), free: make(chan []byte, inFlight), done: make(chan struct{})}
+	for range inFlight - 1 {
 		p.free <- make([]byte, 0, pipeChunk)
 	}
 	p.buf = make([]byte, 0, pipeChunk)

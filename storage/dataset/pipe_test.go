@@ -17,8 +17,8 @@ func TestChunkPipe(t *testing.T) {
 	for i := range want {
 		want[i] = byte(r.Uint32())
 	}
-	t.Run("bytes", func(t *testing.T) {
-		p := newChunkPipe()
+	for _, inFlight := range []int{1, 4} {
+		p := newChunkPipe(inFlight)
 		go func() {
 			for b := want; len(b) > 0; {
 				n := min(len(b), 1+r.IntN(3*pipeChunk/2))
@@ -31,11 +31,11 @@ func TestChunkPipe(t *testing.T) {
 		}()
 		got, err := io.ReadAll(p)
 		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("read %d bytes (want %d), %v", len(got), len(want), err)
+			t.Fatalf("%d in flight: read %d bytes (want %d), %v", inFlight, len(got), len(want), err)
 		}
-	})
+	}
 	t.Run("writer-error", func(t *testing.T) {
-		p := newChunkPipe()
+		p := newChunkPipe(4)
 		boom := errors.New("boom")
 		go func() {
 			p.Write(want[:100])
@@ -47,7 +47,7 @@ func TestChunkPipe(t *testing.T) {
 		}
 	})
 	t.Run("reader-gives-up", func(t *testing.T) {
-		p := newChunkPipe()
+		p := newChunkPipe(4)
 		gone := errors.New("put failed")
 		buf := make([]byte, 10)
 		if _, err := p.Write(want[:pipeChunk]); err != nil {
@@ -58,7 +58,7 @@ func TestChunkPipe(t *testing.T) {
 		}
 		p.CloseReader(gone)
 		var err error
-		for range pipeChunks + 2 { // more than the pipe holds: a write must fail, not block
+		for range 6 { // more than the pipe holds: a write must fail, not block
 			if _, err = p.Write(want[:pipeChunk]); err != nil {
 				break
 			}
