@@ -3,14 +3,18 @@
 package storage_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/storagetest"
@@ -151,4 +155,60 @@ func TestLocalRefusesSpecialFiles(t *testing.T) {
 			t.Errorf("list shows special files: %v, %v", infos, err)
 		}
 	})
+}
+
+// unevenReader hands out its bytes in reads of uneven sizes, as a builder's pipe does.
+type unevenReader struct {
+	b []byte
+	n int
+}
+
+func (u *unevenReader) Read(p []byte) (int, error) {
+	if len(u.b) == 0 {
+		return 0, io.EOF
+	}
+	u.n++
+	m := min(len(p), len(u.b), 1+(u.n*7919)%(3<<20))
+	copy(p, u.b[:m])
+	u.b = u.b[m:]
+	return m, nil
+}
+
+// A put of several MiB in uneven reads lands byte for byte; a
+// failing reader leaves nothing at the key and no staged file behind.
+func TestLocalLargePut(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := storage.NewLocalStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{8<<20 - 1, 8 << 20, 8<<20 + 1, 21<<20 + 12345} {
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = byte(i*31 + i>>13)
+		}
+		key := fmt.Sprintf("big/%d", size)
+		if err := s.Put(ctx, key, &unevenReader{b: body}, -1); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, key))
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("size %d: %d bytes back, equal %v, %v", size, len(got), bytes.Equal(got, body), err)
+		}
+	}
+	boom := errors.New("reader failed")
+	r := io.MultiReader(&unevenReader{b: make([]byte, 17<<20)}, iotest.ErrReader(boom))
+	if err := s.Put(ctx, "big/failed", r, -1); !errors.Is(err, boom) || !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("put with a failing reader: %v", err)
+	}
+	if _, err := s.Stat(ctx, "big/failed"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("stat after a failed put: %v", err)
+	}
+	entries, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+	for _, e := range entries {
+		if !strings.HasPrefix(e, filepath.Join(dir, "big")+"/") {
+			t.Fatalf("left behind by the failed put: %s", e)
+		}
+	}
 }
