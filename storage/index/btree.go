@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/bits"
 	"slices"
 	"sort"
 )
@@ -31,9 +32,15 @@ const maxPageEntries = 1 << 20
 //
 //	count u32 | keys | base u64 | width u8 | (rowID - base) packed at width bits * count | crc32c u32
 //
-// numbers: keys = first u64 | width u8 | deltas packed at width bits * (count-1), over the
-// order-preserving encoding of the keys (encodeInt, encodeFloat: a sorted page has no
-// negative delta); strings: keys = (shared uvarint | suffixLen uvarint | suffix) * count,
+// numbers: keys are the order-preserving encodings of the keys (encodeInt, encodeFloat: a
+// sorted page has no negative delta between them), in whichever of two forms is shorter:
+//
+//	deltas = 0 u8 | first u64 | width u8 | (key - key before) packed at width bits * (count-1)
+//	runs   = 1 u8 | first u64 | distinct u32 | width u8 | steps packed at width bits * (distinct-1) |
+//	         lwidth u8 | (run length - 1) packed at lwidth bits * distinct
+//
+// where runs lists each distinct key once (steps between them, each at least 1) and how many
+// pairs hold it: a page of prices in cents holds ~100 distinct values in 1024 pairs; strings: keys = (shared uvarint | suffixLen uvarint | suffix) * count,
 // front-coded against the key before (shared is 0 for the first). Packed values are least
 // significant bit first in ceil(n*width/8) bytes, zero-padded (see pack.go). A sorted id
 // column's page is thus about 1.4 bytes a row, where format 1 took 16:
@@ -103,14 +110,7 @@ func (bw *BTreeWriter[K]) flush() error {
 	var lo, hi K
 	if !bw.str {
 		lo, hi = keyOfSort[K](bw.sk[0]), keyOfSort[K](bw.sk[n-1])
-		b = binary.LittleEndian.AppendUint64(b, bw.sk[0])
-		d := bw.scratch[:0]
-		for i := 1; i < n; i++ {
-			d = append(d, bw.sk[i]-bw.sk[i-1])
-		}
-		width := widthOf(d)
-		b = appendPacked(append(b, byte(width)), d, width)
-		bw.scratch = d
+		b, bw.scratch = appendNumKeys(b, bw.sk, bw.scratch[:0])
 	} else {
 		lo, hi = bw.keys[0], bw.keys[n-1]
 		b = appendFrontCoded(b, any(bw.keys).([]string))
@@ -312,24 +312,10 @@ func decodePage[K Key](b []byte, p btreePage[K], keys []K, ids []uint64) ([]K, [
 			return nil, nil, err
 		}
 	} else {
-		if len(body) < 9 {
-			return nil, nil, bad("keys truncated")
+		// ids serves as the keys' scratch, then holds the ids.
+		if keys, body, ids, err = decodeNumKeys(body, p.count, keys, ids[:0], bad); err != nil {
+			return nil, nil, err
 		}
-		k := binary.LittleEndian.Uint64(body)
-		d := slices.Grow(ids[:0], p.count)[:p.count-1] // the deltas' scratch, then the ids
-		rest, ok := unpack(body[9:], uint(body[8]), d)
-		if !ok {
-			return nil, nil, bad("key deltas truncated or malformed")
-		}
-		keys = append(keys, keyOfSort[K](k))
-		for _, v := range d {
-			if k+v < k {
-				return nil, nil, bad("key deltas overflow")
-			}
-			k += v
-			keys = append(keys, keyOfSort[K](k))
-		}
-		body, ids = rest, d
 	}
 	if cmp.Compare(keys[0], p.min) != 0 || cmp.Compare(keys[len(keys)-1], p.max) != 0 {
 		return nil, nil, bad("keys do not match its lookup entry")
@@ -350,6 +336,128 @@ func decodePage[K Key](b []byte, p btreePage[K], keys []K, ids []uint64) ([]K, [
 		ids[i] = base + v
 	}
 	return keys, ids, nil
+}
+
+// Forms of a page's numeric keys.
+const (
+	keysDeltas = 0
+	keysRuns   = 1
+)
+
+// appendNumKeys appends a page's sorted numeric keys (order-preserving encodings) in the
+// shorter of their two forms; scratch is reused and returned.
+func appendNumKeys(b []byte, sk, scratch []uint64) ([]byte, []uint64) {
+	n := len(sk)
+	d := slices.Grow(scratch[:0], 2*n)[:n-1]
+	distinct, run, longest := 1, uint64(0), uint64(0)
+	for i := range d {
+		v := sk[i+1] - sk[i]
+		d[i] = v
+		if v != 0 {
+			distinct++
+			longest, run = max(longest, run), 0
+		} else {
+			run++
+		}
+	}
+	longest = max(longest, run)
+	// The steps between distinct keys are the nonzero deltas: their width is the deltas'.
+	width, lwidth := widthOf(d), uint(bits.Len64(longest))
+	deltaBits := (n - 1) * int(width)
+	runsBits := 32 + 8 + (distinct-1)*int(width) + distinct*int(lwidth)
+	if runsBits >= deltaBits {
+		b = append(b, keysDeltas)
+		b = binary.LittleEndian.AppendUint64(b, sk[0])
+		return appendPacked(append(b, byte(width)), d, width), d
+	}
+	// Runs: steps and run lengths - 1 overwrite the deltas in place (never faster than they
+	// are read), then the lengths follow the steps.
+	steps, lens := d[:0], d[n-1:n-1]
+	run = 0
+	for _, v := range d {
+		if v == 0 {
+			run++
+			continue
+		}
+		steps = append(steps, v)
+		lens = append(lens, run)
+		run = 0
+	}
+	lens = append(lens, run)
+	b = append(b, keysRuns)
+	b = binary.LittleEndian.AppendUint64(b, sk[0])
+	b = binary.LittleEndian.AppendUint32(b, uint32(distinct))
+	b = appendPacked(append(b, byte(width)), steps, width)
+	return appendPacked(append(b, byte(lwidth)), lens, lwidth), d
+}
+
+// decodeNumKeys reads n numeric keys in either form from the front of b onto keys, using
+// scratch, and returns the bytes after them and scratch (grown).
+func decodeNumKeys[K Key](b []byte, n int, keys []K, scratch []uint64, bad func(string) error) ([]K, []byte, []uint64, error) {
+	if len(b) < 1+8 {
+		return nil, nil, nil, bad("keys truncated")
+	}
+	form, k := b[0], binary.LittleEndian.Uint64(b[1:])
+	b = b[9:]
+	scratch = slices.Grow(scratch[:0], 2*n)
+	switch form {
+	case keysDeltas:
+		if len(b) < 1 {
+			return nil, nil, nil, bad("keys truncated")
+		}
+		d := scratch[:n-1]
+		rest, ok := unpack(b[1:], uint(b[0]), d)
+		if !ok {
+			return nil, nil, nil, bad("key deltas truncated or malformed")
+		}
+		keys = append(keys, keyOfSort[K](k))
+		for _, v := range d {
+			if k+v < k {
+				return nil, nil, nil, bad("key deltas overflow")
+			}
+			k += v
+			keys = append(keys, keyOfSort[K](k))
+		}
+		return keys, rest, scratch, nil
+	case keysRuns:
+		if len(b) < 4+1 {
+			return nil, nil, nil, bad("keys truncated")
+		}
+		distinct := int(binary.LittleEndian.Uint32(b))
+		if distinct < 1 || distinct > n {
+			return nil, nil, nil, bad("distinct key count out of range")
+		}
+		steps, lens := scratch[:distinct-1], scratch[distinct-1:2*distinct-1]
+		rest, ok := unpack(b[5:], uint(b[4]), steps)
+		if !ok || len(rest) < 1 {
+			return nil, nil, nil, bad("key steps truncated or malformed")
+		}
+		if rest, ok = unpack(rest[1:], uint(rest[0]), lens); !ok {
+			return nil, nil, nil, bad("key runs truncated or malformed")
+		}
+		total := 0
+		for i, l := range lens {
+			if l >= uint64(n) || total+int(l)+1 > n {
+				return nil, nil, nil, bad("key runs do not add up to the page's count")
+			}
+			total += int(l) + 1
+			if i > 0 {
+				if v := steps[i-1]; v == 0 || k+v < k {
+					return nil, nil, nil, bad("key steps zero or overflowing")
+				}
+				k += steps[i-1]
+			}
+			key := keyOfSort[K](k)
+			for range l + 1 {
+				keys = append(keys, key)
+			}
+		}
+		if total != n {
+			return nil, nil, nil, bad("key runs do not add up to the page's count")
+		}
+		return keys, rest, scratch, nil
+	}
+	return nil, nil, nil, bad("keys in an unknown form")
 }
 
 // pageBody checks a page's checksum and count and returns what lies between them.

@@ -15,6 +15,7 @@ func FuzzDecodeBTreeSegment(f *testing.F) {
 	f.Add(buildBTree(f, []int64{}, 0, index.BuildOptions{}))
 	f.Add(buildBTree(f, []float64{2.5, -1, 2.5, 1e300}, 1<<40, index.BuildOptions{PageEntries: 3}))
 	f.Add(buildBTree(f, []string{"ab", "abc", "", "b", "abc"}, 7, index.BuildOptions{PageEntries: 2}))
+	f.Add(buildBTree(f, []int64{4, 4, 4, 4, 4, 4, 7, 7, 7, 7, 7, 7, 9, 9, 9, 9}, 3, index.BuildOptions{PageEntries: 16})) // keys as runs
 	f.Add([]byte("STWBT001"))
 	f.Add([]byte("STWBT002"))
 	for _, name := range []string{"int64", "float64", "string"} {

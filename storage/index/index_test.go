@@ -194,6 +194,7 @@ func TestCorruptSegments(t *testing.T) {
 		"btree":       buildBTree(t, keys, 10, index.BuildOptions{PageEntries: 2}),
 		"btree-int":   buildBTree(t, []int64{5, -3, 5, 1 << 50, 7}, 1<<40, index.BuildOptions{PageEntries: 2}),
 		"btree-float": buildBTree(t, []float64{0.5, -3, math.Inf(1), 0.25}, 3, index.BuildOptions{PageEntries: 3}),
+		"btree-runs":  buildBTree(t, []int64{9, 9, 9, 9, 9, 9, 9, 9, 1 << 40, 1 << 40, 1 << 40, 1 << 40, 1 << 40, 1 << 40}, 0, index.BuildOptions{PageEntries: 14}),
 		"bitmap":      buildBitmap(t, keys, 10),
 	}
 	verify := map[string]func([]byte) error{
@@ -202,6 +203,10 @@ func TestCorruptSegments(t *testing.T) {
 			return err
 		},
 		"btree-int": func(b []byte) error {
+			_, err := index.VerifyBTree[int64](ctx, index.BytesReader(b))
+			return err
+		},
+		"btree-runs": func(b []byte) error {
 			_, err := index.VerifyBTree[int64](ctx, index.BytesReader(b))
 			return err
 		},
