@@ -115,18 +115,13 @@ func (bw *BTreeWriter[K]) flush() error {
 		lo, hi = bw.keys[0], bw.keys[n-1]
 		b = appendFrontCoded(b, any(bw.keys).([]string))
 	}
-	base := bw.ids[0]
+	base, top := bw.ids[0], bw.ids[0]
 	for _, id := range bw.ids {
-		base = min(base, id)
+		base, top = min(base, id), max(top, id)
 	}
-	d := bw.scratch[:0]
-	for _, id := range bw.ids {
-		d = append(d, id-base)
-	}
-	width := widthOf(d)
+	width := uint(bits.Len64(top - base))
 	b = binary.LittleEndian.AppendUint64(b, base)
-	b = appendPacked(append(b, byte(width)), d, width)
-	bw.scratch = d
+	b = appendPackedFrom(append(b, byte(width)), bw.ids, base, width)
 	b = binary.LittleEndian.AppendUint32(b, checksum(b))
 	bw.page = b
 	if len(b) > maxSpanLen {
@@ -349,10 +344,11 @@ const (
 func appendNumKeys(b []byte, sk, scratch []uint64) ([]byte, []uint64) {
 	n := len(sk)
 	d := slices.Grow(scratch[:0], 2*n)[:n-1]
-	distinct, run, longest := 1, uint64(0), uint64(0)
+	distinct, run, longest, or := 1, uint64(0), uint64(0), uint64(0)
 	for i := range d {
 		v := sk[i+1] - sk[i]
 		d[i] = v
+		or |= v
 		if v != 0 {
 			distinct++
 			longest, run = max(longest, run), 0
@@ -362,7 +358,7 @@ func appendNumKeys(b []byte, sk, scratch []uint64) ([]byte, []uint64) {
 	}
 	longest = max(longest, run)
 	// The steps between distinct keys are the nonzero deltas: their width is the deltas'.
-	width, lwidth := widthOf(d), uint(bits.Len64(longest))
+	width, lwidth := uint(bits.Len64(or)), uint(bits.Len64(longest))
 	deltaBits := (n - 1) * int(width)
 	runsBits := 32 + 8 + (distinct-1)*int(width) + distinct*int(lwidth)
 	if runsBits >= deltaBits {

@@ -423,12 +423,15 @@ func writeBlocks[K Key](bw *BTreeWriter[K], src blockSource) (uint64, error) {
 	var n uint64
 	var err error
 	stopped := false
-	es := make([]entry, 0, bw.perPage)
 	for blk := range full {
-		for at := 0; at < blk.len() && err == nil; at += len(es) {
-			es = blk.appendEntries(es[:0], at, min(blk.len(), at+cap(es)))
-			err = addEntries(bw, es)
-			n += uint64(len(es))
+		for at := 0; at < blk.len() && err == nil; {
+			to := min(blk.len(), at+bw.perPage-len(bw.ids))
+			bw.sk, bw.ids = blk.appendPairs(bw.sk, bw.ids, at, to)
+			n += uint64(to - at)
+			at = to
+			if len(bw.ids) == bw.perPage {
+				err = bw.flush()
+			}
 		}
 		if err != nil && !stopped {
 			close(stop)

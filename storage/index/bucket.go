@@ -166,6 +166,27 @@ func (b *numBlock) appendEntries(dst []entry, from, to int) []entry {
 	return dst
 }
 
+// appendPairs appends the keys and row ids of pairs from..to-1 to sk and ids.
+func (b *numBlock) appendPairs(sk, ids []uint64, from, to int) ([]uint64, []uint64) {
+	switch {
+	case b.packed:
+		mask := uint64(1)<<b.shift - 1
+		for _, x := range b.v[from:to] {
+			sk = append(sk, b.keyBase+x>>b.shift)
+			ids = append(ids, b.ids[x&mask])
+		}
+	case b.ids != nil:
+		sk = append(sk, b.v[from:to]...)
+		ids = append(ids, b.ids[from:to]...)
+	default:
+		sk = append(sk, b.v[from:to]...)
+		for id := b.idBase + uint64(from); id < b.idBase+uint64(to); id++ {
+			ids = append(ids, id)
+		}
+	}
+	return sk, ids
+}
+
 // sortedReader yields a numeric run in (key, row id) order as blocks: views of its keys, or
 // its packed keys decoded into the block's buffer.
 type sortedReader struct {

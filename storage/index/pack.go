@@ -21,13 +21,18 @@ func widthOf(vs []uint64) uint {
 }
 
 // appendPacked appends vs packed at width bits; every value must fit width.
-func appendPacked(b []byte, vs []uint64, width uint) []byte {
+func appendPacked(b []byte, vs []uint64, width uint) []byte { return appendPackedFrom(b, vs, 0, width) }
+
+// appendPackedFrom appends v-base for each v of vs packed at width bits; every v-base must
+// fit width.
+func appendPackedFrom(b []byte, vs []uint64, base uint64, width uint) []byte {
 	if width == 0 {
 		return b
 	}
 	var acc uint64
 	var used uint // bits of acc holding values
 	for _, v := range vs {
+		v -= base
 		acc |= v << used
 		if used+width < 64 {
 			used += width
