@@ -40,7 +40,10 @@ const maxPageEntries = 1 << 20
 //	         lwidth u8 | (run length - 1) packed at lwidth bits * distinct
 //
 // where runs lists each distinct key once (steps between them, each at least 1) and how many
-// pairs hold it: a page of prices in cents holds ~100 distinct values in 1024 pairs; strings: keys = (shared uvarint | suffixLen uvarint | suffix) * count,
+// pairs hold it: a page of prices in cents holds ~100 distinct values in 1024 pairs. Strings:
+//
+//	keys = (shared uvarint | suffixLen uvarint | suffix) * count
+//
 // front-coded against the key before (shared is 0 for the first). Packed values are least
 // significant bit first in ceil(n*width/8) bytes, zero-padded (see pack.go). A sorted id
 // column's page is thus about 1.4 bytes a row, where format 1 took 16:
@@ -54,7 +57,7 @@ type BTreeWriter[K Key] struct {
 	keys     []K      // strings: the page's keys
 	ids      []uint64
 	strs     []byte   // addEntries' copy of the page's string keys: a builder reuses its buffers
-	scratch  []uint64 // deltas and id offsets being packed
+	scratch  []uint64 // the key deltas being packed
 	page     []byte
 	lookup   []byte
 	pages    uint32

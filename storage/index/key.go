@@ -64,26 +64,6 @@ func appendKey[K Key](b []byte, k K) []byte {
 	panic("unreachable")
 }
 
-// appendKeys is appendKey for a page of keys, with one type switch.
-func appendKeys[K Key](b []byte, keys []K) []byte {
-	switch ks := any(keys).(type) {
-	case []int64:
-		for _, k := range ks {
-			b = binary.LittleEndian.AppendUint64(b, uint64(k))
-		}
-	case []float64:
-		for _, k := range ks {
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(k))
-		}
-	case []string:
-		for _, k := range ks {
-			b = binary.AppendUvarint(b, uint64(len(k)))
-			b = append(b, k...)
-		}
-	}
-	return b
-}
-
 // decodeKey reads one key from b, returning it and the bytes consumed, or n <= 0 on bad input.
 func decodeKey[K Key](b []byte) (k K, n int) {
 	switch p := any(&k).(type) {
