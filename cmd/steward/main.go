@@ -42,8 +42,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runServe(ctx, args[1:], stderr)
 	case "worker":
 		// The isolated worker mode: only the sidecar starts it, through /proc/self/exe, with its
-		// protocol pipes on fds 3 and 4.
-		return worker.Main()
+		// protocol pipes on fds 3 and 4. It exits the moment it has answered: the sidecar's own
+		// answer waits for this process to be gone, and returning through main's stop (which
+		// hands the signals back and waits for the signal goroutine) cost a median 0.47 ms
+		// between the answer's write and exit_group on a busy 2-core machine.
+		os.Exit(worker.Main())
 	case "engine-exec":
 		// The trampoline of every other engine (steward serve --engine): only the sidecar starts
 		// it, through /proc/self/exe, in the engine's worker domain.
