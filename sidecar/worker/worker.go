@@ -12,6 +12,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/enginesdk"
 	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage/dataset"
 )
 
 // Main is `steward worker`: it returns the process exit code.
@@ -42,7 +44,19 @@ func Main() int {
 		fmt.Fprintln(os.Stderr, "steward worker:", err)
 		return 2
 	}
+	warmDecoders()
 	return Run(context.Background(), c)
+}
+
+// warmDecoders builds encoding/json's per-type caches (the reflection over every struct's
+// fields) for what a call decodes after its request arrives — the request itself and the
+// dataset manifest — before hello, so that a prestarted worker pays for them while it waits:
+// cold, they were ≈0.27 ms of a no-op's answer path. Marshaling a zero value builds the field
+// caches of every type it reaches, which decoding shares.
+func warmDecoders() {
+	for _, v := range []any{&workerproto.MutateRequest{}, &workerproto.SettleRequest{}, &dataset.Manifest{}} {
+		_, _ = json.Marshal(v)
+	}
 }
 
 // Run serves one invocation over c and returns the exit code.
