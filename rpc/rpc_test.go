@@ -261,11 +261,8 @@ func TestOverloadedWhenInFlightBoundReached(t *testing.T) {
 		<-release
 		return 1, nil
 	})
-	server, client := socketPair(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sconn := r.ServeConn(ctx, server, rpc.StreamOptions{})
-	c := rpc.NewClient(ctx, client, rpc.ClientOptions{})
+	c := clientOf(t, r)
+	ctx := context.Background()
 	errs := make(chan error, 2)
 	for i := 0; i < 2; i++ {
 		go func() { errs <- c.Call(ctx, "test.block", nil, nil) }()
@@ -283,8 +280,21 @@ func TestOverloadedWhenInFlightBoundReached(t *testing.T) {
 			t.Fatalf("blocked call: %v", err)
 		}
 	}
-	c.Close()
-	<-sconn.DisconnectNotify()
+}
+
+// clientOf serves r on a socket pair and returns a client of it; both end at cleanup.
+func clientOf(t *testing.T, r *rpc.Router) *rpc.Client {
+	t.Helper()
+	server, client := socketPair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	sconn := r.ServeConn(ctx, server, rpc.StreamOptions{})
+	c := rpc.NewClient(ctx, client, rpc.ClientOptions{})
+	t.Cleanup(func() {
+		c.Close()
+		<-sconn.DisconnectNotify()
+		cancel()
+	})
+	return c
 }
 
 func TestToWireMapsEverySentinel(t *testing.T) {
@@ -308,5 +318,45 @@ func TestToWireMapsEverySentinel(t *testing.T) {
 	}
 	if w := rpc.ToWire(errors.New("plain")); w.Code != int64(rpc.CodeInternal) {
 		t.Errorf("unclassified error: code %d, want internal", w.Code)
+	}
+}
+
+// Peer.Replied is open while the handler runs and closed once its answer has been written; a nil
+// Peer's (outside a handler) is closed.
+func TestPeerRepliedAfterTheAnswer(t *testing.T) {
+	select {
+	case <-(*rpc.Peer)(nil).Replied():
+	default:
+		t.Fatal("nil Peer: Replied is not closed")
+	}
+	peers := make(chan *rpc.Peer, 1)
+	openInHandler := make(chan bool, 1)
+	r := rpc.NewRouter(rpc.RouterOptions{})
+	rpc.Register(r, "test.peer", func(ctx context.Context, _ struct{}) (int, error) {
+		p := rpc.PeerFrom(ctx)
+		open := p != nil
+		if open {
+			select {
+			case <-p.Replied():
+				open = false
+			default:
+			}
+		}
+		openInHandler <- open
+		peers <- p
+		return 1, nil
+	})
+	c := clientOf(t, r)
+	var got int
+	if err := c.Call(context.Background(), "test.peer", nil, &got); err != nil || got != 1 {
+		t.Fatalf("call: %v %d", err, got)
+	}
+	if !<-openInHandler {
+		t.Fatal("Replied was closed (or no Peer) while the handler ran")
+	}
+	select {
+	case <-(<-peers).Replied():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Replied not closed after the answer arrived")
 	}
 }

@@ -146,8 +146,10 @@ func (d dispatcher) Handle(ctx context.Context, conn *jsonrpc2.Conn, req *jsonrp
 	go func() {
 		defer func() { <-r.sem }()
 		defer done()
-		result, err := r.call(withPeer(ctx, conn), req)
+		peer := &Peer{conn: conn, replied: make(chan struct{})}
+		result, err := r.call(context.WithValue(ctx, peerKey{}, peer), req)
 		r.reply(d.stream, req, start, result, err)
+		close(peer.replied)
 	}()
 }
 
@@ -210,13 +212,12 @@ func (r *Router) reply(stream *Stream, req *jsonrpc2.Request, start time.Time, r
 }
 
 // Peer is the connection a request arrived on, for notifications back to the host.
-type Peer struct{ conn *jsonrpc2.Conn }
+type Peer struct {
+	conn    *jsonrpc2.Conn
+	replied chan struct{} // closed once the request's answer has been written
+}
 
 type peerKey struct{}
-
-func withPeer(ctx context.Context, conn *jsonrpc2.Conn) context.Context {
-	return context.WithValue(ctx, peerKey{}, &Peer{conn: conn})
-}
 
 // PeerFrom returns the connection a handler's request arrived on, or nil outside a handler.
 func PeerFrom(ctx context.Context) *Peer {
@@ -231,6 +232,18 @@ func (p *Peer) Notify(ctx context.Context, method string, params any) error {
 	}
 	return p.conn.Notify(ctx, method, params)
 }
+
+// Replied is closed once the answer to the handler's request has been written to the connection
+// (or its write failed), so that work the answer should not wait behind can start after it. A
+// nil Peer's is closed already.
+func (p *Peer) Replied() <-chan struct{} {
+	if p == nil {
+		return closedCh
+	}
+	return p.replied
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Done is closed when the peer disconnects.
 func (p *Peer) Done() <-chan struct{} { return p.conn.DisconnectNotify() }

@@ -176,10 +176,29 @@ func (s *Server) executor() {
 		}
 		s.metrics.queueDepth.Dec()
 		res, used := s.dequeue(j, spare)
+		s.answer(j, res)
 		if used {
 			spare = nil
+			s.awaitReply(j)
 		}
-		s.answer(j, res)
+	}
+}
+
+// replyWait bounds how long an executor waits for an answer to be written before it launches
+// its next spare: a host that does not read its answers must not hold the pool up.
+const replyWait = 100 * time.Millisecond
+
+// awaitReply waits until j's answer has been written to the host (at most replyWait, or until
+// the sidecar stops). The spare launched next (fork, exec, the worker's start-up) would
+// otherwise compete with the answer's hand-over and write for the 2 cores of a small machine:
+// measured, the answer reached the host 0.3–0.6 ms later (median; 3–5 ms at p90).
+func (s *Server) awaitReply(j *job) {
+	t := time.NewTimer(replyWait)
+	defer t.Stop()
+	select {
+	case <-j.peer.Replied():
+	case <-t.C:
+	case <-s.stop:
 	}
 }
 
