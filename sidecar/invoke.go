@@ -39,6 +39,18 @@ type session struct {
 	violation  string
 	deadline   bool
 	progress   *progressSender
+	prestarted bool // the domain is the executor's spare
+	logged     bool // "worker assigned" is written
+}
+
+// logAssigned writes the "worker assigned" line once. It is written right after the request
+// frame, while the worker works on it rather than before (a log line cost 0.07–0.2 ms of a
+// prestarted no-op's answer path), or when the session ends without a request.
+func (ss *session) logAssigned() {
+	if !ss.logged {
+		ss.logged = true
+		ss.s.jobLog(ss.j).Info("worker assigned", "domain", ss.dom.ID(), "prestarted", ss.prestarted)
+	}
 }
 
 type frameOrErr struct {
@@ -265,11 +277,11 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 		}()
 	}()
 	w.logw.bind(j.p.InvocationID, rpc.TraceID(j.p.TraceParent), j.p.Credentials, s.ownSecrets()...)
-	s.jobLog(j).Info("worker assigned", "domain", w.dom.ID(), "prestarted", w == spare)
 	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir,
-		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent)}
+		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent), prestarted: w == spare}
 	defer ss.progress.stop()
 	ss.run()
+	ss.logAssigned() // if no request was written
 	out := ss.teardown()
 	// The domain is dead and reaped: nothing can still write into its temp dir (lance#8992
 	// leaves IVF shuffle files there even on success).
@@ -367,6 +379,7 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			return true
 		}
 		ss.requested = true // from here a partial write may have reached the worker
+		ss.logAssigned()
 		if err != nil {
 			ss.violation = "request write failed: " + err.Error()
 			return true
