@@ -36,16 +36,18 @@ func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, er
 		return Outcome{ExitCode: -1}, ErrClosed
 	}
 	stage := "exited"
-	if graceful && !d.quiet() {
+	quiet := d.quiet() // once quiet, a domain stays so: nothing of it is left to start a task
+	if graceful && !quiet {
 		stage = "term"
 		d.tr.signal(unix.SIGTERM)
 		graceCtx, cancel := context.WithTimeout(ctx, d.cfg.TermGrace)
 		d.pollUntil(graceCtx, d.quiet)
 		cancel()
+		quiet = d.quiet()
 	}
 	reapCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ReapBound)
 	defer cancel()
-	if !d.quiet() {
+	if !quiet {
 		stage = "kill"
 	}
 	var killErr error
