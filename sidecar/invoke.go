@@ -43,9 +43,10 @@ type session struct {
 	logged     bool // "worker assigned" is written
 }
 
-// logAssigned writes the "worker assigned" line once. It is written right after the request
-// frame, while the worker works on it rather than before (a log line cost 0.07–0.2 ms of a
-// prestarted no-op's answer path), or when the session ends without a request.
+// logAssigned writes the "worker assigned" line once. A prestarted worker's is written right
+// after the request frame, while the worker works on it rather than before (the line cost
+// 0.07–0.2 ms of a prestarted no-op's answer path), or when the session ends without a request;
+// a fresh launch's at once, while the worker starts.
 func (ss *session) logAssigned() {
 	if !ss.logged {
 		ss.logged = true
@@ -280,6 +281,9 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir,
 		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent), prestarted: w == spare}
 	defer ss.progress.stop()
+	if !ss.prestarted {
+		ss.logAssigned()
+	}
 	ss.run()
 	ss.logAssigned() // if no request was written
 	out := ss.teardown()

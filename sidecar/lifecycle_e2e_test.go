@@ -188,13 +188,20 @@ func TestTraceParentCrossesTheBoundary(t *testing.T) {
 	if mine == 0 {
 		t.Fatal("no $/progress for the traced mutation")
 	}
-	traced := 0
-	for _, line := range strings.Split(e.logs.String(), "\n") {
-		if strings.Contains(line, p.InvocationID) && strings.Contains(line, `"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`) {
-			traced++
+	// The sidecar's stderr reaches e.logs on its own pipe: a line written before the answer may
+	// still be on its way when the answer arrives.
+	traced := func() bool {
+		for _, line := range strings.Split(e.logs.String(), "\n") {
+			if strings.Contains(line, p.InvocationID) && strings.Contains(line, `"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`) {
+				return true
+			}
 		}
+		return false
 	}
-	if traced == 0 {
+	for wait := time.Now().Add(10 * time.Second); !traced() && time.Now().Before(wait); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !traced() {
 		t.Fatalf("no sidecar log line of %s carries its trace id", p.InvocationID)
 	}
 	bad := e.params(randID("inv-"), "trace", 1, rpc.OpCreate, "ix2", "id", rpc.IndexBTree)
