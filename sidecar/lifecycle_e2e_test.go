@@ -139,23 +139,31 @@ func TestHelloReportsOwnCgroups(t *testing.T) {
 	if len(iso.Cgroups) != len(iso.Controllers) {
 		t.Fatalf("hello cgroups %v for controllers %v", iso.Cgroups, iso.Controllers)
 	}
-	waitFor(t, func() bool { return e.domains() == 1 }) // the spare
-	for _, dir := range iso.Cgroups {
-		if filepath.Base(filepath.Dir(dir)) != e.parent || !strings.HasPrefix(filepath.Base(dir), fmt.Sprintf("%d-", e.c.Pid())) {
-			t.Errorf("cgroup %s is not <root>/%s/%d-<start>", dir, e.parent, e.c.Pid())
-		}
+	// The spare's directories are made one hierarchy after the other: wait for all of them.
+	domainsIn := func(dir string) int {
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatalf("hello's cgroup %s: %v", dir, err)
 		}
-		domains := 0
+		n := 0
 		for _, d := range ents {
 			if d.IsDir() {
-				domains++
+				n++
 			}
 		}
-		if domains != 1 {
-			t.Errorf("%s holds %d domains, want the one spare", dir, domains)
+		return n
+	}
+	waitFor(t, func() bool {
+		for _, dir := range iso.Cgroups {
+			if domainsIn(dir) != 1 {
+				return false
+			}
+		}
+		return true
+	}) // each holds the one spare
+	for _, dir := range iso.Cgroups {
+		if filepath.Base(filepath.Dir(dir)) != e.parent || !strings.HasPrefix(filepath.Base(dir), fmt.Sprintf("%d-", e.c.Pid())) {
+			t.Errorf("cgroup %s is not <root>/%s/%d-<start>", dir, e.parent, e.c.Pid())
 		}
 	}
 }
