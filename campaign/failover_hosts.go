@@ -151,6 +151,11 @@ func (h *hostProc) watch(inc *incarnation) {
 	defer h.r.faults.Done()
 	h.faultMu.Lock()
 	defer h.faultMu.Unlock()
+	// A kill can meet a host that was exiting by itself: kill then starts the successor
+	// (while this waited for faultMu), and a second one would find the node name held.
+	if h.current() != inc {
+		return
+	}
 	if err := h.start(h.r.ctx); err != nil {
 		h.r.violate("host-restart", "", err.Error())
 	}
