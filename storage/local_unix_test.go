@@ -14,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"testing/iotest"
 
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/storagetest"
@@ -198,8 +197,7 @@ func TestLocalLargePut(t *testing.T) {
 		}
 	}
 	boom := errors.New("reader failed")
-	r := io.MultiReader(&unevenReader{b: make([]byte, 17<<20)}, iotest.ErrReader(boom))
-	if err := s.Put(ctx, "big/failed", r, -1); !errors.Is(err, boom) || !errors.Is(err, storage.ErrUnavailable) {
+	if err := s.Put(ctx, "big/failed", &failing{data: make([]byte, 17<<20), err: boom}, -1); !errors.Is(err, boom) || !errors.Is(err, storage.ErrUnavailable) {
 		t.Fatalf("put with a failing reader: %v", err)
 	}
 	if _, err := s.Stat(ctx, "big/failed"); !errors.Is(err, storage.ErrNotFound) {

@@ -185,6 +185,12 @@ func TestKeyTypeMismatch(t *testing.T) {
 	}
 }
 
+// verifyBTree decodes every page of seg as a segment of K keys.
+func verifyBTree[K index.Key](seg []byte) error {
+	_, err := index.VerifyBTree[K](context.Background(), index.BytesReader(seg))
+	return err
+}
+
 // TestCorruptSegments truncates and flips every byte position of small segments: each must
 // fail with a storage.ErrCorrupt error (or still answer correctly), never panic.
 func TestCorruptSegments(t *testing.T) {
@@ -198,22 +204,10 @@ func TestCorruptSegments(t *testing.T) {
 		"bitmap":      buildBitmap(t, keys, 10),
 	}
 	verify := map[string]func([]byte) error{
-		"btree": func(b []byte) error {
-			_, err := index.VerifyBTree[string](ctx, index.BytesReader(b))
-			return err
-		},
-		"btree-int": func(b []byte) error {
-			_, err := index.VerifyBTree[int64](ctx, index.BytesReader(b))
-			return err
-		},
-		"btree-runs": func(b []byte) error {
-			_, err := index.VerifyBTree[int64](ctx, index.BytesReader(b))
-			return err
-		},
-		"btree-float": func(b []byte) error {
-			_, err := index.VerifyBTree[float64](ctx, index.BytesReader(b))
-			return err
-		},
+		"btree":       verifyBTree[string],
+		"btree-int":   verifyBTree[int64],
+		"btree-runs":  verifyBTree[int64],
+		"btree-float": verifyBTree[float64],
 		"bitmap": func(b []byte) error {
 			_, err := index.VerifyBitmap[string](ctx, index.BytesReader(b))
 			return err

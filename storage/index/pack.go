@@ -2,7 +2,6 @@ package index
 
 import (
 	"encoding/binary"
-	"math/bits"
 )
 
 // Bit packing for BTREE pages (format 2): n values of width bits each, least significant bit
@@ -10,15 +9,6 @@ import (
 
 // packedLen is the size of n values packed at width bits.
 func packedLen(n int, width uint) int { return (n*int(width) + 7) / 8 }
-
-// widthOf is the number of bits the largest of vs needs.
-func widthOf(vs []uint64) uint {
-	var or uint64
-	for _, v := range vs {
-		or |= v
-	}
-	return uint(bits.Len64(or))
-}
 
 // appendPacked appends vs packed at width bits; every value must fit width.
 func appendPacked(b []byte, vs []uint64, width uint) []byte { return appendPackedFrom(b, vs, 0, width) }
