@@ -66,6 +66,10 @@ type BTreeWriter[K Key] struct {
 	lastID   uint64
 	started  bool
 	finished bool
+	// track: starts records where each lookup entry begins (a chunk of finishStrings,
+	// whose page offsets are shifted once it is placed).
+	track  bool
+	starts []int
 }
 
 // NewBTreeWriter writes a segment to w with pageEntries pairs per page (0 = DefaultPageEntries).
@@ -132,6 +136,9 @@ func (bw *BTreeWriter[K]) flush() error {
 	}
 	if _, err := bw.w.Write(b); err != nil {
 		return err
+	}
+	if bw.track {
+		bw.starts = append(bw.starts, len(bw.lookup))
 	}
 	bw.lookup = binary.LittleEndian.AppendUint64(bw.lookup, uint64(off))
 	bw.lookup = binary.LittleEndian.AppendUint32(bw.lookup, uint32(len(b)))

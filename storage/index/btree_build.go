@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync/atomic"
 )
 
@@ -26,20 +27,25 @@ const DefaultStringRunEntries = 1 << 19
 // goroutine while the caller decodes and adds the next one, so input and sorting share two
 // cores. Numbers (as order-preserving uint64 encodings) are split into key-range buckets,
 // one pass per run, and Finish radix-sorts one bucket of all runs at a time, in cache (see
-// bucket.go); strings are moved into key ranges of their leading bytes, each range is sorted
-// in cache, and the run is packed front-coded (see memRun.sortStrings), to be merged at Finish
-// while pages are encoded and written on a second goroutine. Input already in order (an id
-// column) is recognised in O(n) and not sorted. Runs stay in memory while they fit
-// MemoryBudget; past it, the runs held are sorted into one spill file in TempDir, and
-// Finish merges spill files with what is in memory. The segment is written as it is merged.
+// bucket.go); strings are moved into key ranges of their leading bytes (the same ranges for
+// every run), each range is sorted in cache, and the run is packed front-coded range by range
+// (see memRun.sortStrings); Finish sorts one range of all runs at a time, on every core, and
+// writes the pages in order (see strfinish.go). Input already in order (an id column) is
+// recognised in O(n) and not sorted. Runs stay in memory while they fit MemoryBudget; past
+// it, the runs held are sorted into one spill file in TempDir, and Finish merges spill files
+// with what is in memory. The segment is written as it is merged.
 type BTreeBuilder[K Key] struct {
 	opts    BuildOptions
 	str     bool
 	cur     *memRun
-	runs    []*memRun   // sorted runs in memory (owned by the background sort while pending)
-	held    int64       // bytes in runs
-	dataCap int         // string arena to allocate for the next run
-	buckets *bucketFunc // numeric keys: fixed by the first run
+	runs    []*memRun     // sorted runs in memory (owned by the background sort while pending)
+	held    int64         // bytes in runs
+	dataCap int           // string arena to allocate for the next run
+	buckets *bucketFunc   // numeric keys: fixed by the first run
+	ranges  *stringRanges // string keys: fixed by the first run
+	// chunkEntries: a string Finish's work unit, in pairs (0: see finishStrings); tests make
+	// it small.
+	chunkEntries int
 	// ascending: row ids ascend within and across all runs so far.
 	ascending bool
 	lastID    uint64
@@ -193,7 +199,10 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	switch {
 	case b.str:
 		arena := fillArena{data: r.data[:0], offs: r.offs[:1]}
-		r.sortStrings(&b.scratch)
+		if b.ranges == nil {
+			b.ranges = newStringRanges(r)
+		}
+		r.sortStrings(&b.scratch, b.ranges)
 		b.recycled = arena
 	case r.idsAscending && sorted:
 		r.sorted = true // an id column: kept as it is, merged at one compare a pair
@@ -256,7 +265,7 @@ func (b *BTreeBuilder[K]) memSources() []source {
 	for _, r := range b.runs {
 		switch {
 		case b.str:
-			srcs = append(srcs, &runSource{r: r})
+			srcs = append(srcs, &runSource{r: r, end: r.n})
 		case r.sorted:
 			srcs = append(srcs, &sortedSource{rd: sortedReader{r: r}})
 		default:
@@ -291,6 +300,19 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	}
 	if blocks := b.numBlocks(); blocks != nil {
 		n, err := writeBlocks(bw, blocks)
+		if err != nil {
+			return 0, err
+		}
+		b.runs, b.held = nil, 0
+		return n, bw.Close()
+	}
+	if b.str && len(b.spills) == 0 && len(b.runs) > 0 {
+		// The fill arenas and sort scratch just let go, and the column's decode buffers
+		// before them, are garbage the pacer would let stand until the heap doubles the
+		// packed runs (~150 MB for 10M keys): collected now, Finish's buffers come on top
+		// of the runs alone. A cycle over a heap of byte slices costs a few milliseconds.
+		runtime.GC()
+		n, err := finishStrings(bw, b.runs, b.ranges.n, b.chunkEntries)
 		if err != nil {
 			return 0, err
 		}

@@ -29,6 +29,11 @@ type memRun struct {
 	// numbers (see packer): the merge reads them sequentially, and a run of sorted keys
 	// takes less than its arena did.
 	packed []byte
+	// rangeAt, rangeOff: a packed run's entries of key range j (see stringRanges, one
+	// function for every run of a build) are the sorted positions [rangeAt[j]:rangeAt[j+1]],
+	// packed at packed[rangeOff[j]:rangeOff[j+1]]; each range's first key is coded whole, so
+	// a range decodes by itself.
+	rangeAt, rangeOff []uint32
 
 	// order maps position to entry once keys were reordered; nil when they were not.
 	order []uint32
@@ -70,7 +75,7 @@ func (r *memRun) bytes() int64 {
 	if r.deltas != nil {
 		d = cap(r.deltas.words)
 	}
-	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds) + 8*cap(r.words) + 4*cap(r.endOrder))
+	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds) + 8*cap(r.words) + 4*cap(r.endOrder) + 4*(cap(r.rangeAt)+cap(r.rangeOff)))
 }
 
 // maxArena keeps string offsets within uint32.
@@ -186,35 +191,46 @@ func (sc *sortScratch) bytes() int64 {
 	return int64(8*(cap(sc.a)+cap(sc.b))+4*(cap(sc.o)+cap(sc.q))+cap(sc.p)+cap(sc.p2)) + sc.lo.bytes() + sc.hi.bytes()
 }
 
-// sortStrings orders the run and packs it (see pack). A run in order is packed as it is.
-// Otherwise the strings are first moved into key ranges of their 8-byte prefix (reading the
-// arena in order, one write stream per range), then each range, small enough to stay in
-// cache, is sorted and packed: sorting a million keys in place would chase each of them
-// through a 16 MB arena, once to compare and once to pack.
-func (r *memRun) sortStrings(sc *sortScratch) {
+// sortStrings orders the run and packs it (see pack), range by range of f (the build's one
+// range function). A run in order is packed as it is. Otherwise the strings are first moved
+// into their ranges (reading the arena in order, one write stream per range), then each
+// range, small enough to stay in cache, is sorted and packed: sorting a million keys in place
+// would chase each of them through a 16 MB arena, once to compare and once to pack.
+func (r *memRun) sortStrings(sc *sortScratch, f *stringRanges) {
 	sorted := true
 	for i := 1; i < r.n && sorted; i++ {
 		c := strings.Compare(r.str(uint32(i-1)), r.str(uint32(i)))
 		sorted = c < 0 || (c == 0 && r.idsAscending)
 	}
 	if sorted {
+		r.rangeAt, r.rangeOff = make([]uint32, f.n+1), make([]uint32, f.n+1)
 		pk := packer{p: sc.p[:0]}
+		j := -1 // the range of the key before: f is monotone, so j never goes back
 		for i := range uint32(r.n) {
-			pk.add(r.data[r.offs[i]:r.offs[i+1]], i)
+			s := r.data[r.offs[i]:r.offs[i+1]]
+			for at := f.of(s); j < at; {
+				j++
+				r.rangeAt[j], r.rangeOff[j] = i, uint32(len(pk.p))
+				pk.prev = nil
+			}
+			pk.add(s, i)
+		}
+		for j < f.n {
+			j++
+			r.rangeAt[j], r.rangeOff[j] = uint32(r.n), uint32(len(pk.p))
 		}
 		sc.p = pk.p
 		r.packed = bytes.Clone(pk.p)
 		r.data, r.offs, r.order = nil, nil, nil
 		return
 	}
-	r.sortByRange(sc)
+	r.sortByRange(sc, f)
 }
 
 // sortByRange is sortStrings for a run out of order. The ranges are sorted and packed in two
 // halves at once: the goroutine that reads the column mostly waits for the sort.
-func (r *memRun) sortByRange(sc *sortScratch) {
+func (r *memRun) sortByRange(sc *sortScratch, f *stringRanges) {
 	n := uint32(r.n)
-	f := newStringRanges(r)
 	// first[j]: the first entry of range j; at[j]: where its bytes start.
 	var first, at [stringRangeCount + 1]uint32
 	for i := range n {
@@ -248,11 +264,17 @@ func (r *memRun) sortByRange(sc *sortScratch) {
 	}
 	// The arena's bytes are all moved: the first half is encoded into the arena, the second
 	// into scratch, and both are copied out together.
+	r.rangeAt, r.rangeOff = make([]uint32, f.n+1), make([]uint32, f.n+1)
+	copy(r.rangeAt, first[:f.n+1])
 	done := make(chan []byte, 1)
-	go func() { done <- m.pack(&sc.hi, first[split:], sc.p2[:0]) }()
-	lo := m.pack(&sc.lo, first[:split+1], r.data[:0])
+	go func() { done <- m.pack(&sc.hi, first[:], split, f.n, sc.p2[:0], r.rangeOff) }()
+	lo := m.pack(&sc.lo, first[:], 0, split, r.data[:0], r.rangeOff)
 	hi := <-done
 	sc.p2 = hi
+	for j := split; j < f.n; j++ {
+		r.rangeOff[j] += uint32(len(lo))
+	}
+	r.rangeOff[f.n] = uint32(len(lo) + len(hi))
 	r.packed = append(append(make([]byte, 0, len(lo)+len(hi)), lo...), hi...)
 	r.data, r.offs, r.order = nil, nil, nil
 }
@@ -275,15 +297,18 @@ func (m *movedRun) span(e uint32) []byte {
 
 func (m *movedRun) str(e uint32) string { return arenaString(m.span(e)) }
 
-// pack sorts the ranges starting at bounds[0], bounds[1], ... (up to the last bound) and
-// appends them, front-coded, to p.
-func (m *movedRun) pack(sc *rangeScratch, bounds []uint32, p []byte) []byte {
+// pack sorts ranges lo..hi-1 (range j holds moved entries first[j]..first[j+1]-1) and
+// appends them, front-coded, to p, each range's first key whole; off[j] is set to where
+// range j starts, counted from p's start.
+func (m *movedRun) pack(sc *rangeScratch, first []uint32, lo, hi int, p []byte, off []uint32) []byte {
 	pk := packer{p: p}
-	for j := 0; j+1 < len(bounds); j++ {
-		if bounds[j] == bounds[j+1] {
+	for j := lo; j < hi; j++ {
+		off[j] = uint32(len(pk.p) - len(p))
+		pk.prev = nil
+		if first[j] == first[j+1] {
 			continue
 		}
-		for _, e := range m.sortRange(sc, bounds[j], bounds[j+1]) {
+		for _, e := range m.sortRange(sc, first[j], first[j+1]) {
 			pk.add(m.span(e), m.num[e])
 		}
 	}
@@ -318,17 +343,23 @@ func (m *movedRun) sortRange(sc *rangeScratch, lo, hi uint32) []uint32 {
 		}
 		return cmp.Compare(m.r.id(m.num[a]), m.r.id(m.num[b]))
 	}
-	for x := 0; x < n; {
+	sortTies(keys, es, byStringThenID)
+	return es
+}
+
+// sortTies finishes a radix sort on 8-byte prefixes: each stretch of entries whose prefixes
+// tie is sorted by cmp.
+func sortTies(keys []uint64, es []uint32, cmp func(a, b uint32) int) {
+	for x := 0; x < len(keys); {
 		y := x + 1
-		for y < n && keys[y] == keys[x] {
+		for y < len(keys) && keys[y] == keys[x] {
 			y++
 		}
 		if y-x > 1 {
-			slices.SortFunc(es[x:y], byStringThenID)
+			slices.SortFunc(es[x:y], cmp)
 		}
 		x = y
 	}
-	return es
 }
 
 // stringRangeCount bounds the ranges a string run is split into: few enough that the scatter
@@ -340,13 +371,29 @@ const stringRangeCount = 256
 // leading bytes. A linear cut of the 8-byte prefix would leave most ranges empty for text
 // (hex digits use 16 byte values of 256): each of the first bytes is replaced by its rank
 // among the values a sample of the run holds there, and the ranks are read as one
-// mixed-radix number. Ranks never decrease with the byte, so neither does the range; bytes
-// the sample did not hold share a neighbour's rank.
+// mixed-radix number.
+//
+// A byte the sample did not hold has no rank of its own: it takes the rank of the nearest
+// value below it that the sample held, and the digits after it are all set to their largest
+// (or, below every value held, rank 0 and the digits after it their smallest). Were the later
+// digits read from the later bytes instead, "bx" would land below "ay" when the sample held
+// a and c but not b. This way the range never decreases with the key, for any key: two keys
+// first differing at a byte take ranks in that byte's order, and where two bytes share a rank
+// the larger one's range is the largest (or the smaller one's the smallest) that rank allows.
 type stringRanges struct {
 	rank  [8][256]uint16
+	kind  [8][256]uint8 // seenByte, or how an unseen byte ends the number
 	radix [8]uint32
+	rest  [8]uint32 // ranges under one digit at depth d: the radixes after it multiplied
 	depth int
+	n     int // ranges: of returns 0..n-1
 }
+
+const (
+	seenByte  = iota
+	aboveSeen // not in the sample, above a value that was: the later digits are the largest
+	belowSeen // not in the sample, below every value that was: the later digits are 0
+)
 
 func newStringRanges(r *memRun) *stringRanges {
 	var seen [8][256]bool
@@ -366,8 +413,13 @@ func newStringRanges(r *memRun) *stringRanges {
 	for d := range 8 {
 		n := uint32(0)
 		for v := range 256 {
-			if seen[d][v] {
+			switch {
+			case seen[d][v]:
 				n++
+			case n == 0:
+				f.kind[d][v] = belowSeen
+			default:
+				f.kind[d][v] = aboveSeen
 			}
 			f.rank[d][v] = uint16(max(n, 1) - 1)
 		}
@@ -376,6 +428,12 @@ func newStringRanges(r *memRun) *stringRanges {
 		}
 		ranges *= n
 		f.radix[d], f.depth = n, d+1
+	}
+	f.n = int(ranges)
+	rest := uint32(1)
+	for d := f.depth - 1; d >= 0; d-- {
+		f.rest[d] = rest
+		rest *= f.radix[d]
 	}
 	return f
 }
@@ -388,6 +446,12 @@ func (f *stringRanges) of(s []byte) int {
 			v = s[d]
 		}
 		j = j*f.radix[d] + uint32(f.rank[d][v])
+		switch f.kind[d][v] {
+		case aboveSeen:
+			return int((j+1)*f.rest[d] - 1)
+		case belowSeen:
+			return int(j * f.rest[d])
+		}
 	}
 	return int(j)
 }
@@ -426,6 +490,7 @@ func commonPrefix(a, b []byte) int {
 // next fill overwrites (see merge).
 type runSource struct {
 	r    *memRun
+	end  int    // the entries to decode: up to end
 	pos  int    // entries decoded so far
 	off  int    // their end in r.packed
 	last []byte // the last key decoded: the next one's shared prefix comes from it
@@ -435,7 +500,7 @@ type runSource struct {
 
 func (s *runSource) fill(dst []entry) ([]entry, error) {
 	r, p := s.r, s.r.packed
-	n := min(r.n-s.pos, cap(dst))
+	n := min(s.end-s.pos, cap(dst))
 	blk := append(s.blk[:0], s.last...) // the previous block is overwritten: keep its last key
 	prev, off := 0, s.off
 	ends := s.ends[:0]

@@ -121,3 +121,6 @@ func radixSort[V uint32 | uint64](keys []uint64, vals []V, tk []uint64, tv []V) 
 		copy(vals, srcV)
 	}
 }
+
+// stringBytes is arenaString's inverse: a view of s's bytes, which must not be written.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

@@ -1,0 +1,357 @@
+package index
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+)
+
+// A string build held in memory is finished range by range. Every run of the build was packed
+// by key range of the same function (the first run's stringRanges), so range j of one run and
+// range j of another hold the same interval of keys: the segment is range 0 of all runs in
+// order, then range 1, and so on. A range of all runs (a few tens of thousands of pairs for
+// ten million keys) is decoded into one buffer and radix-sorted on its 8-byte prefixes in
+// cache, which costs a fraction of a k-way merge's compares and cursor moves; a range too large
+// for that, or held by one run alone, is merged as before.
+//
+// The segment is cut into chunks of whole pages, each sorted and encoded into pages by one of
+// a few workers (one a core), and written in order by the caller: pages, their lookup entries
+// (offsets shifted to where the chunk lands) and the trailer come out byte for byte as a
+// serial merge would have written them.
+
+// maxGather bounds the pairs of one range decoded and sorted at once (about 40 bytes each
+// while sorted); a larger range is merged from its runs' sorted pieces instead.
+const maxGather = 1 << 18
+
+// finishChunks is how many chunks a build is cut into (chunks are never below 64 pages), and
+// maxFinishWorkers how many are encoded at once.
+const (
+	finishChunks     = 64
+	maxFinishWorkers = 4
+)
+
+// errChunkFull stops a merge once a chunk has all its pairs.
+var errChunkFull = errors.New("index: chunk full")
+
+// stringChunk is one unit of finishStrings: the pairs at positions [start, end) of the
+// segment, which lie in ranges lo..hi; the first skip pairs of range lo belong to the chunk
+// before. A worker fills the output fields, then closes done.
+type stringChunk struct {
+	start, end, skip uint64
+	lo, hi           int
+
+	out     *chunkBuf
+	count   uint32
+	entries uint64
+	err     error
+	done    chan struct{}
+}
+
+// chunkBuf holds an encoded chunk until it is written; the buffers go round between the
+// workers and the writer (a build allocates workers+1 of them, not one per chunk).
+type chunkBuf struct {
+	pages  appendWriter
+	lookup []byte
+	starts []int // where each of lookup's entries starts (its offset comes first)
+}
+
+type appendWriter struct{ b []byte }
+
+func (w *appendWriter) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+// finishStrings writes the pairs of runs (every one packed by ranges of one function, nranges
+// of them) as bw's pages, and returns their number. chunkEntries sizes the chunks (0: the
+// default).
+func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntries int) (uint64, error) {
+	cum := make([]uint64, nranges+1) // pairs in ranges before j
+	for j := range nranges {
+		t := cum[j]
+		for _, r := range runs {
+			t += uint64(r.rangeAt[j+1] - r.rangeAt[j])
+		}
+		cum[j+1] = t
+	}
+	page := uint64(bw.perPage)
+	target := uint64(chunkEntries)
+	if target == 0 {
+		target = max(cum[nranges]/finishChunks, 64*page)
+	}
+	chunks := planChunks(cum, page, target)
+	workers := min(runtime.GOMAXPROCS(0), maxFinishWorkers, len(chunks))
+	// Every buffer is sized once, for the largest chunk and range: regrowing them as larger
+	// ones come would leave garbage the size of the buffers behind each time.
+	var chunkBytes, rangePairs, rangeBytes int
+	for _, c := range chunks {
+		size := 0
+		for _, r := range runs {
+			size += int(r.rangeOff[c.hi+1] - r.rangeOff[c.lo])
+		}
+		chunkBytes = max(chunkBytes, size+size/8)
+	}
+	for j := range nranges {
+		if n := int(cum[j+1] - cum[j]); n <= maxGather {
+			size := 0
+			for _, r := range runs {
+				size += int(r.rangeOff[j+1] - r.rangeOff[j])
+			}
+			rangePairs, rangeBytes = max(rangePairs, n), max(rangeBytes, 2*size)
+		}
+	}
+
+	// A worker takes a buffer before it takes a chunk and the writer hands it back once the
+	// chunk is written: at most workers+1 chunks are encoded and unwritten at once, and the
+	// lowest unwritten chunk always has its buffer.
+	free := make(chan *chunkBuf, workers+1)
+	for range workers + 1 {
+		free <- &chunkBuf{pages: appendWriter{b: make([]byte, 0, chunkBytes)}}
+	}
+	jobs := make(chan *stringChunk, len(chunks))
+	for _, c := range chunks {
+		jobs <- c
+	}
+	close(jobs)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := newRangeGather(rangePairs, rangeBytes)
+			cw := &BTreeWriter[string]{perPage: bw.perPage, str: true, track: true}
+			for {
+				var cb *chunkBuf
+				select {
+				case cb = <-free:
+				case <-quit:
+					return
+				}
+				c, ok := <-jobs
+				if !ok {
+					return
+				}
+				c.encode(runs, cw, cb, g, quit)
+				close(c.done)
+			}
+		}()
+	}
+	defer func() {
+		close(quit)
+		wg.Wait()
+	}()
+	var n uint64
+	for _, c := range chunks {
+		<-c.done
+		if c.err != nil {
+			return 0, c.err
+		}
+		cb, base := c.out, uint64(bw.w.off)
+		if _, err := bw.w.Write(cb.pages.b); err != nil {
+			return 0, err
+		}
+		for _, at := range cb.starts {
+			binary.LittleEndian.PutUint64(cb.lookup[at:], binary.LittleEndian.Uint64(cb.lookup[at:])+base)
+		}
+		bw.lookup = append(bw.lookup, cb.lookup...)
+		bw.pages += c.count
+		bw.entries += c.entries
+		n += c.entries
+		c.out = nil
+		free <- cb
+	}
+	return n, nil
+}
+
+// planChunks cuts positions [0, cum[last]) into chunks of about target pairs. Every chunk but
+// the last ends on a page boundary, the first one at or after the end of a range, so a chunk
+// shares at most one page's worth of a range with the next.
+func planChunks(cum []uint64, page, target uint64) []*stringChunk {
+	total := cum[len(cum)-1]
+	var out []*stringChunk
+	lo := 0
+	for start := uint64(0); start < total; {
+		for cum[lo+1] <= start {
+			lo++
+		}
+		end := min(total, start+max(target, 1))
+		if end < total {
+			k := lo
+			for cum[k+1] < end {
+				k++
+			}
+			end = min(total, (cum[k+1]+page-1)/page*page)
+		}
+		hi := lo
+		for cum[hi+1] < end {
+			hi++
+		}
+		out = append(out, &stringChunk{start: start, end: end, skip: start - cum[lo], lo: lo, hi: hi, done: make(chan struct{})})
+		start = end
+	}
+	return out
+}
+
+// encode sorts the chunk's pairs and encodes them with cw (a writer without pages pending)
+// into cb.
+func (c *stringChunk) encode(runs []*memRun, cw *BTreeWriter[string], cb *chunkBuf, g *rangeGather, quit <-chan struct{}) {
+	cb.pages.b = cb.pages.b[:0]
+	cw.w = &countingWriter{w: &cb.pages}
+	cw.lookup, cw.starts, cw.pages, cw.entries = cb.lookup[:0], cb.starts[:0], 0, 0
+	sink := pairSink{bw: cw, skip: c.skip, left: c.end - c.start}
+	for j := c.lo; j <= c.hi && sink.left > 0; j++ {
+		select {
+		case <-quit:
+			c.err = errChunkFull // the writer gave up: nobody reads this chunk
+			return
+		default:
+		}
+		if c.err = g.emitRange(runs, j, &sink); c.err != nil {
+			return
+		}
+	}
+	if c.err = cw.flush(); c.err != nil {
+		return
+	}
+	cb.lookup, cb.starts = cw.lookup, cw.starts
+	c.out, c.count, c.entries = cb, cw.pages, cw.entries
+}
+
+// pairSink feeds sorted pairs to a chunk's page writer: it drops the first skip, then takes
+// left more.
+type pairSink struct {
+	bw         *BTreeWriter[string]
+	skip, left uint64
+}
+
+func (ps *pairSink) add(s []byte, id uint64) error {
+	switch {
+	case ps.skip > 0:
+		ps.skip--
+		return nil
+	case ps.left == 0:
+		return errChunkFull
+	}
+	ps.left--
+	bw := ps.bw
+	at := len(bw.strs) // the key's bytes are reused once the range is done: the page copies
+	bw.strs = append(bw.strs, s...)
+	bw.keys = append(bw.keys, arenaString(bw.strs[at:]))
+	bw.ids = append(bw.ids, id)
+	if len(bw.ids) == bw.perPage {
+		return bw.flush()
+	}
+	return nil
+}
+
+// rangeGather is a worker's scratch for one range of all runs: key e is
+// data[offs[e]:offs[e+1]] at row id ids[e].
+type rangeGather struct {
+	data     []byte
+	offs     []uint32
+	ids      []uint64
+	keys, tk []uint64
+	es, te   []uint32
+}
+
+func newRangeGather(pairs, size int) *rangeGather {
+	return &rangeGather{
+		data: make([]byte, 0, size), offs: make([]uint32, 0, pairs+1), ids: make([]uint64, 0, pairs),
+		keys: make([]uint64, pairs), tk: make([]uint64, pairs), es: make([]uint32, pairs), te: make([]uint32, pairs),
+	}
+}
+
+func (g *rangeGather) str(e uint32) string { return arenaString(g.data[g.offs[e]:g.offs[e+1]]) }
+
+// emitRange sends range j of every run to ps in (key, row id) order.
+func (g *rangeGather) emitRange(runs []*memRun, j int, ps *pairSink) error {
+	n, held := 0, 0
+	for _, r := range runs {
+		if k := int(r.rangeAt[j+1] - r.rangeAt[j]); k > 0 {
+			n, held = n+k, held+1
+		}
+	}
+	if uint64(n) <= ps.skip {
+		ps.skip -= uint64(n)
+		return nil
+	}
+	if held == 1 || n > maxGather {
+		return mergeRange(runs, j, ps)
+	}
+	g.data, g.offs, g.ids = g.data[:0], append(g.offs[:0], 0), g.ids[:0]
+	for _, r := range runs {
+		g.decode(r, j)
+	}
+	if cap(g.keys) < n {
+		g.keys, g.tk = make([]uint64, n), make([]uint64, n)
+		g.es, g.te = make([]uint32, n), make([]uint32, n)
+	}
+	keys, es := g.keys[:n], g.es[:n]
+	for e := range uint32(n) {
+		keys[e], es[e] = stringPrefix(g.str(e)), e
+	}
+	radixSort(keys, es, g.tk[:n], g.te[:n])
+	byStringThenID := func(a, b uint32) int {
+		if c := strings.Compare(g.str(a), g.str(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(g.ids[a], g.ids[b])
+	}
+	sortTies(keys, es, byStringThenID)
+	for _, e := range es {
+		if err := ps.add(g.data[g.offs[e]:g.offs[e+1]], g.ids[e]); err != nil {
+			if err == errChunkFull {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// decode appends range j of run r (its first key coded whole, see pack).
+func (g *rangeGather) decode(r *memRun, j int) {
+	p := r.packed[r.rangeOff[j]:r.rangeOff[j+1]]
+	prev := len(g.data)
+	for range r.rangeAt[j+1] - r.rangeAt[j] {
+		shared, m := binary.Uvarint(p)
+		p = p[m:]
+		l, m := binary.Uvarint(p)
+		p = p[m:]
+		at := len(g.data)
+		g.data = append(g.data, g.data[prev:prev+int(shared)]...)
+		g.data = append(g.data, p[:l]...)
+		p = p[l:]
+		i, m := binary.Uvarint(p)
+		p = p[m:]
+		g.offs = append(g.offs, uint32(len(g.data)))
+		g.ids = append(g.ids, r.id(uint32(i)))
+		prev = at
+	}
+}
+
+// mergeRange sends range j of every run to ps through a k-way merge of the runs' sorted pieces.
+func mergeRange(runs []*memRun, j int, ps *pairSink) error {
+	var srcs []source
+	for _, r := range runs {
+		if r.rangeAt[j] < r.rangeAt[j+1] {
+			srcs = append(srcs, &runSource{r: r, pos: int(r.rangeAt[j]), end: int(r.rangeAt[j+1]), off: int(r.rangeOff[j])})
+		}
+	}
+	err := merge(srcs, mergeBlock, func(es []entry) error {
+		for i := range es {
+			if err := ps.add(stringBytes(es[i].s), es[i].id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == errChunkFull {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,240 @@
+package index
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStringFinishMatchesSerialWriter builds string segments through the range-by-range
+// Finish, in chunks down to a page, and requires every byte to equal the segment the plain
+// writer makes of the same pairs sorted in one piece: pages, lookup and trailer. Keys cover
+// the gathered and sorted ranges (random hex), one range of everything (a shared 8-byte
+// prefix: sorted in cache while small, merged from the runs past maxGather), ties on the whole
+// key decided by row id, empty strings, invalid UTF-8 and NUL bytes, input already in order,
+// and row ids that are not one ascending sequence.
+func TestStringFinishMatchesSerialWriter(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 2))
+	hex := func(int) string { return strconv.FormatUint(r.Uint64()|1<<63, 16) }
+	url := func(int) string { return "https://" + strconv.FormatUint(r.Uint64N(1<<40), 36) }
+	words := []string{"", "\x00", "a", "a\x00", "\xff\xfe", "\xc3\x28", "abcdefgh", "abcdefgh\x00", "abcdefghX" + strings.Repeat("y", 70), "b"}
+	few := func(int) string { return words[r.IntN(len(words))] }
+	ordered := func(i int) string { return fmt.Sprintf("k%08d", i) }
+	type build struct {
+		name              string
+		n                 int
+		key               func(int) string
+		runEntries, pages int
+		shuffled          bool // batches of row ids out of order
+		oneRange          bool
+	}
+	builds := []build{
+		{"hex", 20000, hex, 1500, 16, false, false},
+		{"hex-shuffled-ids", 20000, hex, 1500, 7, true, false},
+		{"hex-one-run", 5000, hex, 1 << 16, 3, false, false},
+		{"shared-prefix", 20000, url, 2000, 16, false, true},
+		{"shared-prefix-merged", maxGather + 5000, url, 40000, 1024, false, true},
+		{"ties", 20000, few, 900, 5, true, false},
+		{"ordered", 12000, ordered, 1000, 16, false, false},
+	}
+	for _, bd := range builds {
+		type pair struct {
+			k  string
+			id uint64
+		}
+		var pairs []pair
+		var firsts []uint64
+		const per = 500
+		for i := 0; i < bd.n; i += per {
+			firsts = append(firsts, uint64(i)+1<<33)
+		}
+		if bd.shuffled {
+			r.Shuffle(len(firsts), func(i, j int) { firsts[i], firsts[j] = firsts[j], firsts[i] })
+		}
+		var batches [][]string
+		for bi, f := range firsts {
+			var ks []string
+			for i := range min(per, bd.n-bi*per) {
+				k := bd.key(bi*per + i)
+				ks = append(ks, k)
+				pairs = append(pairs, pair{k, f + uint64(i)})
+			}
+			batches = append(batches, ks)
+		}
+		slices.SortFunc(pairs, func(a, b pair) int { return cmp.Or(strings.Compare(a.k, b.k), cmp.Compare(a.id, b.id)) })
+		var want bytes.Buffer
+		ref, err := NewBTreeWriter[string](&want, bd.pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pairs {
+			if err := ref.Add(p.k, p.id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ref.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, chunk := range []int{0, 1, bd.pages * 3, 4999} {
+			t.Run(fmt.Sprintf("%s/chunk-%d", bd.name, chunk), func(t *testing.T) {
+				b := NewBTreeBuilder[string](BuildOptions{RunEntries: bd.runEntries, PageEntries: bd.pages, TempDir: t.TempDir()})
+				defer b.Close()
+				b.chunkEntries = chunk
+				for i, ks := range batches {
+					if err := b.Add(ks, firsts[i]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var got bytes.Buffer
+				n, err := b.Finish(&got)
+				if err != nil || n != uint64(len(pairs)) {
+					t.Fatalf("finish: %d, %v; want %d pairs", n, err, len(pairs))
+				}
+				if b.stats.Spills != 0 {
+					t.Fatalf("%d spills: the build did not stay in memory", b.stats.Spills)
+				}
+				if oneRange := b.ranges.n == 1; oneRange != bd.oneRange {
+					t.Fatalf("%d ranges: the build did not take the path it was made for", b.ranges.n)
+				}
+				if !bytes.Equal(got.Bytes(), want.Bytes()) {
+					g, w := got.Bytes(), want.Bytes()
+					at := 0
+					for at < min(len(g), len(w)) && g[at] == w[at] {
+						at++
+					}
+					t.Fatalf("segment differs from the serial writer's at byte %d (%d vs %d bytes)", at, len(g), len(w))
+				}
+			})
+		}
+	}
+}
+
+// failAfter accepts n bytes, then fails every write.
+type failAfter struct{ n int }
+
+var errDiskFull = errors.New("disk full")
+
+func (w *failAfter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		k := w.n
+		w.n = 0
+		return k, errDiskFull
+	}
+	w.n -= len(p)
+	return len(p), nil
+}
+
+// TestStringFinishWriteFails: a write error in the middle of a chunked Finish comes back
+// as it is, and no worker outlives Finish.
+func TestStringFinishWriteFails(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	before := runtime.NumGoroutine()
+	for _, at := range []int{0, 100, 50000} {
+		b := NewBTreeBuilder[string](BuildOptions{RunEntries: 2000, PageEntries: 8})
+		b.chunkEntries = 16
+		for i := range 20 {
+			ks := make([]string, 1000)
+			for j := range ks {
+				ks[j] = strconv.FormatUint(r.Uint64(), 16)
+			}
+			if err := b.Add(ks, uint64(i*1000)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Finish(&failAfter{n: at}); !errors.Is(err, errDiskFull) {
+			t.Fatalf("failing at byte %d: Finish returned %v", at, err)
+		}
+		b.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines after the failed builds, %d before", n, before)
+	}
+}
+
+// TestStringRangesMonotone: a range function made from a sample sends every pair of keys,
+// including keys with bytes the sample never held, to ranges in key order.
+func TestStringRangesMonotone(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	alphabets := []string{"ac", "0123456789abcdef", "xyz\x00\xff", "k0"}
+	for _, sampleAlpha := range alphabets {
+		run := newRun(true, 0, 0, fillArena{})
+		var ks []string
+		for range 3000 {
+			var b strings.Builder
+			for range 1 + r.IntN(10) {
+				b.WriteByte(sampleAlpha[r.IntN(len(sampleAlpha))])
+			}
+			ks = append(ks, b.String())
+		}
+		addToRun(run, ks, 0)
+		f := newStringRanges(run)
+		probe := func() string {
+			var b strings.Builder
+			for range r.IntN(10) {
+				if r.IntN(3) == 0 {
+					b.WriteByte(byte(r.IntN(256))) // most of these the sample never held
+				} else {
+					b.WriteByte(sampleAlpha[r.IntN(len(sampleAlpha))])
+				}
+			}
+			return b.String()
+		}
+		for range 200000 {
+			a, b := probe(), probe()
+			if a > b {
+				a, b = b, a
+			}
+			if ja, jb := f.of([]byte(a)), f.of([]byte(b)); ja > jb || ja < 0 || jb >= f.n {
+				t.Fatalf("sample %q: %q in range %d, %q in range %d (of %d)", sampleAlpha, a, ja, b, jb, f.n)
+			}
+		}
+	}
+}
+
+// TestStringRunWithUnsampledBytes: a run whose sample misses byte values that its other keys
+// hold still comes out sorted (the range function above, through a whole build).
+func TestStringRunWithUnsampledBytes(t *testing.T) {
+	const n = 1 << 16 // sampled every 4th key
+	ks := make([]string, n)
+	r := rand.New(rand.NewPCG(5, 5))
+	for i := range ks {
+		if i%4 == 0 {
+			ks[i] = string([]byte{"ac"[r.IntN(2)], "xyz"[r.IntN(3)]})
+		} else {
+			ks[i] = string([]byte{"abc"[r.IntN(3)], "wxyz"[r.IntN(4)], byte(r.IntN(256))})
+		}
+	}
+	b := NewBTreeBuilder[string](BuildOptions{RunEntries: n})
+	defer b.Close()
+	if err := b.Add(ks, 0); err != nil {
+		t.Fatal(err)
+	}
+	var seg bytes.Buffer
+	if _, err := b.Finish(&seg); err != nil {
+		t.Fatal(err)
+	}
+	br, err := OpenBTree[string](t.Context(), BytesReader(seg.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := br.Scan(t.Context(), Range[string]{}, func(k string, _ uint64) bool { got = append(got, k); return true }); err != nil {
+		t.Fatalf("segment: %v", err)
+	}
+	slices.Sort(ks)
+	if !slices.Equal(got, ks) {
+		t.Fatal("the segment's keys are not the input sorted")
+	}
+}
