@@ -235,12 +235,16 @@ func (b *BTreeBuilder[K]) spillRuns() error {
 	}
 	b.spills = append(b.spills, f)
 	w := bufio.NewWriterSize(f, 1<<20)
-	var rec []byte
-	err = merge(b.memSources(), mergeBlock, func(es []entry) error {
-		rec = appendSpilled(rec[:0], es, b.str)
-		_, err := w.Write(rec)
-		return err
-	})
+	if b.str {
+		err = spillStrings(w, b.runs, b.ranges.n)
+	} else {
+		var rec []byte
+		err = merge(b.memSources(), mergeBlock, func(es []entry) error {
+			rec = appendSpilled(rec[:0], es, false)
+			_, err := w.Write(rec)
+			return err
+		})
+	}
 	if err == nil {
 		err = w.Flush()
 	}
@@ -254,8 +258,8 @@ func (b *BTreeBuilder[K]) spillRuns() error {
 	return err
 }
 
-// memSources yields the runs in memory as sorted sources: one per string run and per numeric
-// run that was in order, one for all bucketed numeric runs.
+// memSources yields the numeric runs in memory as sorted sources: one per run that was in
+// order, one for all bucketed runs. (String runs are written range by range: spillStrings.)
 func (b *BTreeBuilder[K]) memSources() []source {
 	if len(b.runs) == 0 {
 		return nil
@@ -264,8 +268,6 @@ func (b *BTreeBuilder[K]) memSources() []source {
 	var bucketed []*memRun
 	for _, r := range b.runs {
 		switch {
-		case b.str:
-			srcs = append(srcs, &runSource{r: r, end: r.n})
 		case r.sorted:
 			srcs = append(srcs, &sortedSource{rd: sortedReader{r: r}})
 		default:
@@ -318,6 +320,13 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 		}
 		b.runs, b.held = nil, 0
 		return n, bw.Close()
+	}
+	if b.str && len(b.runs) > 0 {
+		// Beside spill files, the runs in memory join the merge as one more file: a string
+		// run is not sorted as a whole (see memRun.sortStrings).
+		if err := b.spillRuns(); err != nil {
+			return 0, err
+		}
 	}
 	srcs := b.memSources()
 	for _, f := range b.spills {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"strings"
 )
@@ -30,10 +31,12 @@ type memRun struct {
 	// takes less than its arena did.
 	packed []byte
 	// rangeAt, rangeOff: a packed run's entries of key range j (see stringRanges, one
-	// function for every run of a build) are the sorted positions [rangeAt[j]:rangeAt[j+1]],
-	// packed at packed[rangeOff[j]:rangeOff[j+1]]; each range's first key is coded whole, so
-	// a range decodes by itself.
+	// function for every run of a build) are the positions [rangeAt[j]:rangeAt[j+1]], packed
+	// at packed[rangeOff[j]:rangeOff[j+1]]; each range's first key is coded whole, so a range
+	// decodes by itself. rangeSorted[j]: range j is in (key, row id) order; otherwise its
+	// entries are in the order they were added, their entry numbers delta-coded (see pack).
 	rangeAt, rangeOff []uint32
+	rangeSorted       []bool
 
 	// order maps position to entry once keys were reordered; nil when they were not.
 	order []uint32
@@ -75,7 +78,7 @@ func (r *memRun) bytes() int64 {
 	if r.deltas != nil {
 		d = cap(r.deltas.words)
 	}
-	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds) + 8*cap(r.words) + 4*cap(r.endOrder) + 4*(cap(r.rangeAt)+cap(r.rangeOff)))
+	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds) + 8*cap(r.words) + 4*cap(r.endOrder) + 4*(cap(r.rangeAt)+cap(r.rangeOff)) + cap(r.rangeSorted))
 }
 
 // maxArena keeps string offsets within uint32.
@@ -177,6 +180,7 @@ type sortScratch struct {
 	// each entry's offset there, and one range's prefixes and entries.
 	p, p2  []byte
 	q      []uint32
+	rid    []uint16 // each entry's range
 	lo, hi rangeScratch
 }
 
@@ -188,14 +192,14 @@ func (sc *sortScratch) grow32(s *[]uint32, n int) {
 
 // bytes is the scratch's memory.
 func (sc *sortScratch) bytes() int64 {
-	return int64(8*(cap(sc.a)+cap(sc.b))+4*(cap(sc.o)+cap(sc.q))+cap(sc.p)+cap(sc.p2)) + sc.lo.bytes() + sc.hi.bytes()
+	return int64(8*(cap(sc.a)+cap(sc.b))+4*(cap(sc.o)+cap(sc.q))+2*cap(sc.rid)+cap(sc.p)+cap(sc.p2)) + sc.lo.bytes() + sc.hi.bytes()
 }
 
-// sortStrings orders the run and packs it (see pack), range by range of f (the build's one
-// range function). A run in order is packed as it is. Otherwise the strings are first moved
-// into their ranges (reading the arena in order, one write stream per range), then each
-// range, small enough to stay in cache, is sorted and packed: sorting a million keys in place
-// would chase each of them through a 16 MB arena, once to compare and once to pack.
+// sortStrings packs the run (see pack) range by range of f (the build's one range function).
+// A run in order is packed as it is. Otherwise the strings are first moved into their ranges
+// (reading the arena in order, one write stream per range), then each range is packed: as it
+// came when it is small (Finish sorts one range of all runs at once, and sorting it here too
+// would sort every key twice), sorted when it is large (see sortAbove).
 func (r *memRun) sortStrings(sc *sortScratch, f *stringRanges) {
 	sorted := true
 	for i := 1; i < r.n && sorted; i++ {
@@ -203,7 +207,10 @@ func (r *memRun) sortStrings(sc *sortScratch, f *stringRanges) {
 		sorted = c < 0 || (c == 0 && r.idsAscending)
 	}
 	if sorted {
-		r.rangeAt, r.rangeOff = make([]uint32, f.n+1), make([]uint32, f.n+1)
+		r.rangeAt, r.rangeOff, r.rangeSorted = make([]uint32, f.n+1), make([]uint32, f.n+1), make([]bool, f.n)
+		for j := range r.rangeSorted {
+			r.rangeSorted[j] = true
+		}
 		pk := packer{p: sc.p[:0]}
 		j := -1 // the range of the key before: f is monotone, so j never goes back
 		for i := range uint32(r.n) {
@@ -227,21 +234,148 @@ func (r *memRun) sortStrings(sc *sortScratch, f *stringRanges) {
 	r.sortByRange(sc, f)
 }
 
-// sortByRange is sortStrings for a run out of order. The ranges are sorted and packed in two
-// halves at once: the goroutine that reads the column mostly waits for the sort.
+// sortByRange is sortStrings for a run out of order: one pass finds each entry's range, then
+// the run is packed directly when none of its ranges is to be sorted (packDirect), else by
+// moving the entries into range order first (packMoved).
 func (r *memRun) sortByRange(sc *sortScratch, f *stringRanges) {
+	rc := r.countRanges(sc, f)
+	r.rangeAt, r.rangeOff, r.rangeSorted = make([]uint32, f.n+1), make([]uint32, f.n+1), make([]bool, f.n)
+	copy(r.rangeAt, rc.first[:f.n+1])
+	big := false
+	for j := range f.n {
+		big = big || rc.first[j+1]-rc.first[j] > sortAbove
+	}
+	if big {
+		r.packMoved(sc, f, rc)
+	} else {
+		r.packDirect(sc, f, rc)
+	}
+	r.data, r.offs, r.order = nil, nil, nil
+}
+
+// rangeCounts is what countRanges learns of a run: first[j] is the first entry of range j
+// in range order, at[j] where its bytes start; half[k] counts the first (k=0) and the second
+// half of the entries as added.
+type rangeCounts struct {
+	first, at [stringRangeCount + 1]uint32
+	mid       uint32 // the second half starts here
+	half      [2]packHalf
+}
+
+type packHalf struct {
+	bound [stringRangeCount]uint32 // the most bytes the half's entries of range j pack into
+	last  [stringRangeCount]int32  // the half's last entry of range j, -1 if none
+}
+
+// countRanges records each entry's range in sc.rid and counts the ranges.
+func (r *memRun) countRanges(sc *sortScratch, f *stringRanges) *rangeCounts {
 	n := uint32(r.n)
-	// first[j]: the first entry of range j; at[j]: where its bytes start.
-	var first, at [stringRangeCount + 1]uint32
-	for i := range n {
-		j := f.of(r.data[r.offs[i]:r.offs[i+1]])
-		first[j+1]++
-		at[j+1] += r.offs[i+1] - r.offs[i]
+	if cap(sc.rid) < r.n {
+		sc.rid = make([]uint16, r.n)
+	}
+	rid := sc.rid[:n]
+	rc := &rangeCounts{mid: n / 2}
+	idLen := uint32(uvarintLen(uint64(n)))
+	for k := range rc.half {
+		for j := range rc.half[k].last {
+			rc.half[k].last[j] = -1
+		}
+	}
+	for k, lo, hi := 0, uint32(0), rc.mid; k < 2; k, lo, hi = k+1, rc.mid, n {
+		h := &rc.half[k]
+		for i := lo; i < hi; i++ {
+			s := r.data[r.offs[i]:r.offs[i+1]]
+			j := f.of(s)
+			rid[i] = uint16(j)
+			l := uint32(len(s))
+			rc.first[j+1]++
+			rc.at[j+1] += l
+			h.bound[j] += l + 2*uint32(uvarintLen(uint64(l))) + idLen
+			h.last[j] = int32(i)
+		}
 	}
 	for j := 1; j <= stringRangeCount; j++ {
-		first[j] += first[j-1]
-		at[j] += at[j-1]
+		rc.first[j] += rc.first[j-1]
+		rc.at[j] += rc.at[j-1]
 	}
+	return rc
+}
+
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
+
+// packDirect packs every range as its entries came (see pack), straight from the arena in one
+// pass and in two halves at once: each half writes its entries of range j into a region of
+// their own, sized by countRanges, and the regions are joined in range order after. The
+// second half starts each range from the key and entry number the first half ended it with,
+// so the bytes are the ones a single pass would write.
+func (r *memRun) packDirect(sc *sortScratch, f *stringRanges, rc *rangeCounts) {
+	var start [2][stringRangeCount]uint32
+	size := uint32(0)
+	for k := range 2 {
+		for j := range f.n {
+			start[k][j] = size
+			size += rc.half[k].bound[j]
+		}
+	}
+	if uint32(cap(sc.p)) < size {
+		sc.p = make([]byte, size)
+	}
+	buf := sc.p[:size]
+	var end [2][stringRangeCount]uint32
+	done := make(chan struct{})
+	go func() {
+		r.packHalf(buf, sc.rid, rc.mid, uint32(r.n), &rc.half[0], start[1], &end[1])
+		close(done)
+	}()
+	r.packHalf(buf, sc.rid, 0, rc.mid, nil, start[0], &end[0])
+	<-done
+	total := 0
+	for k := range 2 {
+		for j := range f.n {
+			total += int(end[k][j] - start[k][j])
+		}
+	}
+	packed := make([]byte, 0, total)
+	for j := range f.n {
+		r.rangeOff[j] = uint32(len(packed))
+		packed = append(packed, buf[start[0][j]:end[0][j]]...)
+		packed = append(packed, buf[start[1][j]:end[1][j]]...)
+	}
+	r.rangeOff[f.n] = uint32(len(packed))
+	r.packed = packed
+}
+
+// packHalf packs entries lo..hi-1 into buf, range j's from at[j] on, and sets end[j] to
+// where they end. before, if set, is the half before: its last entry of each range is the
+// one each range here follows.
+func (r *memRun) packHalf(buf []byte, rid []uint16, lo, hi uint32, before *packHalf, at [stringRangeCount]uint32, end *[stringRangeCount]uint32) {
+	var prev [stringRangeCount][]byte
+	var last [stringRangeCount]uint32
+	if before != nil {
+		for j, e := range before.last {
+			if e >= 0 {
+				prev[j], last[j] = r.data[r.offs[e]:r.offs[e+1]], uint32(e)
+			}
+		}
+	}
+	for i := lo; i < hi; i++ {
+		j, s := rid[i], r.data[r.offs[i]:r.offs[i+1]]
+		shared := commonPrefix(prev[j], s)
+		p := at[j]
+		p += uint32(binary.PutUvarint(buf[p:], uint64(shared)))
+		p += uint32(binary.PutUvarint(buf[p:], uint64(len(s)-shared)))
+		p += uint32(copy(buf[p:], s[shared:]))
+		p += uint32(binary.PutUvarint(buf[p:], uint64(i-last[j])))
+		at[j], prev[j], last[j] = p, s, i
+	}
+	*end = at
+}
+
+// packMoved moves the run's entries into range order (reading the arena in order, one write
+// stream per range), then packs the ranges in two halves at once (see pack).
+func (r *memRun) packMoved(sc *sortScratch, f *stringRanges, rc *rangeCounts) {
+	n := uint32(r.n)
+	first, at := rc.first, rc.at
 	sc.grow32(&sc.o, r.n)
 	sc.grow32(&sc.q, r.n)
 	if cap(sc.p) < len(r.data) {
@@ -251,7 +385,7 @@ func (r *memRun) sortByRange(sc *sortScratch, f *stringRanges) {
 	next, end := first, at
 	for i := range n {
 		s := r.data[r.offs[i]:r.offs[i+1]]
-		j := f.of(s)
+		j := sc.rid[i]
 		e := next[j]
 		next[j]++
 		m.num[e], m.off[e] = i, end[j]
@@ -264,11 +398,9 @@ func (r *memRun) sortByRange(sc *sortScratch, f *stringRanges) {
 	}
 	// The arena's bytes are all moved: the first half is encoded into the arena, the second
 	// into scratch, and both are copied out together.
-	r.rangeAt, r.rangeOff = make([]uint32, f.n+1), make([]uint32, f.n+1)
-	copy(r.rangeAt, first[:f.n+1])
 	done := make(chan []byte, 1)
-	go func() { done <- m.pack(&sc.hi, first[:], split, f.n, sc.p2[:0], r.rangeOff) }()
-	lo := m.pack(&sc.lo, first[:], 0, split, r.data[:0], r.rangeOff)
+	go func() { done <- m.pack(&sc.hi, first[:], split, f.n, sc.p2[:0], r.rangeOff, r.rangeSorted) }()
+	lo := m.pack(&sc.lo, first[:], 0, split, r.data[:0], r.rangeOff, r.rangeSorted)
 	hi := <-done
 	sc.p2 = hi
 	for j := split; j < f.n; j++ {
@@ -276,7 +408,6 @@ func (r *memRun) sortByRange(sc *sortScratch, f *stringRanges) {
 	}
 	r.rangeOff[f.n] = uint32(len(lo) + len(hi))
 	r.packed = append(append(make([]byte, 0, len(lo)+len(hi)), lo...), hi...)
-	r.data, r.offs, r.order = nil, nil, nil
 }
 
 // movedRun is a string run's entries laid out by range, one after the other: entry e (its
@@ -297,18 +428,32 @@ func (m *movedRun) span(e uint32) []byte {
 
 func (m *movedRun) str(e uint32) string { return arenaString(m.span(e)) }
 
-// pack sorts ranges lo..hi-1 (range j holds moved entries first[j]..first[j+1]-1) and
-// appends them, front-coded, to p, each range's first key whole; off[j] is set to where
-// range j starts, counted from p's start.
-func (m *movedRun) pack(sc *rangeScratch, first []uint32, lo, hi int, p []byte, off []uint32) []byte {
+// sortAbove: a string run's range of more entries than this is sorted before it is packed.
+// Finish merges a range of more than maxGather pairs from its runs' sorted pieces; the
+// pieces left unsorted, each at most this large, are sorted then (see sortedPiece).
+const sortAbove = 1 << 15
+
+// pack appends ranges lo..hi-1 (range j holds moved entries first[j]..first[j+1]-1) to p,
+// front-coded, each range's first key whole, and sets off[j] to where range j starts,
+// counted from p's start. A range of more than sortAbove entries is sorted (sorted[j] set)
+// and its entry numbers written as they are; a smaller one keeps the order the entries were
+// added in, which is ascending entry numbers: each is written as its distance to the one
+// before (the first from 0), a byte or two instead of three.
+func (m *movedRun) pack(sc *rangeScratch, first []uint32, lo, hi int, p []byte, off []uint32, sorted []bool) []byte {
 	pk := packer{p: p}
 	for j := lo; j < hi; j++ {
 		off[j] = uint32(len(pk.p) - len(p))
 		pk.prev = nil
-		if first[j] == first[j+1] {
+		a, b := first[j], first[j+1]
+		if b-a <= sortAbove {
+			pk.last = 0
+			for e := a; e < b; e++ {
+				pk.addDelta(m.span(e), m.num[e])
+			}
 			continue
 		}
-		for _, e := range m.sortRange(sc, first[j], first[j+1]) {
+		sorted[j] = true
+		for _, e := range m.sortRange(sc, a, b) {
 			pk.add(m.span(e), m.num[e])
 		}
 	}
@@ -463,6 +608,7 @@ func (f *stringRanges) of(s []byte) int {
 // included. prev must stay valid until the next add.
 type packer struct {
 	p, prev []byte
+	last    uint32 // addDelta: the entry number before
 }
 
 func (pk *packer) add(s []byte, i uint32) {
@@ -472,6 +618,16 @@ func (pk *packer) add(s []byte, i uint32) {
 	pk.p = append(pk.p, s[shared:]...)
 	pk.p = binary.AppendUvarint(pk.p, uint64(i))
 	pk.prev = s
+}
+
+// addDelta is add for entries in ascending entry numbers: i is written as i - the last one.
+func (pk *packer) addDelta(s []byte, i uint32) {
+	shared := commonPrefix(pk.prev, s)
+	pk.p = binary.AppendUvarint(pk.p, uint64(shared))
+	pk.p = binary.AppendUvarint(pk.p, uint64(len(s)-shared))
+	pk.p = append(pk.p, s[shared:]...)
+	pk.p = binary.AppendUvarint(pk.p, uint64(i-pk.last))
+	pk.prev, pk.last = s, i
 }
 
 func commonPrefix(a, b []byte) int {
@@ -490,6 +646,7 @@ func commonPrefix(a, b []byte) int {
 // next fill overwrites (see merge).
 type runSource struct {
 	r    *memRun
+	p    []byte // r.packed, or a piece packed apart (see sortedPiece)
 	end  int    // the entries to decode: up to end
 	pos  int    // entries decoded so far
 	off  int    // their end in r.packed
@@ -499,7 +656,7 @@ type runSource struct {
 }
 
 func (s *runSource) fill(dst []entry) ([]entry, error) {
-	r, p := s.r, s.r.packed
+	r, p := s.r, s.p
 	n := min(s.end-s.pos, cap(dst))
 	blk := append(s.blk[:0], s.last...) // the previous block is overwritten: keep its last key
 	prev, off := 0, s.off

@@ -1,9 +1,11 @@
 package index
 
 import (
+	"bufio"
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"math/bits"
 	"runtime"
 	"strings"
 	"sync"
@@ -221,11 +223,25 @@ func (c *stringChunk) encode(runs []*memRun, cw *BTreeWriter[string], cb *chunkB
 	c.out, c.count, c.entries = cb, cw.pages, cw.entries
 }
 
+// pairWriter takes sorted pairs; skipRange reports whether it drops all of the next n.
+type pairWriter interface {
+	add(s []byte, id uint64) error
+	skipRange(n int) bool
+}
+
 // pairSink feeds sorted pairs to a chunk's page writer: it drops the first skip, then takes
 // left more.
 type pairSink struct {
 	bw         *BTreeWriter[string]
 	skip, left uint64
+}
+
+func (ps *pairSink) skipRange(n int) bool {
+	if uint64(n) > ps.skip {
+		return false
+	}
+	ps.skip -= uint64(n)
+	return true
 }
 
 func (ps *pairSink) add(s []byte, id uint64) error {
@@ -256,30 +272,141 @@ type rangeGather struct {
 	ids      []uint64
 	keys, tk []uint64
 	es, te   []uint32
+	counts   [257]uint32
+	next     [256]uint32
+	// the keys, offsets and row ids moved piece by piece (see sortPrefixes)
+	mdata []byte
+	moffs []uint32
+	mids  []uint64
+}
+
+// sortPrefixes sorts keys (the 8-byte prefixes of g's keys, in g's order) ascending and sets
+// es to the positions of g's keys in that order, possibly after moving them (g's arrays are
+// then exchanged for the moved ones). A range's prefixes share their leading bytes: one
+// stable scatter on the first byte where they differ cuts them into pieces of a few
+// thousand, and the keys' bytes and row ids move with them, piece after piece; a radix sort
+// then finishes each piece in cache, and the pairs of a piece are read back from a few
+// kilobytes. Sorting the whole range at once took one radix pass a varying byte over a range
+// too large for the cache, and then read its keys back in random order from a megabyte.
+func (g *rangeGather) sortPrefixes(keys []uint64, es []uint32) {
+	n := len(keys)
+	var x uint64
+	for _, k := range keys {
+		x |= k ^ keys[0]
+	}
+	for i := range es {
+		es[i] = uint32(i)
+	}
+	if x == 0 || n < 2 {
+		return // one prefix: the order is all ties'
+	}
+	shift := 56 - uint(bits.LeadingZeros64(x))/8*8
+	var size [256]uint32
+	counts := g.counts[:257]
+	clear(counts)
+	for i, k := range keys {
+		d := byte(k >> shift)
+		counts[int(d)+1]++
+		size[d] += g.offs[i+1] - g.offs[i]
+	}
+	var at [256]uint32 // where the next key of each piece goes: its position, its bytes
+	for d := range 256 {
+		counts[d+1] += counts[d]
+		if d > 0 {
+			at[d] = at[d-1] + size[d-1]
+		}
+	}
+	next := g.next[:256]
+	copy(next, counts[:256])
+	tk := g.tk[:n]
+	data, offs, ids := grow8(&g.mdata, len(g.data)), grow32(&g.moffs, n+1), grow64(&g.mids, n)
+	for i, k := range keys {
+		d := byte(k >> shift)
+		p := next[d]
+		next[d]++
+		tk[p], offs[p], ids[p] = k, at[d], g.ids[i]
+		at[d] += uint32(copy(data[at[d]:], g.data[g.offs[i]:g.offs[i+1]]))
+	}
+	offs[n] = uint32(len(g.data))
+	g.data, g.mdata = data, g.data
+	g.offs, g.moffs = offs, g.offs
+	g.ids, g.mids = ids, g.ids
+	te := g.te[:n]
+	copy(te, es)
+	for d := range 256 {
+		if lo, hi := counts[d], counts[d+1]; hi-lo > 1 {
+			radixSort(tk[lo:hi], te[lo:hi], keys[lo:hi], es[lo:hi])
+		}
+	}
+	copy(keys, tk)
+	copy(es, te)
+}
+
+func grow8(s *[]byte, n int) []byte {
+	if cap(*s) < n {
+		*s = make([]byte, n)
+	}
+	return (*s)[:n]
+}
+
+func grow32(s *[]uint32, n int) []uint32 {
+	if cap(*s) < n {
+		*s = make([]uint32, n)
+	}
+	return (*s)[:n]
 }
 
 func newRangeGather(pairs, size int) *rangeGather {
 	return &rangeGather{
 		data: make([]byte, 0, size), offs: make([]uint32, 0, pairs+1), ids: make([]uint64, 0, pairs),
 		keys: make([]uint64, pairs), tk: make([]uint64, pairs), es: make([]uint32, pairs), te: make([]uint32, pairs),
+		mdata: make([]byte, 0, size), moffs: make([]uint32, 0, pairs+1), mids: make([]uint64, 0, pairs),
 	}
+}
+
+// sortedPiece returns range j of r, which was packed unsorted, as a sorted source of its own.
+func (g *rangeGather) sortedPiece(r *memRun, j int) source {
+	g.data, g.offs, g.ids = g.data[:0], append(g.offs[:0], 0), g.ids[:0]
+	g.decode(r, j)
+	n := len(g.ids)
+	keys, es := g.keys[:n], g.es[:n]
+	for e := range uint32(n) {
+		keys[e], es[e] = stringPrefix(g.str(e)), e
+	}
+	g.sortPrefixes(keys, es)
+	sortTies(keys, es, g.byStringThenID)
+	// Repacked with the ids in place of entry numbers: a run whose ids are its entry numbers.
+	pk := packer{}
+	ids := make([]uint64, n)
+	for x, e := range es {
+		pk.add(g.data[g.offs[e]:g.offs[e+1]], uint32(x))
+		ids[x] = g.ids[e]
+	}
+	piece := &memRun{n: n, ids: ids}
+	return &runSource{r: piece, p: pk.p, end: n}
+}
+
+func (g *rangeGather) byStringThenID(a, b uint32) int {
+	if c := strings.Compare(g.str(a), g.str(b)); c != 0 {
+		return c
+	}
+	return cmp.Compare(g.ids[a], g.ids[b])
 }
 
 func (g *rangeGather) str(e uint32) string { return arenaString(g.data[g.offs[e]:g.offs[e+1]]) }
 
 // emitRange sends range j of every run to ps in (key, row id) order.
-func (g *rangeGather) emitRange(runs []*memRun, j int, ps *pairSink) error {
-	n, held := 0, 0
+func (g *rangeGather) emitRange(runs []*memRun, j int, ps pairWriter) error {
+	n, held, sorted := 0, 0, true
 	for _, r := range runs {
 		if k := int(r.rangeAt[j+1] - r.rangeAt[j]); k > 0 {
-			n, held = n+k, held+1
+			n, held, sorted = n+k, held+1, sorted && r.rangeSorted[j]
 		}
 	}
-	if uint64(n) <= ps.skip {
-		ps.skip -= uint64(n)
+	if n == 0 || ps.skipRange(n) {
 		return nil
 	}
-	if held == 1 || n > maxGather {
+	if held == 1 && sorted || n > maxGather {
 		return mergeRange(runs, j, ps)
 	}
 	g.data, g.offs, g.ids = g.data[:0], append(g.offs[:0], 0), g.ids[:0]
@@ -294,14 +421,8 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps *pairSink) error {
 	for e := range uint32(n) {
 		keys[e], es[e] = stringPrefix(g.str(e)), e
 	}
-	radixSort(keys, es, g.tk[:n], g.te[:n])
-	byStringThenID := func(a, b uint32) int {
-		if c := strings.Compare(g.str(a), g.str(b)); c != 0 {
-			return c
-		}
-		return cmp.Compare(g.ids[a], g.ids[b])
-	}
-	sortTies(keys, es, byStringThenID)
+	g.sortPrefixes(keys, es)
+	sortTies(keys, es, g.byStringThenID)
 	for _, e := range es {
 		if err := ps.add(g.data[g.offs[e]:g.offs[e+1]], g.ids[e]); err != nil {
 			if err == errChunkFull {
@@ -313,10 +434,11 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps *pairSink) error {
 	return nil
 }
 
-// decode appends range j of run r (its first key coded whole, see pack).
+// decode appends range j of run r (its first key coded whole, see pack). With nums, the
+// entries' numbers go there instead of their row ids to g.ids.
 func (g *rangeGather) decode(r *memRun, j int) {
 	p := r.packed[r.rangeOff[j]:r.rangeOff[j+1]]
-	prev := len(g.data)
+	prev, delta, last := len(g.data), !r.rangeSorted[j], uint64(0)
 	for range r.rangeAt[j+1] - r.rangeAt[j] {
 		shared, m := binary.Uvarint(p)
 		p = p[m:]
@@ -328,19 +450,33 @@ func (g *rangeGather) decode(r *memRun, j int) {
 		p = p[l:]
 		i, m := binary.Uvarint(p)
 		p = p[m:]
+		if delta {
+			i += last
+			last = i
+		}
 		g.offs = append(g.offs, uint32(len(g.data)))
 		g.ids = append(g.ids, r.id(uint32(i)))
 		prev = at
 	}
 }
 
-// mergeRange sends range j of every run to ps through a k-way merge of the runs' sorted pieces.
-func mergeRange(runs []*memRun, j int, ps *pairSink) error {
+// mergeRange sends range j of every run to ps through a k-way merge of the runs' pieces of
+// it, sorting those that were packed unsorted (at most sortAbove pairs each) first.
+func mergeRange(runs []*memRun, j int, ps pairWriter) error {
 	var srcs []source
+	var g *rangeGather
 	for _, r := range runs {
-		if r.rangeAt[j] < r.rangeAt[j+1] {
-			srcs = append(srcs, &runSource{r: r, pos: int(r.rangeAt[j]), end: int(r.rangeAt[j+1]), off: int(r.rangeOff[j])})
+		if r.rangeAt[j] == r.rangeAt[j+1] {
+			continue
 		}
+		if r.rangeSorted[j] {
+			srcs = append(srcs, &runSource{r: r, p: r.packed, pos: int(r.rangeAt[j]), end: int(r.rangeAt[j+1]), off: int(r.rangeOff[j])})
+			continue
+		}
+		if g == nil {
+			g = newRangeGather(sortAbove, 0)
+		}
+		srcs = append(srcs, g.sortedPiece(r, j))
 	}
 	err := merge(srcs, mergeBlock, func(es []entry) error {
 		for i := range es {
@@ -354,4 +490,43 @@ func mergeRange(runs []*memRun, j int, ps *pairSink) error {
 		return nil
 	}
 	return err
+}
+
+// spillSink writes sorted pairs in the spill file format (see fileSource).
+type spillSink struct {
+	w   *bufio.Writer
+	rec []byte
+}
+
+func (ss *spillSink) skipRange(int) bool { return false }
+
+func (ss *spillSink) add(s []byte, id uint64) error {
+	ss.rec = binary.AppendUvarint(ss.rec[:0], uint64(len(s)))
+	ss.rec = append(ss.rec, s...)
+	ss.rec = binary.LittleEndian.AppendUint64(ss.rec, id)
+	_, err := ss.w.Write(ss.rec)
+	return err
+}
+
+// spillStrings writes the pairs of runs (packed by nranges ranges of one function) to w in
+// (key, row id) order, one range at a time.
+func spillStrings(w *bufio.Writer, runs []*memRun, nranges int) error {
+	pairs, size := 0, 0
+	for j := range nranges {
+		n, b := 0, 0
+		for _, r := range runs {
+			n += int(r.rangeAt[j+1] - r.rangeAt[j])
+			b += int(r.rangeOff[j+1] - r.rangeOff[j])
+		}
+		if n <= maxGather {
+			pairs, size = max(pairs, n), max(size, 2*b)
+		}
+	}
+	g, sink := newRangeGather(pairs, size), &spillSink{w: w}
+	for j := range nranges {
+		if err := g.emitRange(runs, j, sink); err != nil {
+			return err
+		}
+	}
+	return nil
 }

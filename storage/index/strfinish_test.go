@@ -41,7 +41,11 @@ func TestStringFinishMatchesSerialWriter(t *testing.T) {
 		{"hex-shuffled-ids", 20000, hex, 1500, 7, true, false},
 		{"hex-one-run", 5000, hex, 1 << 16, 3, false, false},
 		{"shared-prefix", 20000, url, 2000, 16, false, true},
+		// Runs of 40000 sort their one range before packing (over sortAbove) but for the
+		// last, smaller one: the merge takes sorted pieces and one sorted at Finish.
 		{"shared-prefix-merged", maxGather + 5000, url, 40000, 1024, false, true},
+		// Every piece packed unsorted, the range too large to gather: all sorted at Finish.
+		{"shared-prefix-pieces", maxGather + 5000, url, 20000, 1024, true, true},
 		{"ties", 20000, few, 900, 5, true, false},
 		{"ordered", 12000, ordered, 1000, 16, false, false},
 	}
@@ -236,5 +240,42 @@ func TestStringRunWithUnsampledBytes(t *testing.T) {
 	slices.Sort(ks)
 	if !slices.Equal(got, ks) {
 		t.Fatal("the segment's keys are not the input sorted")
+	}
+}
+
+// TestPackDirectMatchesMoved: a string run packed straight from its arena in two halves
+// holds the bytes the pack through range order writes (both leave every range unsorted when
+// none is over sortAbove): entry numbers across the halves' seam included.
+func TestPackDirectMatchesMoved(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 1))
+	for _, n := range []int{1, 2, 3, 1000, 30001} {
+		ks := make([]string, n)
+		for i := range ks {
+			ks[i] = strconv.FormatUint(r.Uint64N(1<<uint(4+r.IntN(60))), 16) + strings.Repeat("~", r.IntN(3))
+		}
+		var runs [2]*memRun
+		var sc [2]sortScratch
+		sample := newRun(true, 0, 0, fillArena{})
+		addToRun(sample, ks, 0)
+		f := newStringRanges(sample)
+		for k := range runs {
+			runs[k] = newRun(true, 0, 0, fillArena{})
+			addToRun(runs[k], ks, 7)
+			rc := runs[k].countRanges(&sc[k], f)
+			runs[k].rangeAt, runs[k].rangeOff, runs[k].rangeSorted = make([]uint32, f.n+1), make([]uint32, f.n+1), make([]bool, f.n)
+			copy(runs[k].rangeAt, rc.first[:f.n+1])
+			if k == 0 {
+				runs[k].packDirect(&sc[k], f, rc)
+			} else {
+				runs[k].packMoved(&sc[k], f, rc)
+			}
+		}
+		if !bytes.Equal(runs[0].packed, runs[1].packed) || !slices.Equal(runs[0].rangeOff, runs[1].rangeOff) {
+			t.Fatalf("%d keys: packed directly %d bytes, through range order %d; offsets equal: %v",
+				n, len(runs[0].packed), len(runs[1].packed), slices.Equal(runs[0].rangeOff, runs[1].rangeOff))
+		}
+		if slices.Contains(runs[1].rangeSorted, true) {
+			t.Fatalf("%d keys: a range was sorted", n)
+		}
 	}
 }
