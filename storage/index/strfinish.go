@@ -300,6 +300,10 @@ func (g *rangeGather) sortPrefixes(keys []uint64, es []uint32) {
 	if x == 0 || n < 2 {
 		return // one prefix: the order is all ties'
 	}
+	if n <= inCache {
+		radixSort(keys, es, g.tk[:n], g.te[:n])
+		return
+	}
 	shift := 56 - uint(bits.LeadingZeros64(x))/8*8
 	var size [256]uint32
 	counts := g.counts[:257]
@@ -341,6 +345,10 @@ func (g *rangeGather) sortPrefixes(keys []uint64, es []uint32) {
 	copy(keys, tk)
 	copy(es, te)
 }
+
+// inCache: a range of at most this many pairs is radix-sorted as it is (its keys, a few
+// hundred kilobytes, stay in cache).
+const inCache = 1 << 13
 
 func grow8(s *[]byte, n int) []byte {
 	if cap(*s) < n {
