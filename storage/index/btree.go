@@ -122,6 +122,13 @@ func (bw *BTreeWriter[K]) flush() error {
 		lo, hi = bw.keys[0], bw.keys[n-1]
 		b = appendFrontCoded(b, any(bw.keys).([]string))
 	}
+	return bw.writePage(b, off, lo, hi)
+}
+
+// writePage completes page b (its count and keys encoded, the row ids in bw.ids), writes it
+// at off and enters it in the lookup table with its first and last keys.
+func (bw *BTreeWriter[K]) writePage(b []byte, off int64, lo, hi K) error {
+	n := len(bw.ids)
 	base, top := bw.ids[0], bw.ids[0]
 	for _, id := range bw.ids {
 		base, top = min(base, id), max(top, id)

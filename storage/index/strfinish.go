@@ -216,24 +216,30 @@ func (c *stringChunk) encode(runs []*memRun, cw *BTreeWriter[string], cb *chunkB
 			return
 		}
 	}
-	if c.err = cw.flush(); c.err != nil {
+	if c.err = sink.flush(); c.err != nil {
 		return
 	}
 	cb.lookup, cb.starts = cw.lookup, cw.starts
 	c.out, c.count, c.entries = cb, cw.pages, cw.entries
 }
 
-// pairWriter takes sorted pairs; skipRange reports whether it drops all of the next n.
+// pairWriter takes sorted pairs; skipRange reports whether it drops all of the next n;
+// detach is called before the buffers holding the keys added so far are reused.
 type pairWriter interface {
 	add(s []byte, id uint64) error
 	skipRange(n int) bool
+	detach()
 }
 
 // pairSink feeds sorted pairs to a chunk's page writer: it drops the first skip, then takes
-// left more.
+// left more. It front-codes each key into the page as it comes (the bytes BTreeWriter.flush
+// writes for the same keys), so keys are not copied to be encoded later: prev is the key
+// before, in the caller's buffer until detach copies it.
 type pairSink struct {
-	bw         *BTreeWriter[string]
-	skip, left uint64
+	bw          *BTreeWriter[string]
+	skip, left  uint64
+	prev, first []byte
+	kept        []byte // prev's copy, once detached
 }
 
 func (ps *pairSink) skipRange(n int) bool {
@@ -254,14 +260,36 @@ func (ps *pairSink) add(s []byte, id uint64) error {
 	}
 	ps.left--
 	bw := ps.bw
-	at := len(bw.strs) // the key's bytes are reused once the range is done: the page copies
-	bw.strs = append(bw.strs, s...)
-	bw.keys = append(bw.keys, arenaString(bw.strs[at:]))
+	if len(bw.ids) == 0 {
+		bw.page = append(bw.page[:0], 0, 0, 0, 0) // the count, once known
+		ps.first, ps.prev = append(ps.first[:0], s...), nil
+	}
+	shared := commonPrefix(ps.prev, s)
+	bw.page = binary.AppendUvarint(bw.page, uint64(shared))
+	bw.page = binary.AppendUvarint(bw.page, uint64(len(s)-shared))
+	bw.page = append(bw.page, s[shared:]...)
+	ps.prev = s
 	bw.ids = append(bw.ids, id)
 	if len(bw.ids) == bw.perPage {
-		return bw.flush()
+		return ps.flush()
 	}
 	return nil
+}
+
+// detach copies the last key, whose buffer the caller is about to reuse.
+func (ps *pairSink) detach() {
+	ps.kept = append(ps.kept[:0], ps.prev...)
+	ps.prev = ps.kept
+}
+
+// flush writes the page being encoded, if any.
+func (ps *pairSink) flush() error {
+	bw := ps.bw
+	if len(bw.ids) == 0 {
+		return nil
+	}
+	binary.LittleEndian.PutUint32(bw.page, uint32(len(bw.ids)))
+	return bw.writePage(bw.page, bw.w.off, arenaString(ps.first), arenaString(ps.prev))
 }
 
 // rangeGather is a worker's scratch for one range of all runs: key e is
@@ -431,6 +459,7 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps pairWriter) error {
 	}
 	g.sortPrefixes(keys, es)
 	sortTies(keys, es, g.byStringThenID)
+	defer ps.detach() // the next range is decoded into g
 	for _, e := range es {
 		if err := ps.add(g.data[g.offs[e]:g.offs[e+1]], g.ids[e]); err != nil {
 			if err == errChunkFull {
@@ -489,9 +518,11 @@ func mergeRange(runs []*memRun, j int, ps pairWriter) error {
 	err := merge(srcs, mergeBlock, func(es []entry) error {
 		for i := range es {
 			if err := ps.add(stringBytes(es[i].s), es[i].id); err != nil {
+				ps.detach()
 				return err
 			}
 		}
+		ps.detach() // the merge refills the buffers es points into
 		return nil
 	})
 	if err == errChunkFull {
@@ -507,6 +538,8 @@ type spillSink struct {
 }
 
 func (ss *spillSink) skipRange(int) bool { return false }
+
+func (ss *spillSink) detach() {}
 
 func (ss *spillSink) add(s []byte, id uint64) error {
 	ss.rec = binary.AppendUvarint(ss.rec[:0], uint64(len(s)))
