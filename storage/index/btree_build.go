@@ -98,6 +98,7 @@ func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
 		}
 		n := min(len(keys), b.opts.RunEntries-b.cur.n)
 		addToRun(b.cur, keys[:n], firstRowID)
+		b.noteRanges()
 		keys, firstRowID = keys[n:], firstRowID+uint64(n)
 		// A run of long strings is sealed early: its arena must fit uint32 offsets and a
 		// fraction of the budget.
@@ -135,6 +136,7 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 		}
 		take := min(n, b.opts.RunEntries-b.cur.n)
 		addBytesToRun(b.cur, data, offs[:take+1], firstRowID)
+		b.noteRanges()
 		offs, firstRowID, n = offs[take:], firstRowID+uint64(take), n-take
 		if b.cur.n == b.opts.RunEntries || int64(len(b.cur.data)) >= min(maxArena/2, b.opts.MemoryBudget/8) {
 			if err := b.seal(); err != nil {
@@ -145,9 +147,23 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 	return nil
 }
 
+// noteRanges records the range of each string key added to the run being filled since the
+// last call, once the ranges are known (from the first run on): the goroutine that reads the
+// column has time for it while the run before is packed.
+func (b *BTreeBuilder[K]) noteRanges() {
+	r := b.cur
+	if b.ranges == nil {
+		return
+	}
+	for i := len(r.rid); i < r.n; i++ {
+		r.rid = append(r.rid, uint16(b.ranges.of(r.data[r.offs[i]:r.offs[i+1]])))
+	}
+}
+
 // fillArena is a string run's fill-time buffers, kept for the next run.
 type fillArena struct {
 	data []byte
+	rid  []uint16
 	offs []uint32
 	keys []uint64 // a numeric run's keys, once they were packed (see deltaKeys)
 }
@@ -169,6 +185,11 @@ func (b *BTreeBuilder[K]) seal() error {
 	r := b.cur
 	b.cur = nil
 	b.dataCap = len(r.data) + len(r.data)/16 // the next run is likely alike
+	if b.str && b.ranges == nil {
+		// Fixed here, before the sort starts, so that the runs filled from now on can
+		// record their ranges as they fill (noteRanges) without racing the sort.
+		b.ranges = newStringRanges(r)
+	}
 	b.pending = make(chan error, 1)
 	go func() { b.pending <- b.sortRun(r) }()
 	return nil
@@ -198,10 +219,7 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	}
 	switch {
 	case b.str:
-		arena := fillArena{data: r.data[:0], offs: r.offs[:1]}
-		if b.ranges == nil {
-			b.ranges = newStringRanges(r)
-		}
+		arena := fillArena{data: r.data[:0], offs: r.offs[:1], rid: r.rid[:0]}
 		r.sortStrings(&b.scratch, b.ranges)
 		b.recycled = arena
 	case r.idsAscending && sorted:

@@ -26,6 +26,7 @@ type memRun struct {
 	deltas *deltaKeys
 	data   []byte   // string keys, concatenated, while the run fills
 	offs   []uint32 // string entry i is data[offs[i]:offs[i+1]], while the run fills
+	rid    []uint16 // string entry i is in range rid[i], when recorded for every entry (noteRanges)
 	// packed holds a sealed run's strings in sorted order, front-coded with their entry
 	// numbers (see packer): the merge reads them sequentially, and a run of sorted keys
 	// takes less than its arena did.
@@ -55,7 +56,7 @@ type memRun struct {
 func newRun(str bool, capacity, dataCap int, reuse fillArena) *memRun {
 	r := &memRun{idsAscending: true}
 	if str {
-		r.offs, r.data = reuse.offs, reuse.data
+		r.offs, r.data, r.rid = reuse.offs, reuse.data, reuse.rid[:0]
 		if cap(r.offs) < capacity+1 {
 			r.offs = make([]uint32, 1, capacity+1)
 		}
@@ -78,7 +79,7 @@ func (r *memRun) bytes() int64 {
 	if r.deltas != nil {
 		d = cap(r.deltas.words)
 	}
-	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds) + 8*cap(r.words) + 4*cap(r.endOrder) + 4*(cap(r.rangeAt)+cap(r.rangeOff)) + cap(r.rangeSorted))
+	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds) + 8*cap(r.words) + 4*cap(r.endOrder) + 4*(cap(r.rangeAt)+cap(r.rangeOff)) + cap(r.rangeSorted) + 2*cap(r.rid))
 }
 
 // maxArena keeps string offsets within uint32.
@@ -228,7 +229,7 @@ func (r *memRun) sortStrings(sc *sortScratch, f *stringRanges) {
 		}
 		sc.p = pk.p
 		r.packed = bytes.Clone(pk.p)
-		r.data, r.offs, r.order = nil, nil, nil
+		r.data, r.offs, r.order, r.rid = nil, nil, nil, nil
 		return
 	}
 	r.sortByRange(sc, f)
@@ -250,53 +251,64 @@ func (r *memRun) sortByRange(sc *sortScratch, f *stringRanges) {
 	} else {
 		r.packDirect(sc, f, rc)
 	}
-	r.data, r.offs, r.order = nil, nil, nil
+	r.data, r.offs, r.order, r.rid = nil, nil, nil, nil
 }
 
 // rangeCounts is what countRanges learns of a run: first[j] is the first entry of range j
 // in range order, at[j] where its bytes start; half[k] counts the first (k=0) and the second
-// half of the entries as added.
+// half of the entries as added; rid[i] is entry i's range.
 type rangeCounts struct {
 	first, at [stringRangeCount + 1]uint32
 	mid       uint32 // the second half starts here
 	half      [2]packHalf
+	rid       []uint16
 }
 
 type packHalf struct {
-	bound [stringRangeCount]uint32 // the most bytes the half's entries of range j pack into
-	last  [stringRangeCount]int32  // the half's last entry of range j, -1 if none
+	count, size [stringRangeCount]uint32 // the half's entries of range j, their key bytes
+	bound       [stringRangeCount]uint32 // the most bytes they pack into
+	last        [stringRangeCount]int32  // the half's last entry of range j, -1 if none
 }
 
-// countRanges records each entry's range in sc.rid and counts the ranges.
+// countRanges counts the run's ranges, in two halves at once. Each entry's range comes from
+// r.rid when the run recorded them as it filled, else it is found here (into sc.rid).
 func (r *memRun) countRanges(sc *sortScratch, f *stringRanges) *rangeCounts {
 	n := uint32(r.n)
-	if cap(sc.rid) < r.n {
-		sc.rid = make([]uint16, r.n)
-	}
-	rid := sc.rid[:n]
-	rc := &rangeCounts{mid: n / 2}
-	idLen := uint32(uvarintLen(uint64(n)))
-	for k := range rc.half {
-		for j := range rc.half[k].last {
-			rc.half[k].last[j] = -1
+	rc := &rangeCounts{mid: n / 2, rid: r.rid}
+	find := len(r.rid) != r.n
+	if find {
+		if cap(sc.rid) < r.n {
+			sc.rid = make([]uint16, r.n)
 		}
+		rc.rid = sc.rid[:n]
 	}
-	for k, lo, hi := 0, uint32(0), rc.mid; k < 2; k, lo, hi = k+1, rc.mid, n {
-		h := &rc.half[k]
+	idLen := uint32(uvarintLen(uint64(n)))
+	count := func(h *packHalf, lo, hi uint32) {
+		for j := range h.last {
+			h.last[j] = -1
+		}
 		for i := lo; i < hi; i++ {
 			s := r.data[r.offs[i]:r.offs[i+1]]
-			j := f.of(s)
-			rid[i] = uint16(j)
-			l := uint32(len(s))
-			rc.first[j+1]++
-			rc.at[j+1] += l
+			if find {
+				rc.rid[i] = uint16(f.of(s))
+			}
+			j, l := rc.rid[i], uint32(len(s))
+			h.count[j]++
+			h.size[j] += l
 			h.bound[j] += l + 2*uint32(uvarintLen(uint64(l))) + idLen
 			h.last[j] = int32(i)
 		}
 	}
-	for j := 1; j <= stringRangeCount; j++ {
-		rc.first[j] += rc.first[j-1]
-		rc.at[j] += rc.at[j-1]
+	done := make(chan struct{})
+	go func() {
+		count(&rc.half[1], rc.mid, n)
+		close(done)
+	}()
+	count(&rc.half[0], 0, rc.mid)
+	<-done
+	for j := range stringRangeCount {
+		rc.first[j+1] = rc.first[j] + rc.half[0].count[j] + rc.half[1].count[j]
+		rc.at[j+1] = rc.at[j] + rc.half[0].size[j] + rc.half[1].size[j]
 	}
 	return rc
 }
@@ -324,10 +336,10 @@ func (r *memRun) packDirect(sc *sortScratch, f *stringRanges, rc *rangeCounts) {
 	var end [2][stringRangeCount]uint32
 	done := make(chan struct{})
 	go func() {
-		r.packHalf(buf, sc.rid, rc.mid, uint32(r.n), &rc.half[0], start[1], &end[1])
+		r.packHalf(buf, rc.rid, rc.mid, uint32(r.n), &rc.half[0], start[1], &end[1])
 		close(done)
 	}()
-	r.packHalf(buf, sc.rid, 0, rc.mid, nil, start[0], &end[0])
+	r.packHalf(buf, rc.rid, 0, rc.mid, nil, start[0], &end[0])
 	<-done
 	total := 0
 	for k := range 2 {
@@ -385,7 +397,7 @@ func (r *memRun) packMoved(sc *sortScratch, f *stringRanges, rc *rangeCounts) {
 	next, end := first, at
 	for i := range n {
 		s := r.data[r.offs[i]:r.offs[i+1]]
-		j := sc.rid[i]
+		j := rc.rid[i]
 		e := next[j]
 		next[j]++
 		m.num[e], m.off[e] = i, end[j]
