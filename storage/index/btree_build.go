@@ -26,8 +26,8 @@ const DefaultStringRunEntries = 1 << 19
 // Keys are collected in runs of RunEntries pairs. Each full run is processed on a background
 // goroutine while the caller decodes and adds the next one, so input and sorting share two
 // cores. Numbers (as order-preserving uint64 encodings) are split into key-range buckets,
-// one pass per run, and Finish radix-sorts one bucket of all runs at a time, in cache (see
-// bucket.go); strings are moved into key ranges of their leading bytes (the same ranges for
+// one pass per run, and Finish radix-sorts one bucket of all runs at a time, in cache, on
+// every core (see bucket.go, finish.go); strings are moved into key ranges of their leading bytes (the same ranges for
 // every run), each range is sorted in cache, and the run is packed front-coded range by range
 // (see memRun.sortStrings); Finish sorts one range of all runs at a time, on every core, and
 // writes the pages in order (see strfinish.go). Input already in order (an id column) is
@@ -318,6 +318,14 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if b.bucketed() {
+		n, err := finishBuckets(bw, b.runs, *b.buckets, b.ascending, b.chunkEntries)
+		if err != nil {
+			return 0, err
+		}
+		b.runs, b.held = nil, 0
+		return n, bw.Close()
+	}
 	if blocks := b.numBlocks(); blocks != nil {
 		n, err := writeBlocks(bw, blocks)
 		if err != nil {
@@ -369,9 +377,9 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	return n, bw.Close()
 }
 
-// numBlocks returns the sorted stream of a numeric build as blocks when it needs no merge:
-// nothing spilled and either every run was bucketed (see bucket.go), or every run was in
-// order and each one starts after the one before ends (an id column). nil otherwise.
+// numBlocks returns the sorted stream of a numeric build as blocks when every run was in
+// order and each one starts after the one before ends (an id column), nothing spilled; nil
+// otherwise.
 func (b *BTreeBuilder[K]) numBlocks() blockSource {
 	if b.str || len(b.spills) > 0 || len(b.runs) == 0 {
 		return nil
@@ -389,13 +397,24 @@ func (b *BTreeBuilder[K]) numBlocks() blockSource {
 			}
 		}
 	}
-	switch {
-	case sorted == len(b.runs) && chained:
+	if sorted == len(b.runs) && chained {
 		return &chainSource{runs: b.runs}
-	case sorted == 0:
-		return &bucketBlocks{sorter: bucketSorter{runs: b.runs, f: *b.buckets, ascending: b.ascending}}
 	}
 	return nil
+}
+
+// bucketed reports whether a numeric build is every run partitioned into buckets, nothing
+// spilled: Finish sorts it bucket by bucket (see finishBuckets).
+func (b *BTreeBuilder[K]) bucketed() bool {
+	if b.str || len(b.spills) > 0 || len(b.runs) == 0 {
+		return false
+	}
+	for _, r := range b.runs {
+		if r.sorted {
+			return false
+		}
+	}
+	return true
 }
 
 // blockSource yields a numeric build's pairs in order, a block at a time: next fills blk
@@ -423,23 +442,6 @@ func (s *chainSource) next(blk *numBlock) bool {
 			return true
 		}
 		s.i, s.rd = s.i+1, sortedReader{}
-	}
-	return false
-}
-
-// bucketBlocks yields the sorted buckets of partitioned runs.
-type bucketBlocks struct {
-	sorter bucketSorter
-	j      int
-}
-
-func (s *bucketBlocks) next(blk *numBlock) bool {
-	for s.j < bucketCount {
-		s.sorter.sort(s.j, blk)
-		s.j++
-		if blk.len() > 0 {
-			return true
-		}
 	}
 	return false
 }

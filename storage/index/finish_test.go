@@ -74,19 +74,7 @@ func TestStringFinishMatchesSerialWriter(t *testing.T) {
 			batches = append(batches, ks)
 		}
 		slices.SortFunc(pairs, func(a, b pair) int { return cmp.Or(strings.Compare(a.k, b.k), cmp.Compare(a.id, b.id)) })
-		var want bytes.Buffer
-		ref, err := NewBTreeWriter[string](&want, bd.pages)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pairs {
-			if err := ref.Add(p.k, p.id); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := ref.Close(); err != nil {
-			t.Fatal(err)
-		}
+		want := serialSegment(t, bd.pages, len(pairs), func(i int) (string, uint64) { return pairs[i].k, pairs[i].id })
 		for _, chunk := range []int{0, 1, bd.pages * 3, 4999} {
 			t.Run(fmt.Sprintf("%s/chunk-%d", bd.name, chunk), func(t *testing.T) {
 				b := NewBTreeBuilder[string](BuildOptions{RunEntries: bd.runEntries, PageEntries: bd.pages, TempDir: t.TempDir()})
@@ -278,4 +266,104 @@ func TestPackDirectMatchesMoved(t *testing.T) {
 			t.Fatalf("%d keys: a range was sorted", n)
 		}
 	}
+}
+
+// TestBucketFinishMatchesSerialWriter: a numeric build of bucketed runs, finished bucket by
+// bucket in chunks down to one pair, writes the bytes the plain writer makes of the same
+// pairs sorted in one piece (prices in cents with ties decided by row id, wide int64 keys,
+// row ids ascending and out of order).
+func TestBucketFinishMatchesSerialWriter(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 3))
+	t.Run("float64-cents", func(t *testing.T) {
+		checkBucketFinish(t, r, func() float64 { return float64(r.IntN(1_000_000)) / 100 }, false)
+	})
+	t.Run("float64-cents-shuffled-ids", func(t *testing.T) {
+		checkBucketFinish(t, r, func() float64 { return float64(r.IntN(5000)) / 100 }, true)
+	})
+	t.Run("int64-wide", func(t *testing.T) {
+		checkBucketFinish(t, r, func() int64 { return r.Int64() - 1<<62 }, false)
+	})
+}
+
+func checkBucketFinish[K Key](t *testing.T, r *rand.Rand, key func() K, shuffled bool) {
+	const n, per = 30000, 1000
+	type pair struct {
+		k  K
+		id uint64
+	}
+	var firsts []uint64
+	for i := 0; i < n; i += per {
+		firsts = append(firsts, uint64(i)+1<<35)
+	}
+	if shuffled {
+		r.Shuffle(len(firsts), func(i, j int) { firsts[i], firsts[j] = firsts[j], firsts[i] })
+	}
+	var pairs []pair
+	var batches [][]K
+	for _, f := range firsts {
+		ks := make([]K, per)
+		for i := range ks {
+			ks[i] = key()
+			pairs = append(pairs, pair{ks[i], f + uint64(i)})
+		}
+		batches = append(batches, ks)
+	}
+	slices.SortFunc(pairs, func(a, b pair) int { return cmp.Or(cmp.Compare(a.k, b.k), cmp.Compare(a.id, b.id)) })
+	for _, pages := range []int{5, 1024} {
+		want := serialSegment(t, pages, len(pairs), func(i int) (K, uint64) { return pairs[i].k, pairs[i].id })
+		for _, chunk := range []int{0, 1, 3 * pages, 4999} {
+			b := NewBTreeBuilder[K](BuildOptions{RunEntries: 4000, PageEntries: pages})
+			b.chunkEntries = chunk
+			for i, ks := range batches {
+				if err := b.Add(ks, firsts[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !b.bucketedAfterWait(t) {
+				t.Fatal("the build's runs are not all bucketed: the test does not reach finishBuckets")
+			}
+			var got bytes.Buffer
+			if c, err := b.Finish(&got); err != nil || c != uint64(len(pairs)) {
+				t.Fatalf("finish: %d, %v", c, err)
+			}
+			b.Close()
+			if !bytes.Equal(got.Bytes(), want.Bytes()) {
+				t.Fatalf("pages of %d, chunks of %d: the segment differs from the serial writer's (%d vs %d bytes)", pages, chunk, got.Len(), want.Len())
+			}
+		}
+	}
+}
+
+// serialSegment is the segment the plain writer makes of n sorted pairs, pair(i) the i-th.
+func serialSegment[K Key](t *testing.T, pages, n int, pair func(i int) (K, uint64)) *bytes.Buffer {
+	t.Helper()
+	var seg bytes.Buffer
+	w, err := NewBTreeWriter[K](&seg, pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := w.Add(pair(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &seg
+}
+
+// bucketedAfterWait seals the run being filled and reports whether Finish will take the
+// bucket path.
+func (b *BTreeBuilder[K]) bucketedAfterWait(t *testing.T) bool {
+	t.Helper()
+	if b.cur != nil && b.cur.n > 0 {
+		if err := b.seal(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.wait(); err != nil {
+		t.Fatal(err)
+	}
+	return b.bucketed()
 }

@@ -38,10 +38,10 @@ const (
 // errChunkFull stops a merge once a chunk has all its pairs.
 var errChunkFull = errors.New("index: chunk full")
 
-// stringChunk is one unit of finishStrings: the pairs at positions [start, end) of the
-// segment, which lie in ranges lo..hi; the first skip pairs of range lo belong to the chunk
-// before. A worker fills the output fields, then closes done.
-type stringChunk struct {
+// segChunk is one unit of a chunked Finish: the pairs at positions [start, end) of the
+// segment, which lie in ranges (or buckets) lo..hi; the first skip pairs of range lo belong
+// to the chunk before. A worker fills the output fields, then closes done.
+type segChunk struct {
 	start, end, skip uint64
 	lo, hi           int
 
@@ -71,21 +71,12 @@ func (w *appendWriter) Write(p []byte) (int, error) {
 // of them) as bw's pages, and returns their number. chunkEntries sizes the chunks (0: the
 // default).
 func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntries int) (uint64, error) {
-	cum := make([]uint64, nranges+1) // pairs in ranges before j
-	for j := range nranges {
-		t := cum[j]
+	cum, chunks, workers := planFinish(nranges, bw.perPage, chunkEntries, func(j int) (n uint64) {
 		for _, r := range runs {
-			t += uint64(r.rangeAt[j+1] - r.rangeAt[j])
+			n += uint64(r.rangeAt[j+1] - r.rangeAt[j])
 		}
-		cum[j+1] = t
-	}
-	page := uint64(bw.perPage)
-	target := uint64(chunkEntries)
-	if target == 0 {
-		target = max(cum[nranges]/finishChunks, 64*page)
-	}
-	chunks := planChunks(cum, page, target)
-	workers := min(runtime.GOMAXPROCS(0), maxFinishWorkers, len(chunks))
+		return n
+	})
 	// Every buffer is sized once, for the largest chunk and range: regrowing them as larger
 	// ones come would leave garbage the size of the buffers behind each time.
 	var chunkBytes, rangePairs, rangeBytes int
@@ -106,6 +97,19 @@ func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntr
 		}
 	}
 
+	return writeChunks(bw, chunks, chunkBytes, workers, func() chunkEncoder {
+		g := newRangeGather(rangePairs, rangeBytes)
+		cw := &BTreeWriter[string]{perPage: bw.perPage, str: true, track: true}
+		return func(c *segChunk, cb *chunkBuf, quit <-chan struct{}) { c.encode(runs, cw, cb, g, quit) }
+	})
+}
+
+// chunkEncoder encodes chunk c into cb, a worker's own (see writeChunks).
+type chunkEncoder func(c *segChunk, cb *chunkBuf, quit <-chan struct{})
+
+// writeChunks has workers encode the chunks, each with an encoder of its own from
+// newEncoder, and writes them to bw in order as they come; chunkBytes sizes the buffers.
+func writeChunks[K Key](bw *BTreeWriter[K], chunks []*segChunk, chunkBytes, workers int, newEncoder func() chunkEncoder) (uint64, error) {
 	// A worker takes a buffer before it takes a chunk and the writer hands it back once the
 	// chunk is written: at most workers+1 chunks are encoded and unwritten at once, and the
 	// lowest unwritten chunk always has its buffer.
@@ -113,7 +117,7 @@ func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntr
 	for range workers + 1 {
 		free <- &chunkBuf{pages: appendWriter{b: make([]byte, 0, chunkBytes)}}
 	}
-	jobs := make(chan *stringChunk, len(chunks))
+	jobs := make(chan *segChunk, len(chunks))
 	for _, c := range chunks {
 		jobs <- c
 	}
@@ -121,11 +125,10 @@ func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntr
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	for range workers {
+		encode := newEncoder()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g := newRangeGather(rangePairs, rangeBytes)
-			cw := &BTreeWriter[string]{perPage: bw.perPage, str: true, track: true}
 			for {
 				var cb *chunkBuf
 				select {
@@ -137,7 +140,7 @@ func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntr
 				if !ok {
 					return
 				}
-				c.encode(runs, cw, cb, g, quit)
+				encode(c, cb, quit)
 				close(c.done)
 			}
 		}()
@@ -169,12 +172,29 @@ func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntr
 	return n, nil
 }
 
+// planFinish cuts the pairs of units (ranges or buckets) 0..units-1, pairs(j) in unit j, into
+// the chunks of a Finish (chunkEntries pairs each, 0: the default) and picks how many workers
+// encode them. cum[j] is the number of pairs in units before j.
+func planFinish(units, perPage, chunkEntries int, pairs func(j int) uint64) (cum []uint64, chunks []*segChunk, workers int) {
+	cum = make([]uint64, units+1)
+	for j := range units {
+		cum[j+1] = cum[j] + pairs(j)
+	}
+	page := uint64(perPage)
+	target := uint64(chunkEntries)
+	if target == 0 {
+		target = max(cum[units]/finishChunks, 64*page)
+	}
+	chunks = planChunks(cum, page, target)
+	return cum, chunks, min(runtime.GOMAXPROCS(0), maxFinishWorkers, len(chunks))
+}
+
 // planChunks cuts positions [0, cum[last]) into chunks of about target pairs. Every chunk but
 // the last ends on a page boundary, the first one at or after the end of a range, so a chunk
 // shares at most one page's worth of a range with the next.
-func planChunks(cum []uint64, page, target uint64) []*stringChunk {
+func planChunks(cum []uint64, page, target uint64) []*segChunk {
 	total := cum[len(cum)-1]
-	var out []*stringChunk
+	var out []*segChunk
 	lo := 0
 	for start := uint64(0); start < total; {
 		for cum[lo+1] <= start {
@@ -192,7 +212,7 @@ func planChunks(cum []uint64, page, target uint64) []*stringChunk {
 		for cum[hi+1] < end {
 			hi++
 		}
-		out = append(out, &stringChunk{start: start, end: end, skip: start - cum[lo], lo: lo, hi: hi, done: make(chan struct{})})
+		out = append(out, &segChunk{start: start, end: end, skip: start - cum[lo], lo: lo, hi: hi, done: make(chan struct{})})
 		start = end
 	}
 	return out
@@ -200,7 +220,7 @@ func planChunks(cum []uint64, page, target uint64) []*stringChunk {
 
 // encode sorts the chunk's pairs and encodes them with cw (a writer without pages pending)
 // into cb.
-func (c *stringChunk) encode(runs []*memRun, cw *BTreeWriter[string], cb *chunkBuf, g *rangeGather, quit <-chan struct{}) {
+func (c *segChunk) encode(runs []*memRun, cw *BTreeWriter[string], cb *chunkBuf, g *rangeGather, quit <-chan struct{}) {
 	cb.pages.b = cb.pages.b[:0]
 	cw.w = &countingWriter{w: &cb.pages}
 	cw.lookup, cw.starts, cw.pages, cw.entries = cb.lookup[:0], cb.starts[:0], 0, 0
@@ -570,4 +590,66 @@ func spillStrings(w *bufio.Writer, runs []*memRun, nranges int) error {
 		}
 	}
 	return nil
+}
+
+// finishBuckets writes the pairs of partitioned numeric runs (see bucket.go) as bw's pages,
+// one bucket of all runs at a time, in chunks on every core (see writeChunks), and returns
+// their number.
+func finishBuckets[K Key](bw *BTreeWriter[K], runs []*memRun, f bucketFunc, ascending bool, chunkEntries int) (uint64, error) {
+	_, chunks, workers := planFinish(bucketCount, bw.perPage, chunkEntries, func(j int) (n uint64) {
+		for _, r := range runs {
+			n += uint64(r.bounds[j+1] - r.bounds[j])
+		}
+		return n
+	})
+	chunkBytes := 0
+	for _, c := range chunks {
+		chunkBytes = max(chunkBytes, int(c.end-c.start)*4) // a price in cents packs to ~3.4 bytes a pair
+	}
+	return writeChunks(bw, chunks, chunkBytes, workers, func() chunkEncoder {
+		sorter := &bucketSorter{runs: runs, f: f, ascending: ascending}
+		blk := &numBlock{}
+		cw := &BTreeWriter[K]{perPage: bw.perPage, track: true}
+		return func(c *segChunk, cb *chunkBuf, quit <-chan struct{}) { encodeBuckets(c, sorter, blk, cw, cb, quit) }
+	})
+}
+
+// encodeBuckets sorts chunk c's buckets and encodes their pairs with cw (a writer without
+// pages pending) into cb.
+func encodeBuckets[K Key](c *segChunk, s *bucketSorter, blk *numBlock, cw *BTreeWriter[K], cb *chunkBuf, quit <-chan struct{}) {
+	cb.pages.b = cb.pages.b[:0]
+	cw.w = &countingWriter{w: &cb.pages}
+	cw.lookup, cw.starts, cw.pages, cw.entries = cb.lookup[:0], cb.starts[:0], 0, 0
+	skip, left := c.skip, c.end-c.start
+	for j := c.lo; j <= c.hi && left > 0; j++ {
+		select {
+		case <-quit:
+			c.err = errChunkFull // the writer gave up: nobody reads this chunk
+			return
+		default:
+		}
+		s.sort(j, blk)
+		if n := uint64(blk.len()); n <= skip {
+			skip -= n
+			continue
+		}
+		at := int(skip)
+		skip = 0
+		for at < blk.len() && left > 0 {
+			to := min(blk.len(), at+cw.perPage-len(cw.ids), at+int(left))
+			cw.sk, cw.ids = blk.appendPairs(cw.sk, cw.ids, at, to)
+			left -= uint64(to - at)
+			at = to
+			if len(cw.ids) == cw.perPage {
+				if c.err = cw.flush(); c.err != nil {
+					return
+				}
+			}
+		}
+	}
+	if c.err = cw.flush(); c.err != nil {
+		return
+	}
+	cb.lookup, cb.starts = cw.lookup, cw.starts
+	c.out, c.count, c.entries = cb, cw.pages, cw.entries
 }
