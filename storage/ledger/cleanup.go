@@ -3,21 +3,26 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cba1309c/steward/storage"
 )
 
-// The cleanup worker is one goroutine that deletes abandoned names. Abandoned slots belong to
-// it alone (no owner can accept, transfer or re-reserve them), so it may copy their names
-// out, drop the lock for the network call and release exactly the confirmed ones afterwards.
+// The cleanup worker is DeletesInFlight goroutines that delete abandoned names. Abandoned
+// slots belong to it alone (no owner can accept, transfer or re-reserve them), so it may copy
+// their names out, drop the lock for the network call and release exactly the confirmed ones
+// afterwards. Each batch is taken off the queue whole, so no name is in two requests at once.
 //
 // Tasks are per store; consecutive abandons of one store merge into one task so that deletes
-// go out in full batches. The worker takes at most BatchSize names from the front task. A
-// name is released only on a clean per-key success ("already absent" is one); any other
-// result, including one that is ambiguous because the store did not answer, keeps its ticket.
-// After a clean batch the worker goes straight on; after a failure it moves the task (the
-// failed names first) to the back of the queue and waits RetryWait.
+// go out in full batches. A goroutine takes at most BatchSize names from the front of the
+// front task; the rest stays in front for the next one. Beside a batch in flight, only a full
+// one (or another task) is sent: names still being abandoned then go out in one request, not
+// in as many as there are goroutines. A name is released only on a clean
+// per-key success ("already absent" is one); any other result, including one that is
+// ambiguous because the store did not answer, keeps its ticket. After a clean batch the
+// goroutine goes straight on; after a failure the failed names go to the back of the queue
+// and no batch starts for RetryWait (batches already sent finish).
 
 type task struct {
 	store    uint16
@@ -27,9 +32,11 @@ type task struct {
 
 type cleanupState struct {
 	queue    []*task
-	inflight *task
-	wake     chan struct{}
-	resolved map[string]storage.Store
+	inflight []*task // the batches sent, each a task of its own
+	// pauseUntil: after a failed batch no batch starts before this.
+	pauseUntil time.Time
+	wake       chan struct{}
+	resolved   map[string]storage.Store
 }
 
 func (c *cleanupState) init() {
@@ -54,14 +61,26 @@ func (l *Ledger) enqueue(store uint16, ids []uint32) {
 func (l *Ledger) worker(ctx context.Context) {
 	defer l.wg.Done()
 	for {
-		t, batch, keys, store := l.nextBatch()
+		t, batch, keys, store, paused := l.nextBatch()
 		if t == nil {
+			var resume <-chan time.Time
+			var timer *time.Timer
+			if paused > 0 {
+				timer = time.NewTimer(paused)
+				resume = timer.C
+			}
 			select {
 			case <-ctx.Done():
-				return
 			case <-l.clean.wake:
-				continue
+			case <-resume:
 			}
+			if timer != nil {
+				timer.Stop()
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			continue
 		}
 		var results []storage.DeleteResult
 		var err error
@@ -86,17 +105,24 @@ func (l *Ledger) worker(ctx context.Context) {
 	}
 }
 
-// nextBatch takes the front task and copies the names of its first batch.
-func (l *Ledger) nextBatch() (*task, []uint32, []string, string) {
+// nextBatch takes the first batch of the front task off the queue, as a task of its own in
+// flight, and copies its names. While a failure's pause lasts it takes nothing and says how
+// long the pause has left.
+func (l *Ledger) nextBatch() (*task, []uint32, []string, string, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.clean.queue) == 0 {
-		return nil, nil, nil, ""
+		return nil, nil, nil, "", 0
+	}
+	if wait := time.Until(l.clean.pauseUntil); wait > 0 {
+		return nil, nil, nil, "", wait
 	}
 	t := l.clean.queue[0]
-	l.clean.queue[0] = nil
-	l.clean.queue = l.clean.queue[1:]
-	l.clean.inflight = t
+	if len(l.clean.inflight) > 0 && len(t.slots) < l.cfg.BatchSize && len(l.clean.queue) == 1 {
+		// A short batch beside one in flight would split what is still being abandoned
+		// into more requests: it waits for a full batch, or for the one in flight.
+		return nil, nil, nil, "", 0
+	}
 	// A prefix ticket is a batch of its own (its objects are listed and deleted in batches);
 	// a batch of names stops before the next prefix.
 	n := 0
@@ -111,7 +137,19 @@ func (l *Ledger) nextBatch() (*task, []uint32, []string, string) {
 			break
 		}
 	}
-	return t, t.slots[:n], keys, l.stores[t.store]
+	b := &task{store: t.store, slots: t.slots[:n:n], failedAt: t.failedAt}
+	if t.slots = t.slots[n:]; len(t.slots) == 0 {
+		l.clean.queue[0] = nil
+		l.clean.queue = l.clean.queue[1:]
+	}
+	l.clean.inflight = append(l.clean.inflight, b)
+	if len(l.clean.queue) > 0 {
+		select { // another goroutine may take the next batch meanwhile
+		case l.clean.wake <- struct{}{}:
+		default:
+		}
+	}
+	return b, b.slots, keys, l.stores[b.store], 0
 }
 
 // deleteKeys deletes keys through the named store.
@@ -174,13 +212,13 @@ func (l *Ledger) finishBatch(t *task, batch []uint32, keys []string, res []stora
 	}
 	l.stats.deleted += uint64(len(batch) - len(kept))
 	l.submit(ops, false)
-	rest := t.slots[len(batch):]
-	l.clean.inflight = nil
+	if i := slices.Index(l.clean.inflight, t); i >= 0 {
+		l.clean.inflight = slices.Delete(l.clean.inflight, i, i+1)
+	}
 	defer l.notify()
 	if len(kept) == 0 {
-		t.failedAt = time.Time{}
-		if t.slots = rest; len(t.slots) > 0 {
-			l.clean.queue = append([]*task{t}, l.clean.queue...)
+		if !t.failedAt.IsZero() && len(l.clean.queue) > 0 && l.clean.queue[0].store == t.store {
+			l.clean.queue[0].failedAt = time.Time{} // the names retried with it are deleted: healthy again
 		}
 		return false
 	}
@@ -188,8 +226,9 @@ func (l *Ledger) finishBatch(t *task, batch []uint32, keys []string, res []stora
 	if t.failedAt.IsZero() {
 		t.failedAt = l.cfg.Now()
 	}
-	t.slots = append(kept, rest...)
+	t.slots = kept
 	l.clean.queue = append(l.clean.queue, t)
+	l.clean.pauseUntil = time.Now().Add(l.cfg.RetryWait)
 	l.log.Warn("delete batch failed; tickets kept for retry", "store", l.stores[t.store],
 		"keys", len(batch), "failed", len(kept), "error", firstErr)
 	return true
@@ -212,7 +251,7 @@ func (l *Ledger) release(id uint32) {
 func (l *Ledger) WaitIdle(ctx context.Context) error {
 	for {
 		l.mu.Lock()
-		idle := len(l.clean.queue) == 0 && l.clean.inflight == nil
+		idle := len(l.clean.queue) == 0 && len(l.clean.inflight) == 0
 		ch := l.changed
 		l.mu.Unlock()
 		if idle {

@@ -51,7 +51,9 @@ func (l *Ledger) Stats() Stats {
 	for _, t := range l.clean.queue {
 		count(t)
 	}
-	count(l.clean.inflight)
+	for _, t := range l.clean.inflight {
+		count(t)
+	}
 	return s
 }
 
