@@ -11,18 +11,19 @@ import (
 	"sync"
 )
 
-// A string build held in memory is finished range by range. Every run of the build was packed
-// by key range of the same function (the first run's stringRanges), so range j of one run and
-// range j of another hold the same interval of keys: the segment is range 0 of all runs in
-// order, then range 1, and so on. A range of all runs (a few tens of thousands of pairs for
-// ten million keys) is decoded into one buffer and radix-sorted on its 8-byte prefixes in
-// cache, which costs a fraction of a k-way merge's compares and cursor moves; a range too large
-// for that, or held by one run alone, is merged as before.
+// A build held in memory is finished one key range (strings) or bucket (numbers) of all runs
+// at a time. Every run of a build was cut by the same function (the first run's stringRanges
+// or bucketFunc), so range j of one run and range j of another hold the same interval of
+// keys: the segment is range 0 of all runs in order, then range 1, and so on. A string range
+// of all runs (a few thousand pairs for ten million hex keys; each run packed its part as the
+// keys came, see memRun.pack) is decoded into one buffer and radix-sorted on its 8-byte
+// prefixes in cache; a range too large for that, or held sorted by one run alone, is merged
+// from the runs' pieces. Numeric buckets are sorted as bucket.go describes.
 //
 // The segment is cut into chunks of whole pages, each sorted and encoded into pages by one of
 // a few workers (one a core), and written in order by the caller: pages, their lookup entries
-// (offsets shifted to where the chunk lands) and the trailer come out byte for byte as a
-// serial merge would have written them.
+// (offsets shifted to where the chunk lands) and the trailer come out byte for byte as the
+// serial writer makes them of the same pairs.
 
 // maxGather bounds the pairs of one range decoded and sorted at once (about 40 bytes each
 // while sorted); a larger range is merged from its runs' sorted pieces instead.

@@ -27,9 +27,8 @@ type memRun struct {
 	data   []byte   // string keys, concatenated, while the run fills
 	offs   []uint32 // string entry i is data[offs[i]:offs[i+1]], while the run fills
 	rid    []uint16 // string entry i is in range rid[i], when recorded for every entry (noteRanges)
-	// packed holds a sealed run's strings in sorted order, front-coded with their entry
-	// numbers (see packer): the merge reads them sequentially, and a run of sorted keys
-	// takes less than its arena did.
+	// packed holds a sealed run's strings range by range, front-coded with their entry
+	// numbers (see packer, pack): Finish reads one range of every run at a time.
 	packed []byte
 	// rangeAt, rangeOff: a packed run's entries of key range j (see stringRanges, one
 	// function for every run of a build) are the positions [rangeAt[j]:rangeAt[j+1]], packed
