@@ -101,7 +101,7 @@ func RunNode(ctx context.Context, cfg NodeConfig, in io.Reader, out io.Writer, l
 		return err
 	}
 	defer d.Close()
-	if err := d.AddSidecar(cfg.Name, &sendReporter{Client: sc, w: w}); err != nil {
+	if err := addSidecar(ctx, d, cfg, &sendReporter{Client: sc, w: w}, log); err != nil {
 		return err
 	}
 	w.line(lineReady, sc.Epoch(), fmt.Sprint(sc.Pid()))
@@ -109,6 +109,26 @@ func RunNode(ctx context.Context, cfg NodeConfig, in io.Reader, out io.Writer, l
 	defer stop()
 	go func() { _ = d.Run(rctx) }()
 	return serveCommands(ctx, in, w, sc)
+}
+
+// addSidecar registers the node's sidecar, whose epoch goes to etcd under the node's lease. A
+// put can outlast its OpTimeout while the campaign has an etcd member down (a fresh-clone run
+// under load lost a node that way: "announce epoch: context deadline exceeded" 5 s after the
+// member's SIGKILL); a host retries it, as long as its journal open may take.
+func addSidecar(ctx context.Context, d *dispatch.Dispatcher, cfg NodeConfig, sc dispatch.Sidecar, log hclog.Logger) error {
+	deadline := time.Now().Add(4*cfg.LeaseTTL + 30*time.Second)
+	for {
+		err := d.AddSidecar(cfg.Name, sc)
+		if err == nil || errors.Is(err, dispatch.ErrInvalidConfig) || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("announcing the sidecar failed; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // launchNodeSidecar starts the node's sidecar through the wrapper, retrying while the state
