@@ -274,7 +274,18 @@ func buildEveryType(t *testing.T, l *lanceEnv, s *store) {
 			if strings.HasPrefix(c.typ, "IVF") && !strings.Contains(chk.Plan, "name="+name+",") {
 				t.Errorf("the plan does not use %s:\n%s", name, chk.Plan)
 			}
-			if !chk.Listed || !chk.UsesIndex || !chk.Equal {
+			// A vector index is approximate: its top 10 (all partitions probed, 500 candidates
+			// re-ranked exactly) missed one true neighbour in one fresh-clone run, the PQ
+			// codebook being trained from a random start. It must find 9 of the 10; a scalar
+			// index must answer exactly as the scan.
+			exact := chk.Equal
+			if strings.HasPrefix(c.typ, "IVF") {
+				exact = chk.Rows == 10 && chk.Recall >= 0.9
+				if !chk.Equal {
+					t.Logf("%s: recall %.1f of the exact top 10", c.typ, chk.Recall)
+				}
+			}
+			if !chk.Listed || !chk.UsesIndex || !exact {
 				t.Errorf("Lance's reader: listed=%v uses_index=%v equal=%v rows=%d recall=%v\n%s", chk.Listed, chk.UsesIndex, chk.Equal, chk.Rows, chk.Recall, chk.Plan)
 			}
 			last := chk.Last
