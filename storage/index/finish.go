@@ -426,12 +426,7 @@ func (g *rangeGather) sortedPiece(r *memRun, j int) source {
 	g.data, g.offs, g.ids = g.data[:0], append(g.offs[:0], 0), g.ids[:0]
 	g.decode(r, j)
 	n := len(g.ids)
-	keys, es := g.keys[:n], g.es[:n]
-	for e := range uint32(n) {
-		keys[e], es[e] = stringPrefix(g.str(e)), e
-	}
-	g.sortPrefixes(keys, es)
-	sortTies(keys, es, g.byStringThenID)
+	es := g.sorted()
 	// Repacked with the ids in place of entry numbers: a run whose ids are its entry numbers.
 	pk := packer{}
 	ids := make([]uint64, n)
@@ -441,6 +436,23 @@ func (g *rangeGather) sortedPiece(r *memRun, j int) source {
 	}
 	piece := &memRun{n: n, ids: ids}
 	return &runSource{r: piece, p: pk.p, end: n}
+}
+
+// sorted returns the positions of the keys decoded into g in (key, row id) order (g's arrays
+// may be exchanged for moved ones: see sortPrefixes).
+func (g *rangeGather) sorted() []uint32 {
+	n := len(g.ids)
+	if cap(g.keys) < n {
+		g.keys, g.tk = make([]uint64, n), make([]uint64, n)
+		g.es, g.te = make([]uint32, n), make([]uint32, n)
+	}
+	keys, es := g.keys[:n], g.es[:n]
+	for e := range uint32(n) {
+		keys[e] = stringPrefix(g.str(e))
+	}
+	g.sortPrefixes(keys, es)
+	sortTies(keys, es, g.byStringThenID)
+	return es
 }
 
 func (g *rangeGather) byStringThenID(a, b uint32) int {
@@ -470,16 +482,7 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps pairWriter) error {
 	for _, r := range runs {
 		g.decode(r, j)
 	}
-	if cap(g.keys) < n {
-		g.keys, g.tk = make([]uint64, n), make([]uint64, n)
-		g.es, g.te = make([]uint32, n), make([]uint32, n)
-	}
-	keys, es := g.keys[:n], g.es[:n]
-	for e := range uint32(n) {
-		keys[e], es[e] = stringPrefix(g.str(e)), e
-	}
-	g.sortPrefixes(keys, es)
-	sortTies(keys, es, g.byStringThenID)
+	es := g.sorted()
 	defer ps.detach() // the next range is decoded into g
 	for _, e := range es {
 		if err := ps.add(g.data[g.offs[e]:g.offs[e+1]], g.ids[e]); err != nil {
@@ -492,8 +495,8 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps pairWriter) error {
 	return nil
 }
 
-// decode appends range j of run r (its first key coded whole, see pack). With nums, the
-// entries' numbers go there instead of their row ids to g.ids.
+// decode appends range j of run r (its first key coded whole, see pack), with the entries'
+// row ids.
 func (g *rangeGather) decode(r *memRun, j int) {
 	p := r.packed[r.rangeOff[j]:r.rangeOff[j+1]]
 	prev, delta, last := len(g.data), !r.rangeSorted[j], uint64(0)

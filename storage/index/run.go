@@ -212,10 +212,18 @@ func (r *memRun) sortStrings(sc *sortScratch, f *stringRanges) {
 			r.rangeSorted[j] = true
 		}
 		pk := packer{p: sc.p[:0]}
-		j := -1 // the range of the key before: f is monotone, so j never goes back
+		// j: the range of the key before (f is monotone, so j never goes back); the ranges
+		// are recorded when noteRanges found them as the run filled.
+		j, recorded := -1, len(r.rid) == r.n
 		for i := range uint32(r.n) {
 			s := r.data[r.offs[i]:r.offs[i+1]]
-			for at := f.of(s); j < at; {
+			at := 0
+			if recorded {
+				at = int(r.rid[i])
+			} else {
+				at = f.of(s)
+			}
+			for j < at {
 				j++
 				r.rangeAt[j], r.rangeOff[j] = i, uint32(len(pk.p))
 				pk.prev = nil
