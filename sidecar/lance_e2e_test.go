@@ -160,6 +160,16 @@ func (l *lanceSidecar) settled() {
 	}
 }
 
+// status is the ledger's counters.
+func (l *lanceSidecar) status() rpc.LedgerFigures {
+	l.t.Helper()
+	var st rpc.ObjectsStatusResult
+	if err := l.c.Call(context.Background(), rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st); err != nil {
+		l.t.Fatal(err)
+	}
+	return st.Ledger
+}
+
 // objects lists the object keys under path (store-relative).
 func (l *lanceSidecar) objects(path string) []string {
 	l.t.Helper()
@@ -279,10 +289,12 @@ func TestLanceBuildsThroughSidecar(t *testing.T) {
 	})
 }
 
-// TestLanceKilledBuildIsResolved: a build that dies mid-way (a crash right before its commit, and
-// an OOM kill under a small memory limit) is INDETERMINATE; index.resolve through the engine
-// answers NOT_COMMITTED (the slot is fenced), and custody deletes everything the build reserved:
-// no orphan, no ticket, no temp dir.
+// TestLanceKilledBuildIsResolved: a build that dies mid-way (a crash right after Lance wrote the
+// segment, one right before its commit, an OOM kill under a small memory limit) is
+// INDETERMINATE; index.resolve through the engine answers NOT_COMMITTED (the slot is fenced), and
+// custody deletes everything the build wrote: no orphan (a staging folder included), no ticket,
+// no temp dir. BTREE and LABEL_LIST are the types whose segment folder Lance names itself: before
+// the staging folder, a kill right after their build left the segment under no ticket.
 func TestLanceKilledBuildIsResolved(t *testing.T) {
 	lanceStores(t, func(t *testing.T, onMinIO bool) {
 		l := newLanceSidecar(t, onMinIO)
@@ -290,21 +302,27 @@ func TestLanceKilledBuildIsResolved(t *testing.T) {
 		pinned := l.create(path, 20000)
 		ivf := map[string]string{"num_partitions": "16", "num_sub_vectors": "16"}
 		for _, tc := range []struct {
-			name   string
-			fault  string
-			memory int64
+			name        string
+			fault       string
+			memory      int64
+			column, typ string
+			params      map[string]string
 		}{
-			{"crash before commit", "crash_before_commit", 0},
-			{"oom", "", 80 << 20},
+			{"BTREE crash after build", "crash_after_build", 0, "id", "BTREE", nil},
+			{"LABEL_LIST crash after build", "crash_after_build", 0, "labels", "LABEL_LIST", nil},
+			{"BTREE crash before commit", "crash_before_commit", 0, "id", "BTREE", nil},
+			{"IVF_PQ crash before commit", "crash_before_commit", 0, "vec", "IVF_PQ", ivf},
+			{"IVF_PQ oom", "", 80 << 20, "vec", "IVF_PQ", ivf},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				l.t = t
 				inv := randID("inv-")
-				p := l.lanceParams(inv, path, pinned, rpc.OpCreate, "idx_vec", "vec", "IVF_PQ", ivf)
+				p := l.lanceParams(inv, path, pinned, rpc.OpCreate, "idx_"+tc.column, tc.column, tc.typ, tc.params)
 				p.Fault = tc.fault
 				if tc.memory > 0 {
 					p.Limits = &rpc.WorkerLimits{MemoryBytes: tc.memory}
 				}
+				deletedBefore := l.status().PrefixObjectsDeleted
 				t0 := time.Now()
 				res := l.mutate(p)
 				mutated := time.Since(t0)
@@ -322,6 +340,10 @@ func TestLanceKilledBuildIsResolved(t *testing.T) {
 				pinned++ // the fence is a no-op version
 				l.settled()
 				l.noOrphanIndex(path)
+				// A crash fault dies after Lance wrote the segment: cleanup must have deleted it.
+				if d := l.status().PrefixObjectsDeleted - deletedBefore; tc.fault != "" && d == 0 {
+					t.Fatalf("cleanup deleted nothing: the build wrote nothing before %s?", tc.fault)
+				}
 			})
 		}
 	})

@@ -358,6 +358,7 @@ func TestWorkerCustody(t *testing.T) {
 		kept    bool   // the segment survives
 	}{
 		{fault: "", phase: rpc.PhaseNativeReturn, kept: true},
+		{fault: "crash_after_build", phase: rpc.PhaseIndeterminate, outcome: rpc.OutcomeNotCommitted},
 		{fault: "crash_before_commit", phase: rpc.PhaseIndeterminate, outcome: rpc.OutcomeNotCommitted},
 		{fault: "crash_after_commit", phase: rpc.PhaseIndeterminate, outcome: rpc.OutcomeCommitted, kept: true},
 	}

@@ -155,6 +155,7 @@ func TestMutateFaultsAreClassifiedAndCleanedUp(t *testing.T) {
 		{fault: "skip_result", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost},
 		{fault: "garbage", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost},
 		{fault: "flood", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost},
+		{fault: "crash_after_build", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, resolved: rpc.OutcomeNotCommitted},
 		{fault: "crash_before_commit", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, resolved: rpc.OutcomeNotCommitted},
 		{fault: "crash_after_commit", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, resolved: rpc.OutcomeCommitted},
 		{fault: "oom", phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, oom: true},

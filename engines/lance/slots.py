@@ -63,6 +63,28 @@ class FileStore:
         except FileNotFoundError:
             return None
 
+    def copy(self, src, dst):
+        """Gives object src the new name dst too (a hard link: no bytes move; fails if dst exists)."""
+        path = os.path.join(self.root, dst)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.link(os.path.join(self.root, src), path)
+
+    def list(self, prefix):
+        """Every key under prefix (a folder ending in "/"), sorted."""
+        base = os.path.join(self.root, prefix)
+        out = []
+        for d, _, files in os.walk(base):
+            out += [os.path.relpath(os.path.join(d, f), self.root) for f in files]
+        return sorted(out)
+
+    def delete_prefix(self, prefix):
+        """Deletes every object under prefix, and its folders."""
+        base = os.path.join(self.root, prefix)
+        for d, dirs, files in os.walk(base, topdown=False):
+            for f in files:
+                os.unlink(os.path.join(d, f))
+            os.rmdir(d)
+
 
 class S3Store:
     """Path-style S3 (MinIO) with SigV4; keys are relative to the bucket."""
@@ -73,8 +95,10 @@ class S3Store:
         self.ak, self.sk, self.region = access_key, secret_key, region or "us-east-1"
         self.secure, self.timeout = secure, timeout
 
-    def _request(self, method, key, body=b"", extra=None):
+    def _request(self, method, key, body=b"", extra=None, query=None):
         path = "/" + urllib.parse.quote(f"{self.bucket}/{key}", safe="/-_.~")
+        qs = "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
+                      for k, v in sorted((query or {}).items()))
         now = datetime.datetime.now(datetime.timezone.utc)
         amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
         payload = hashlib.sha256(body).hexdigest()
@@ -82,7 +106,7 @@ class S3Store:
         headers.update(extra or {})
         if self.ak:
             signed = sorted(headers)
-            canonical = "\n".join([method, path, "",
+            canonical = "\n".join([method, path, qs,
                                    "".join(f"{h}:{headers[h].strip()}\n" for h in signed),
                                    ";".join(signed), payload])
             scope = f"{day}/{self.region}/s3/aws4_request"
@@ -99,7 +123,7 @@ class S3Store:
         cls = http.client.HTTPSConnection if self.secure else http.client.HTTPConnection
         try:
             conn = cls(self.endpoint, timeout=self.timeout)
-            conn.request(method, path, body=body, headers=headers)
+            conn.request(method, path + ("?" + qs if qs else ""), body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
             conn.close()
@@ -122,6 +146,40 @@ class S3Store:
         if status == 404:
             return None
         raise Unreachable(f"s3 GET {key}: HTTP {status}")
+
+    def copy(self, src, dst):
+        """Copies object src to dst in the bucket (CopyObject, server side)."""
+        source = "/" + urllib.parse.quote(f"{self.bucket}/{src}", safe="/-_.~")
+        status, data = self._request("PUT", dst, b"", {"x-amz-copy-source": source})
+        # CopyObject can fail after its 200 status line: the body is then an <Error> document.
+        if status != 200 or b"<Error>" in data:
+            raise Unreachable(f"s3 copy {src} -> {dst}: HTTP {status} {data[:200]!r}")
+
+    def list(self, prefix):
+        """Every key under prefix (a folder ending in "/"), sorted (ListObjectsV2, all pages)."""
+        import xml.etree.ElementTree as ET
+
+        out, token = [], None
+        while True:
+            q = {"list-type": "2", "prefix": prefix}
+            if token:
+                q["continuation-token"] = token
+            status, data = self._request("GET", "", query=q)
+            if status != 200:
+                raise Unreachable(f"s3 list {prefix}: HTTP {status}")
+            root = ET.fromstring(data)
+            ns = root.tag[:root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+            out += [c.findtext(f"{ns}Key") for c in root.findall(f"{ns}Contents")]
+            token = root.findtext(f"{ns}NextContinuationToken")
+            if root.findtext(f"{ns}IsTruncated") != "true" or not token:
+                return sorted(out)
+
+    def delete_prefix(self, prefix):
+        """Deletes every object under prefix, one DELETE each (a staging folder holds a few)."""
+        for key in self.list(prefix):
+            status, _ = self._request("DELETE", key)
+            if status not in (200, 204, 404):
+                raise Unreachable(f"s3 DELETE {key}: HTTP {status}")
 
 
 def read_claim(store, dataset_key, version):

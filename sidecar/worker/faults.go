@@ -73,13 +73,28 @@ func earlyFault(c *enginesdk.Conn, fault string) (exit int, stop bool) {
 	return 0, false
 }
 
-// faultStore wraps store to die around the manifest commit, for the crash faults.
+// faultStore wraps store to die after the build's first upload or around the manifest commit,
+// for the crash faults.
 func faultStore(store storage.Store, fault string) storage.Store {
 	switch fault {
+	case workerproto.FaultCrashAfterBuild:
+		return buildCrashStore{store}
 	case workerproto.FaultCrashBeforeCommit, workerproto.FaultCrashAfterCommit:
 		return &crashStore{Store: store, after: fault == workerproto.FaultCrashAfterCommit}
 	}
 	return store
+}
+
+// buildCrashStore dies as soon as the build has written an index object: its first Put that
+// lands (the built-in engine reserves each object right before its upload).
+type buildCrashStore struct{ storage.Store }
+
+func (c buildCrashStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := c.Store.Put(ctx, key, r, size); err != nil {
+		return err
+	}
+	isolation.KillSelf()
+	return nil
 }
 
 type crashStore struct {

@@ -9,6 +9,7 @@ const (
 	FaultSkipResult        = "skip_result"         // exit 0 without a result
 	FaultGarbage           = "garbage"             // write a malformed frame, then hang
 	FaultFlood             = "flood"               // write frames and stderr without bound
+	FaultCrashAfterBuild   = "crash_after_build"   // die as soon as the build has written index objects
 	FaultCrashBeforeCommit = "crash_before_commit" // die after uploading, before the manifest commit
 	FaultCrashAfterCommit  = "crash_after_commit"  // die right after the commit, before the result
 	FaultOOM               = "oom"                 // allocate without bound
@@ -19,4 +20,4 @@ const (
 
 // Faults lists every fault name.
 var Faults = []string{FaultHang, FaultIgnoreSIGTERM, FaultSkipResult, FaultGarbage, FaultFlood,
-	FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb, FaultExitWithChildren, FaultClaimCommit}
+	FaultCrashAfterBuild, FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb, FaultExitWithChildren, FaultClaimCommit}
