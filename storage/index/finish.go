@@ -247,7 +247,9 @@ func (c *segChunk) encode(runs []*memRun, cw *BTreeWriter[string], cb *chunkBuf,
 // pairWriter takes sorted pairs; skipRange reports whether it drops all of the next n;
 // detach is called before the buffers holding the keys added so far are reused.
 type pairWriter interface {
-	add(s []byte, id uint64) error
+	// add takes the next pair; shared, when not negative, is the length of the prefix s
+	// shares with the key before it (the caller knows it from the keys' sort prefixes).
+	add(s []byte, id uint64, shared int) error
 	skipRange(n int) bool
 	detach()
 }
@@ -271,7 +273,7 @@ func (ps *pairSink) skipRange(n int) bool {
 	return true
 }
 
-func (ps *pairSink) add(s []byte, id uint64) error {
+func (ps *pairSink) add(s []byte, id uint64, shared int) error {
 	switch {
 	case ps.skip > 0:
 		ps.skip--
@@ -283,9 +285,11 @@ func (ps *pairSink) add(s []byte, id uint64) error {
 	bw := ps.bw
 	if len(bw.ids) == 0 {
 		bw.page = append(bw.page[:0], 0, 0, 0, 0) // the count, once known
-		ps.first, ps.prev = append(ps.first[:0], s...), nil
+		ps.first, ps.prev, shared = append(ps.first[:0], s...), nil, 0
 	}
-	shared := commonPrefix(ps.prev, s)
+	if shared < 0 {
+		shared = commonPrefix(ps.prev, s)
+	}
 	bw.page = binary.AppendUvarint(bw.page, uint64(shared))
 	bw.page = binary.AppendUvarint(bw.page, uint64(len(s)-shared))
 	bw.page = append(bw.page, s[shared:]...)
@@ -483,9 +487,14 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps pairWriter) error {
 		g.decode(r, j)
 	}
 	es := g.sorted()
-	defer ps.detach() // the next range is decoded into g
-	for _, e := range es {
-		if err := ps.add(g.data[g.offs[e]:g.offs[e+1]], g.ids[e]); err != nil {
+	defer ps.detach()        // the next range is decoded into g
+	keys := g.keys[:len(es)] // the sort prefixes, in es's order
+	for i, e := range es {
+		s, shared := g.data[g.offs[e]:g.offs[e+1]], -1
+		if i > 0 {
+			shared = sharedByPrefix(keys[i-1], keys[i], g.data[g.offs[es[i-1]]:g.offs[es[i-1]+1]], s)
+		}
+		if err := ps.add(s, g.ids[e], shared); err != nil {
 			if err == errChunkFull {
 				return nil
 			}
@@ -493,6 +502,21 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps pairWriter) error {
 		}
 	}
 	return nil
+}
+
+// sharedByPrefix is commonPrefix(a, b) for keys a and b whose sort prefixes (stringPrefix) are
+// pa and pb: where the prefixes differ, the first differing byte is the first differing byte of
+// the keys, unless one key ends before it (a short key's prefix is padded with zeros); only
+// equal prefixes of keys longer than 8 bytes need the bytes after them.
+func sharedByPrefix(pa, pb uint64, a, b []byte) int {
+	n := min(len(a), len(b))
+	if x := pa ^ pb; x != 0 {
+		return min(bits.LeadingZeros64(x)/8, n)
+	}
+	if n < 8 {
+		return n
+	}
+	return 8 + commonPrefix(a[8:], b[8:])
 }
 
 // decode appends range j of run r (its first key coded whole, see pack), with the entries'
@@ -541,7 +565,7 @@ func mergeRange(runs []*memRun, j int, ps pairWriter) error {
 	}
 	err := merge(srcs, mergeBlock, func(es []entry) error {
 		for i := range es {
-			if err := ps.add(stringBytes(es[i].s), es[i].id); err != nil {
+			if err := ps.add(stringBytes(es[i].s), es[i].id, -1); err != nil {
 				ps.detach()
 				return err
 			}
@@ -565,7 +589,7 @@ func (ss *spillSink) skipRange(int) bool { return false }
 
 func (ss *spillSink) detach() {}
 
-func (ss *spillSink) add(s []byte, id uint64) error {
+func (ss *spillSink) add(s []byte, id uint64, _ int) error {
 	ss.rec = binary.AppendUvarint(ss.rec[:0], uint64(len(s)))
 	ss.rec = append(ss.rec, s...)
 	ss.rec = binary.LittleEndian.AppendUint64(ss.rec, id)

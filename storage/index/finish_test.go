@@ -367,3 +367,33 @@ func (b *BTreeBuilder[K]) bucketedAfterWait(t *testing.T) bool {
 	}
 	return b.bucketed()
 }
+
+// sharedByPrefix must equal commonPrefix for every pair of keys, those shorter than their
+// 8-byte prefix (padded with zeros, so "ab" and "ab\x00" have one prefix) and those that agree
+// on all 8 bytes included.
+func TestSharedByPrefixIsCommonPrefix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	key := func() []byte {
+		b := make([]byte, rng.IntN(14))
+		for i := range b {
+			b[i] = "ab\x00\xff"[rng.IntN(4)]
+		}
+		return b
+	}
+	fixed := [][]byte{nil, {}, []byte("ab"), []byte("ab\x00"), []byte("ab\x00c"), []byte("abcdefgh"),
+		[]byte("abcdefghi"), []byte("abcdefgh\x00"), []byte("abcdefg"), []byte("\x00\x00\x00\x00\x00\x00\x00\x00\x00")}
+	check := func(a, b []byte) {
+		want := commonPrefix(a, b)
+		if got := sharedByPrefix(stringPrefix(string(a)), stringPrefix(string(b)), a, b); got != want {
+			t.Fatalf("sharedByPrefix(%q, %q) = %d, commonPrefix %d", a, b, got, want)
+		}
+	}
+	for _, a := range fixed {
+		for _, b := range fixed {
+			check(a, b)
+		}
+	}
+	for range 200000 {
+		check(key(), key())
+	}
+}
