@@ -489,11 +489,13 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps pairWriter) error {
 	es := g.sorted()
 	defer ps.detach()        // the next range is decoded into g
 	keys := g.keys[:len(es)] // the sort prefixes, in es's order
+	var prev []byte
 	for i, e := range es {
 		s, shared := g.data[g.offs[e]:g.offs[e+1]], -1
 		if i > 0 {
-			shared = sharedByPrefix(keys[i-1], keys[i], g.data[g.offs[es[i-1]]:g.offs[es[i-1]+1]], s)
+			shared = sharedByPrefix(keys[i-1], keys[i], prev, s)
 		}
+		prev = s
 		if err := ps.add(s, g.ids[e], shared); err != nil {
 			if err == errChunkFull {
 				return nil
