@@ -135,6 +135,10 @@ type Spec struct {
 	// TempDir is the domain's private temp dir (a host path): a contained domain gets it
 	// chowned to the guest and mounted on /tmp, with TMPDIR and HOME pointing there.
 	TempDir string
+	// CPUs, when it names fewer CPUs than the supervisor runs on (Supervisor.CPUs), are the
+	// only ones the worker is born allowed on; its threads and children inherit them until it
+	// calls WidenCPUs. A CPU the supervisor does not run on fails Start with ErrInvalidSpec.
+	CPUs []int
 }
 
 // Outcome is what is known about a domain once it is down. Facts about the cgroup (OOMKilled,

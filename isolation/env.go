@@ -25,6 +25,9 @@ const (
 	EnvExecFD = "STEWARD_ISOLATION_EXEC_FD"
 	// EnvPolicy holds the launch's Policy (JSON), merged by Contain with the worker's own.
 	EnvPolicy = "STEWARD_ISOLATION_POLICY"
+	// EnvCPUs holds the supervisor's CPUs ("0,1") for a worker started on fewer (Spec.CPUs):
+	// what WidenCPUs gives it.
+	EnvCPUs = "STEWARD_ISOLATION_CPUS"
 )
 
 // FirstExtraFD is the worker's fd number of Spec.ExtraFiles[0].

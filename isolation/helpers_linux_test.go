@@ -9,8 +9,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -50,6 +52,7 @@ var helpers = map[string]func(){
 	},
 	"ignoreterm-no": func() { enter(); report("ready"); sleepForever() },
 	"envcheck":      helperEnvCheck,
+	"cpus":          helperCPUs,
 	"sidecar":       helperSidecar,
 	// descendants (no EnterWorker: their parent is a worker, not the supervisor)
 	"block": func() {
@@ -249,4 +252,46 @@ func hierarchyRoots() []string {
 		roots = append(roots, hierarchyRoot(h))
 	}
 	return roots
+}
+
+// helperCPUs reports "born-<GOMAXPROCS>", waits for a byte on fd 4, widens its CPUs, starts
+// three threads (goroutines locked to their threads, blocked in a read of a pipe), reports
+// "widened-<GOMAXPROCS>" and exits after the next byte. Contained when STEWARD_TEST_CONTAIN=1.
+func helperCPUs() {
+	enter()
+	if os.Getenv("STEWARD_TEST_CONTAIN") == "1" {
+		if err := Contain(Policy{}); err != nil {
+			fmt.Fprintln(os.Stderr, "Contain:", err)
+			os.Exit(ExitRefused)
+		}
+	}
+	next := func() {
+		var b [1]byte
+		if n, err := unix.Read(4, b[:]); n != 1 || err != nil {
+			os.Exit(4)
+		}
+	}
+	report(fmt.Sprintf("born-%d", runtime.GOMAXPROCS(0)))
+	next()
+	if err := WidenCPUs(); err != nil {
+		fmt.Fprintln(os.Stderr, "WidenCPUs:", err)
+		os.Exit(3)
+	}
+	var hold [2]int
+	if err := unix.Pipe2(hold[:], unix.O_CLOEXEC); err != nil {
+		os.Exit(5)
+	}
+	var started sync.WaitGroup
+	for range 3 {
+		started.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			started.Done()
+			var b [1]byte
+			_, _ = unix.Read(hold[0], b[:]) // never written: holds the thread until exit
+		}()
+	}
+	started.Wait()
+	report(fmt.Sprintf("widened-%d", runtime.GOMAXPROCS(0)))
+	next()
 }

@@ -26,7 +26,17 @@ type launchSpec struct {
 	contain bool // born in its own namespaces as the guest (Config.Containment not off, verified)
 	network bool // contained: keep the host's network namespace
 	policy  Policy
-	tmp     string // contained: host path of the private temp dir mounted on /tmp
+	tmp     string       // contained: host path of the private temp dir mounted on /tmp
+	cpus    *unix.CPUSet // the launching thread's affinity for the fork (nil: unchanged)
+	widen   string       // EnvCPUs for the worker when cpus is set
+}
+
+// onCPUs narrows the launch to cpus when narrowed, telling the worker all of its supervisor's.
+func (ls launchSpec) onCPUs(narrowed bool, cpus, all []int) launchSpec {
+	if narrowed {
+		ls.cpus, ls.widen = cpuSet(cpus), formatCPUs(all)
+	}
+	return ls
 }
 
 // launch starts the worker in cg and returns its Domain. Any failure leaves nothing running:
@@ -59,6 +69,9 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 	files = append(files, ls.extra...)
 	env := append([]string(nil), ls.env...)
 	env = append(env, EnvParent+"="+strconv.Itoa(os.Getpid()), EnvNoFile+"="+strconv.FormatUint(cfg.NoFile, 10))
+	if ls.cpus != nil {
+		env = append(env, EnvCPUs+"="+ls.widen)
+	}
 
 	if ls.contain {
 		if ls.tmp != "" {
@@ -107,7 +120,7 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 		return nil, err
 	}
 	attr := &os.ProcAttr{Env: env, Files: files, Sys: sys}
-	bornV1, err := d.start(execPath, ls.argv, attr, cg.enterSelf)
+	bornV1, err := d.start(execPath, ls.argv, attr, cg.enterSelf, ls.cpus)
 	// The parent's copies of the child's ends go now, so output pipes see EOF once the
 	// domain is dead and the copiers can finish.
 	for _, f := range closeAfterStart {
@@ -150,7 +163,9 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 // and in every process it starts; the goroutine ends locked, so the runtime retires the thread
 // instead of handing it to other goroutines. enter moves the thread into the domain's v1
 // cgroups for the fork (see v1Group.enterSelf); bornV1 reports that the worker was born there.
-func (d *Domain) start(path string, argv []string, attr *os.ProcAttr, enter func() (func() error, error)) (bornV1 bool, _ error) {
+// cpus, if set, becomes the thread's affinity first, so the worker is born with it (the thread
+// is retired with the domain, so it is never undone).
+func (d *Domain) start(path string, argv []string, attr *os.ProcAttr, enter func() (func() error, error), cpus *unix.CPUSet) (bornV1 bool, _ error) {
 	type result struct {
 		born bool
 		err  error
@@ -161,6 +176,12 @@ func (d *Domain) start(path string, argv []string, attr *os.ProcAttr, enter func
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			started <- result{err: fmt.Errorf("isolation: PR_SET_NO_NEW_PRIVS on the forking thread: %w", err)}
 			return
+		}
+		if cpus != nil {
+			if err := unix.SchedSetaffinity(0, cpus); err != nil {
+				started <- result{err: fmt.Errorf("isolation: cpu affinity of the forking thread: %w", err)}
+				return
+			}
 		}
 		leave, err := enter()
 		if err != nil {

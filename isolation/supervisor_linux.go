@@ -19,6 +19,7 @@ type Supervisor struct {
 	tree      tree     // the parent directory in each hierarchy
 	owner     string   // <pid>-<starttime>: this supervisor's directory below each parent
 	leftovers []string // owner directories of dead supervisors removed by New
+	cpus      []int    // the CPUs New ran on: what Spec.CPUs narrows and WidenCPUs restores
 
 	mu       sync.Mutex
 	seq      uint64
@@ -47,7 +48,11 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, &PreflightError{Report: failedReport(cfg, pr, err)}
 	}
-	s := &Supervisor{cfg: cfg, tree: t, owner: owner, domains: map[string]*Domain{}}
+	cpus, err := ownCPUs()
+	if err != nil {
+		return nil, unavailable(opErr("read own cpus", "", "", ErrIsolationUnavailable, err))
+	}
+	s := &Supervisor{cfg: cfg, tree: t, owner: owner, domains: map[string]*Domain{}, cpus: cpus}
 	// A leftover that cannot be removed is reported but does not stop this sidecar: its own
 	// directories are separate.
 	s.leftovers, err = removeLeftovers(context.Background(), t)
@@ -113,6 +118,10 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 	if err := checkEnv(spec.Env); err != nil {
 		return nil, err
 	}
+	narrowed, err := s.checkCPUs(spec.CPUs)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -164,7 +173,7 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 		path: p, argv: append([]string{p}, spec.Args...), env: spec.Env,
 		extra: spec.ExtraFiles, stdout: spec.Stdout, stderr: spec.Stderr,
 		contain: s.Contained(), network: spec.Network, policy: spec.Policy, tmp: spec.TempDir,
-	})
+	}.onCPUs(narrowed, spec.CPUs, s.cpus))
 	if err != nil {
 		_ = cg.remove()
 		return nil, err

@@ -30,12 +30,16 @@ func New(cfg Config) (*Supervisor, error) {
 // EnterWorker fails with ErrUnsupported.
 func EnterWorker() error { return errUnsupported }
 
+// WidenCPUs has nothing to widen off Linux: no worker is started on fewer CPUs.
+func WidenCPUs() error { return nil }
+
 func (s *Supervisor) Report() Report              { return Probe(Config{}) }
 func (s *Supervisor) Mode() Mode                  { return ModeNone }
 func (s *Supervisor) Config() Config              { return Config{} }
 func (s *Supervisor) Leftovers() []string         { return nil }
 func (s *Supervisor) CgroupPath(d *Domain) string { return "" }
 func (s *Supervisor) Contained() bool             { return false }
+func (s *Supervisor) CPUs() []int                 { return nil }
 func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Domain, error) {
 	return nil, errUnsupported
 }

@@ -101,7 +101,7 @@ func (s *Server) registerEngines() {
 
 // probe starts e once in a domain and reads its hello.
 func (s *Server) probe(e *engine) (workerproto.Engine, error) {
-	w, err := s.launch(e, "hello-"+e.name, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil, false)
+	w, err := s.launch(e, "hello-"+e.name, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil, false, nil)
 	if err != nil {
 		return workerproto.Engine{}, err
 	}

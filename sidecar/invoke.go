@@ -81,7 +81,7 @@ type warm struct {
 // path for a spare. ds is nil for a domain that serves no store (an engine's hello) or a spare
 // before the first call, which is born with network or without as given (the built-in worker
 // then binds its dataset folder itself once it has read its request).
-func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.DatasetRef, network bool) (_ *warm, retErr error) {
+func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.DatasetRef, network bool, cpus []int) (_ *warm, retErr error) {
 	tmp, err := os.MkdirTemp(s.tempDir, "steward-"+domainID(id)+"-")
 	if err != nil {
 		return nil, fmt.Errorf("private temp dir: %w", err)
@@ -117,7 +117,7 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 	dom, err := s.iso.Start(context.Background(), isolation.Spec{
 		ID: domainID(id), Path: path, Args: args, Env: env,
 		ExtraFiles: []*os.File{toWR, fromWW}, Stderr: logw, MemoryLimit: memory, PidsLimit: pids,
-		TempDir: tmp, Network: network, Policy: policy,
+		TempDir: tmp, Network: network, Policy: policy, CPUs: cpus,
 	})
 	toWR.Close() // the worker holds its own copies now
 	fromWW.Close()
@@ -135,14 +135,28 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 // prestart launches the executor's next spare worker with the configured limits, for the last
 // call's dataset (nil if the sidecar is stopping, or if the launch fails: the next job then
 // starts cold and reports why).
-func (s *Server) prestart() *warm {
+//
+// A spare launched while no job waits (idle) will wait for its call: it is born on one CPU,
+// the last of the sidecar's (CPU 0 takes most device interrupts), and widens itself to all of
+// them right before its one call into the engine (isolation.WidenCPUs); reading its request,
+// opening the store and answering a no-op run on the one. Born there, its runtime starts with
+// GOMAXPROCS 1 and fewer threads, and its exit — the unmapping of its address space, on the
+// answer's path — runs on that CPU alone (no TLB-shootdown IPIs to the others, which stay free
+// for the sidecar's answer). A spare launched while jobs queue is taken at once and runs on
+// every CPU: its start-up is the call's, and one CPU for every worker cost a saturated pool
+// 3–25% of its mutations a second (BenchmarkMutateSaturated).
+func (s *Server) prestart(idle bool) *warm {
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
 	if s.sparesClosed {
 		return nil
 	}
 	ds := s.spareFor.Load() // before the first call: nil, with network
-	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, ds, true)
+	var cpus []int
+	if all := s.iso.CPUs(); idle && len(all) > 1 {
+		cpus = all[len(all)-1:]
+	}
+	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, ds, true, cpus)
 	if err != nil {
 		s.log.Warn("could not start a spare worker", "error", err)
 		return nil
@@ -262,7 +276,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	}
 	if w == nil {
 		var err error
-		if w, err = s.launch(j.eng, j.p.InvocationID, memory, pids, &j.p.Dataset, false); err != nil {
+		if w, err = s.launch(j.eng, j.p.InvocationID, memory, pids, &j.p.Dataset, false, nil); err != nil {
 			s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
 			return launchFailed(err)
 		}

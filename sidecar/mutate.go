@@ -154,7 +154,7 @@ func (s *Server) executor() {
 	}()
 	for {
 		if spare == nil {
-			spare = s.prestart() // nil once the sidecar stops
+			spare = s.prestart(len(s.queue) == 0) // nil once the sidecar stops
 		}
 		var j *job
 		select {

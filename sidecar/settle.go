@@ -39,7 +39,7 @@ func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.Settle
 		return workerproto.Settled{}, err
 	}
 	req.Credentials = creds
-	w, err := s.launch(e, "settle-"+req.InvocationID, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, &req.Dataset, false)
+	w, err := s.launch(e, "settle-"+req.InvocationID, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, &req.Dataset, false, nil)
 	if err != nil {
 		return workerproto.Settled{}, fmt.Errorf("%w: launch: %w", errSettleFailed, err)
 	}

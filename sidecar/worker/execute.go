@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
+	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/enginesdk"
 	"github.com/cba1309c/steward/sidecar/workerproto"
@@ -71,6 +73,11 @@ func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, mreq *workerproto.
 			res.IndexUUID = plan.Existing.UUID
 		}
 		return res
+	}
+	// A spare the sidecar started while idle was born on one CPU (its prestart): the engine's
+	// work gets all of them. A worker left on one still answers correctly, only slower.
+	if err := isolation.WidenCPUs(); err != nil {
+		fmt.Fprintln(os.Stderr, "steward worker:", err)
 	}
 	// Exactly one call into the engine; its native code passes through verbatim. Any other
 	// precheck failure (exists, not found, bad column) is the engine's to report.
