@@ -84,16 +84,16 @@ func parseCPUs(s string) ([]int, error) {
 // WidenCPUs lets every thread of this worker run on all of its supervisor's CPUs, when the
 // supervisor started it on fewer (Spec.CPUs), and sets GOMAXPROCS to the runtime's default for
 // them unless the environment sets GOMAXPROCS. Threads and processes started afterwards
-// inherit the wider set. It is a no-op for a worker started on every CPU, and safe to call
-// more than once.
-func WidenCPUs() error {
+// inherit the wider set. It returns the calling thread's CPUs as read back afterwards, or nil
+// for a worker started on every CPU (nothing to do); calling it again is harmless.
+func WidenCPUs() ([]int, error) {
 	v := os.Getenv(EnvCPUs)
 	if v == "" {
-		return nil
+		return nil, nil
 	}
 	cpus, err := parseCPUs(v)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	set := cpuSet(cpus) // on the heap: psx hands its address to every thread
 	// One broadcast: psx runs the call on each thread of the process, so no thread the
@@ -102,10 +102,10 @@ func WidenCPUs() error {
 	_, _, errno := psx.Syscall3(unix.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(*set), uintptr(unsafe.Pointer(set)))
 	runtime.KeepAlive(set)
 	if errno != 0 {
-		return fmt.Errorf("isolation: widen to cpus %s: %w", v, errno)
+		return nil, fmt.Errorf("isolation: widen to cpus %s: %w", v, errno)
 	}
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.SetDefaultGOMAXPROCS()
 	}
-	return nil
+	return ownCPUs()
 }

@@ -273,7 +273,7 @@ func helperCPUs() {
 	}
 	report(fmt.Sprintf("born-%d", runtime.GOMAXPROCS(0)))
 	next()
-	if err := WidenCPUs(); err != nil {
+	if _, err := WidenCPUs(); err != nil {
 		fmt.Fprintln(os.Stderr, "WidenCPUs:", err)
 		os.Exit(3)
 	}

@@ -31,7 +31,7 @@ func New(cfg Config) (*Supervisor, error) {
 func EnterWorker() error { return errUnsupported }
 
 // WidenCPUs has nothing to widen off Linux: no worker is started on fewer CPUs.
-func WidenCPUs() error { return nil }
+func WidenCPUs() ([]int, error) { return nil, nil }
 
 func (s *Supervisor) Report() Report              { return Probe(Config{}) }
 func (s *Supervisor) Mode() Mode                  { return ModeNone }

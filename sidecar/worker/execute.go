@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
@@ -76,8 +77,10 @@ func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, mreq *workerproto.
 	}
 	// A spare the sidecar started while idle was born on one CPU (its prestart): the engine's
 	// work gets all of them. A worker left on one still answers correctly, only slower.
-	if err := isolation.WidenCPUs(); err != nil {
+	if cpus, err := isolation.WidenCPUs(); err != nil {
 		fmt.Fprintln(os.Stderr, "steward worker:", err)
+	} else if cpus != nil {
+		fmt.Fprintf(os.Stderr, "steward worker: engine call on cpus %v (GOMAXPROCS %d)\n", cpus, runtime.GOMAXPROCS(0))
 	}
 	// Exactly one call into the engine; its native code passes through verbatim. Any other
 	// precheck failure (exists, not found, bad column) is the engine's to report.
