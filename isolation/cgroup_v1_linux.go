@@ -83,13 +83,21 @@ func (g *v1Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err e
 
 // attach moves pid into every hierarchy of the group, then checks /proc/<pid>/cgroup.
 func (g *v1Group) attach(pid int) error {
+	if err := g.write(pid); err != nil {
+		return err
+	}
+	return g.verify(pid)
+}
+
+// write moves pid into every hierarchy of the group.
+func (g *v1Group) write(pid int) error {
 	for _, c := range g.controllers {
 		f := filepath.Join(g.dirs[c], "cgroup.procs")
 		if err := writeFile(f, strconv.Itoa(pid)); err != nil {
 			return opErr("attach", "", f, ErrPlacement, err)
 		}
 	}
-	return g.verify(pid)
+	return nil
 }
 
 // enterSelf moves the calling OS thread, alone, into every directory of the group, so that a
@@ -100,51 +108,93 @@ func (g *v1Group) attach(pid int) error {
 // period behind the 1–10 ms tail of an attach (BASELINES §2), paid while the child's runtime
 // starts its threads. On error the thread is where it was (or leave failed: see its error).
 func (g *v1Group) enterSelf() (leave func() error, err error) {
-	home, _, err := cgroups.ParseCgroupFileUnified("/proc/thread-self/cgroup")
+	// The way back is open before the thread leaves: the write permission is checked at
+	// open, and a thread that could not leave would stay listed in the domain.
+	back, err := homeTasks(g.controllers)
 	if err != nil {
 		return nil, err
 	}
-	// The way back is opened first: the write permission is checked at open, and a thread that
-	// could not leave would stay listed in the domain it is about to create.
-	back := make([]*os.File, 0, len(g.controllers))
-	leave = func() error {
-		var errs []error
-		for _, f := range back {
-			if _, err := f.Write([]byte("0")); err != nil {
-				errs = append(errs, opErr("leave cgroup", "", f.Name(), ErrPlacement, err))
-			}
-			_ = f.Close()
-		}
-		back = nil
-		return errors.Join(errs...)
-	}
-	for _, c := range g.controllers {
-		p, ok := home[c]
-		if !ok {
-			_ = leave()
-			return nil, fmt.Errorf("isolation: thread has no %s cgroup", c)
-		}
-		f, err := os.OpenFile(filepath.Join(v1Root, c, p, "tasks"), os.O_WRONLY, 0)
-		if err != nil {
-			_ = leave()
-			return nil, err
-		}
-		back = append(back, f)
-	}
+	leave = func() error { return goHome(back) }
 	for i, c := range g.controllers {
 		f := filepath.Join(g.dirs[c], "tasks")
 		if err := writeFile(f, "0"); err != nil {
-			for _, b := range back[i:] { // not entered: nothing to undo there
-				_ = b.Close()
-			}
-			back = back[:i]
-			if lerr := leave(); lerr != nil {
+			if lerr := goHome(back[:i]); lerr != nil { // not entered past i: nothing to undo there
 				return nil, fmt.Errorf("%w: %w (%w)", errThreadStuck, lerr, err)
 			}
 			return nil, opErr("enter cgroup", "", f, ErrPlacement, err)
 		}
 	}
 	return leave, nil
+}
+
+// home holds, per v1 controller, the tasks file of the cgroup this process's threads live in,
+// opened once (reading /proc/thread-self/cgroup and opening the files was ≈0.1 ms of every
+// launch). A launcher thread leaves a domain by writing "0" there.
+var home struct {
+	mu    sync.Mutex
+	tasks map[string]homeFile
+}
+
+type homeFile struct {
+	fd   int
+	path string
+}
+
+// homeTasks returns the home tasks files of controllers, opening the missing ones from the
+// calling thread's own cgroups.
+func homeTasks(controllers []string) ([]homeFile, error) {
+	home.mu.Lock()
+	defer home.mu.Unlock()
+	var mine map[string]string
+	out := make([]homeFile, 0, len(controllers))
+	for _, c := range controllers {
+		f, ok := home.tasks[c]
+		if !ok {
+			if mine == nil {
+				var err error
+				if mine, _, err = cgroups.ParseCgroupFileUnified("/proc/thread-self/cgroup"); err != nil {
+					return nil, err
+				}
+			}
+			p, ok := mine[c]
+			if !ok {
+				return nil, fmt.Errorf("isolation: thread has no %s cgroup", c)
+			}
+			path := filepath.Join(v1Root, c, p, "tasks")
+			fd, err := openFile(path, unix.O_WRONLY)
+			if err != nil {
+				return nil, err
+			}
+			if home.tasks == nil {
+				home.tasks = map[string]homeFile{}
+			}
+			f = homeFile{fd: fd, path: path}
+			home.tasks[c] = f
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// goHome moves the calling thread back into each home cgroup. A home file that fails is
+// forgotten, so the next launch looks its cgroup up again (the process may have been moved);
+// it is not closed, as another launch may be writing to it (a number reused by a later open
+// would take that write).
+func goHome(back []homeFile) error {
+	var errs []error
+	for _, f := range back {
+		if err := writeFD(f.fd, f.path, "0"); err != nil {
+			errs = append(errs, opErr("leave cgroup", "", f.path, ErrPlacement, err))
+			home.mu.Lock()
+			for c, h := range home.tasks {
+				if h == f {
+					delete(home.tasks, c)
+				}
+			}
+			home.mu.Unlock()
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // errThreadStuck: a launcher thread could not leave a domain's v1 cgroups. It must not run
@@ -156,6 +206,11 @@ func (g *v1Group) verify(pid int) error {
 	if err != nil {
 		return opErr("verify placement", "", "", ErrPlacement, err)
 	}
+	return g.check(pid, v1)
+}
+
+// check compares pid's v1 paths (from /proc/<pid>/cgroup) with the group's.
+func (g *v1Group) check(pid int, v1 map[string]string) error {
 	for _, c := range g.controllers {
 		if v1[c] != "/"+g.rels[c] {
 			return opErr("verify placement", "", "", ErrPlacement,
@@ -244,14 +299,21 @@ func (g *v1Group) peak() int64 {
 }
 
 // remove deletes the group's directories; already-absent ones are fine.
-func (g *v1Group) remove() error {
-	var errs []error
+func (g *v1Group) remove() error { return allAtOnce(g.removers()) }
+
+// removers are the rmdirs of remove, one per hierarchy.
+func (g *v1Group) removers() []func() error {
+	rm := make([]func() error, 0, len(g.controllers))
 	for _, c := range g.controllers {
-		if err := rmdirCgroup(g.dirs[c]); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, opErr("remove cgroup", "", g.dirs[c], nil, err))
-		}
+		dir := g.dirs[c]
+		rm = append(rm, func() error {
+			if err := rmdirCgroup(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return opErr("remove cgroup", "", dir, nil, err)
+			}
+			return nil
+		})
 	}
-	return errors.Join(errs...)
+	return rm
 }
 
 // --- small file helpers shared by both hierarchies ---

@@ -118,6 +118,11 @@ func (g *v2Group) verify(pid int) error {
 	if err != nil {
 		return opErr("verify placement", "", "", ErrPlacement, err)
 	}
+	return g.check(pid, u)
+}
+
+// check compares pid's unified path (from /proc/<pid>/cgroup) with the group's.
+func (g *v2Group) check(pid int, u string) error {
 	if u != "/"+g.rel {
 		return opErr("verify placement", "", "", ErrPlacement, fmt.Errorf("pid %d is in 0::%s, want /%s", pid, u, g.rel))
 	}

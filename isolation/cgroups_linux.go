@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // domainCgroups is one domain's cgroups in the layout of its mode:
@@ -111,19 +112,24 @@ func (c *domainCgroups) enterSelf() (leave func() error, err error) {
 }
 
 // place puts pid into the v1 groups (if any; unless it was born in them) and verifies every
-// membership in /proc/<pid>/cgroup.
+// membership in /proc/<pid>/cgroup, read once for all hierarchies.
 func (c *domainCgroups) place(pid int, bornV1 bool) error {
-	if c.v1 != nil {
-		err := c.v1.verify(pid)
-		if !bornV1 {
-			err = c.v1.attach(pid)
+	if c.v1 != nil && !bornV1 {
+		if err := c.v1.write(pid); err != nil {
+			return withMode(err, c.mode)
 		}
-		if err != nil {
+	}
+	v1, unified, err := readProcCgroup(pid)
+	if err != nil {
+		return withMode(opErr("verify placement", "", "", ErrPlacement, err), c.mode)
+	}
+	if c.v1 != nil {
+		if err := c.v1.check(pid, v1); err != nil {
 			return withMode(err, c.mode)
 		}
 	}
 	if c.v2 != nil {
-		if err := c.v2.verify(pid); err != nil {
+		if err := c.v2.check(pid, unified); err != nil {
 			return withMode(err, c.mode)
 		}
 	}
@@ -194,14 +200,34 @@ func (c *domainCgroups) peak() int64 {
 	return 0
 }
 
-// remove deletes every directory; safe to call more than once.
+// remove deletes every directory, one hierarchy beside the other (each rmdir is 25–90 µs of
+// the answer's path, the memory controller's the longest); safe to call more than once.
 func (c *domainCgroups) remove() error {
-	var errs []error
+	var rm []func() error
 	if c.v2 != nil {
-		errs = append(errs, c.v2.remove())
+		rm = append(rm, c.v2.remove)
 	}
 	if c.v1 != nil {
-		errs = append(errs, c.v1.remove())
+		rm = append(rm, c.v1.removers()...)
 	}
+	return allAtOnce(rm)
+}
+
+// allAtOnce runs fs side by side (the first on the calling goroutine) and joins their errors.
+func allAtOnce(fs []func() error) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	errs := make([]error, len(fs))
+	var wg sync.WaitGroup
+	for i, f := range fs[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = f()
+		}()
+	}
+	errs[0] = fs[0]()
+	wg.Wait()
 	return errors.Join(errs...)
 }

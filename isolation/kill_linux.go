@@ -52,8 +52,11 @@ func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, er
 	}
 	var killErr error
 	lastKill := time.Time{}
+	// A cgroup found without a live task stays so (none is left to start one, and nothing else
+	// moves tasks into it): it is not read again.
+	empty := quiet
 	done := d.pollUntil(reapCtx, func() bool {
-		if d.cg.populated() {
+		if !empty && d.cg.populated() {
 			// Repeat the kill now and then: on v1 each round only kills what the freezer caught.
 			if time.Since(lastKill) > 5*time.Millisecond {
 				killErr = d.cg.killOnce(reapCtx, d.tr.mark)
@@ -62,6 +65,7 @@ func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, er
 			d.tr.reapOnce()
 			return false
 		}
+		empty = true
 		if !d.mainExited() || d.tr.reapOnce() > 0 {
 			return false
 		}
