@@ -174,6 +174,12 @@ func (r results) rows() []row {
 			if disk, ok := r.get("UploadPath/size="+size, "disk-µs"); ok && put > 0 {
 				out = append(out, row{"journal disk cost to a put (" + size + ")", fmt.Sprintf("%.0f µs added by an unguarded commit beside it", disk),
 					fmt.Sprintf("%.0f µs put", put), fmt.Sprintf("%+.1f%%", 100*disk/put), "—"})
+				// What is left of added% once the shared disk's share is taken out: the ledger's
+				// own cost on the upload path (the guard, its goroutines, the accept).
+				if added, ok := r.get("UploadPath/size="+size, "added-µs"); ok {
+					out = append(out, row{"ledger on the upload path net of the disk (" + size + ")", fmt.Sprintf("%.0f µs added − %.0f µs disk", added, disk),
+						fmt.Sprintf("%.0f µs put", put), fmt.Sprintf("%+.1f%%", 100*(added-disk)/put), "≤ +1%"})
+				}
 			}
 		}
 	}

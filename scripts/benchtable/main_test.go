@@ -104,6 +104,7 @@ BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  1100
 		{"cleanup throughput", "via ledger", want{"0.93×", "≥ 0.95×", "MISS"}},
 		{"ledger on the upload path (1MiB)", "reserve+put+accept", want{"+10.0%", "≤ +1%", "MISS"}},
 		{"journal disk cost to a put (1MiB)", "unguarded commit", want{"+9.0%", "—", ""}},
+		{"ledger on the upload path net of the disk (1MiB)", "1000 µs added − 900 µs disk", want{"+1.0%", "≤ +1%", "ok"}},
 	}
 	for _, w := range wants {
 		found := false
