@@ -397,3 +397,36 @@ func TestSharedByPrefixIsCommonPrefix(t *testing.T) {
 		check(key(), key())
 	}
 }
+
+// TestCommonPrefixMatchesBytewise: the word-at-a-time commonPrefix against a byte loop, for
+// keys sharing every prefix length up to 40 and differing in any bit of the next byte, of
+// equal and unequal lengths (one a prefix of the other included).
+func TestCommonPrefixMatchesBytewise(t *testing.T) {
+	bytewise := func(a, b []byte) int {
+		i := 0
+		for i < len(a) && i < len(b) && a[i] == b[i] {
+			i++
+		}
+		return i
+	}
+	r := rand.New(rand.NewPCG(3, 5))
+	for shared := 0; shared <= 40; shared++ {
+		for trial := range 200 {
+			a := make([]byte, shared+r.IntN(20))
+			for i := range a {
+				a[i] = byte(r.IntN(256))
+			}
+			b := append([]byte(nil), a[:shared]...)
+			if shared < len(a) && trial%4 != 0 {
+				b = append(b, a[shared]^byte(1<<r.IntN(8))) // differs at shared
+			}
+			b = append(b, make([]byte, r.IntN(20))...)
+			if got, want := commonPrefix(a, b), bytewise(a, b); got != want {
+				t.Fatalf("commonPrefix(%x, %x) = %d, want %d", a, b, got, want)
+			}
+			if got, want := commonPrefix(b, a), bytewise(b, a); got != want {
+				t.Fatalf("commonPrefix(%x, %x) = %d, want %d", b, a, got, want)
+			}
+		}
+	}
+}
