@@ -79,7 +79,7 @@ func TestWorkerBornOnOneCPUWidens(t *testing.T) {
 				if got, want := next("widened-"), "widened-"+strconv.Itoa(len(all)); got != want {
 					t.Fatalf("GOMAXPROCS after WidenCPUs: %s, want %s", got, want)
 				}
-				// The three locked threads block right after reporting, some of them on threads
+				// The eight locked threads block right after reporting, some of them on threads
 				// the runtime has to create: wait until a thread born after the widening is there.
 				newThreads := func(now map[int][]int) (n int) {
 					for tid := range now {

@@ -255,7 +255,8 @@ func hierarchyRoots() []string {
 }
 
 // helperCPUs reports "born-<GOMAXPROCS>", waits for a byte on fd 4, widens its CPUs, starts
-// three threads (goroutines locked to their threads, blocked in a read of a pipe), reports
+// eight threads (goroutines locked to their threads, blocked in a read of a pipe: more than a
+// worker has at birth, so the runtime must create some), reports
 // "widened-<GOMAXPROCS>" and exits after the next byte. Contained when STEWARD_TEST_CONTAIN=1.
 func helperCPUs() {
 	enter()
@@ -282,7 +283,7 @@ func helperCPUs() {
 		os.Exit(5)
 	}
 	var started sync.WaitGroup
-	for range 3 {
+	for range 8 {
 		started.Add(1)
 		go func() {
 			runtime.LockOSThread()
