@@ -81,15 +81,7 @@ func (g *v1Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err e
 	return
 }
 
-// attach moves pid into every hierarchy of the group, then checks /proc/<pid>/cgroup.
-func (g *v1Group) attach(pid int) error {
-	if err := g.write(pid); err != nil {
-		return err
-	}
-	return g.verify(pid)
-}
-
-// write moves pid into every hierarchy of the group.
+// write moves pid into every hierarchy of the group (domainCgroups.place then verifies it).
 func (g *v1Group) write(pid int) error {
 	for _, c := range g.controllers {
 		f := filepath.Join(g.dirs[c], "cgroup.procs")
