@@ -20,19 +20,7 @@ import (
 // the CPUs and GOMAXPROCS its engine call got, after isolation.WidenCPUs, contained as always).
 func TestIdleSpareBornOnOneCPU(t *testing.T) {
 	testenv.NeedRoot(t)
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		t.Fatal(err)
-	}
-	var all []int
-	for c := 0; c < len(set)*64; c++ {
-		if set.IsSet(c) {
-			all = append(all, c)
-		}
-	}
-	if len(all) < 2 {
-		testenv.Unavailable(t, fmt.Sprintf("one CPU only (%v): nothing to narrow", all))
-	}
+	all := sidecarCPUs(t)
 	e := newSidecar(t, "--executors", "1")
 	e.makeDataset("cpus", 2000)
 	// The spare born before any call has the network; the one started after this first call
@@ -66,16 +54,43 @@ func TestIdleSpareBornOnOneCPU(t *testing.T) {
 	if res := e.mutate(p); res.CompletionReason != rpc.CompletionCommitted {
 		t.Fatalf("build on the spare: %+v", res)
 	}
+	assertSpareWidened(t, e, p.InvocationID, all)
+}
+
+// sidecarCPUs lists the CPUs this test (and the sidecar it starts) may run on; fewer than two
+// leave nothing to narrow.
+func sidecarCPUs(t *testing.T) []int {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	var all []int
+	for c := 0; c < len(set)*64; c++ {
+		if set.IsSet(c) {
+			all = append(all, c)
+		}
+	}
+	if len(all) < 2 {
+		testenv.Unavailable(t, fmt.Sprintf("one CPU only (%v): nothing to narrow", all))
+	}
+	return all
+}
+
+// assertSpareWidened checks in the sidecar's log that inv was served by a prestarted worker
+// whose engine call ran on all the CPUs and with GOMAXPROCS to match.
+func assertSpareWidened(t *testing.T, e *sidecarEnv, inv string, all []int) {
+	t.Helper()
 	want := fmt.Sprintf("engine call on cpus %v (GOMAXPROCS %d)", all, len(all))
 	lines := strings.Split(e.logs.String(), "\n")
 	if !slices.ContainsFunc(lines, func(l string) bool {
-		return strings.Contains(l, p.InvocationID) && strings.Contains(l, `"prestarted":true`)
+		return strings.Contains(l, inv) && strings.Contains(l, `"prestarted":true`)
 	}) {
-		t.Fatalf("%s was not served by the spare:\n%s", p.InvocationID, e.logs.String())
+		t.Fatalf("%s was not served by the spare:\n%s", inv, e.logs.String())
 	}
 	if !slices.ContainsFunc(lines, func(l string) bool {
-		return strings.Contains(l, p.InvocationID) && strings.Contains(l, want)
+		return strings.Contains(l, inv) && strings.Contains(l, want)
 	}) {
-		t.Fatalf("no %q for %s in the sidecar's log:\n%s", want, p.InvocationID, e.logs.String())
+		t.Fatalf("no %q for %s in the sidecar's log:\n%s", want, inv, e.logs.String())
 	}
 }

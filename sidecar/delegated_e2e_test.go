@@ -74,6 +74,13 @@ func TestDelegatedUnprivileged(t *testing.T) {
 
 	ok := e.mutate(e.params(randID("inv-"), "ok", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree))
 	expect(t, ok, rpc.PhaseNativeReturn, 0)
+	// The spare started after that call is born for its dataset, on one CPU, by a sidecar
+	// without privileges; the build it serves widens itself to every CPU.
+	all := sidecarCPUs(t)
+	waitFor(t, func() bool { return e.domains() == 1 })
+	onSpare := e.params(randID("inv-"), "ok", 2, rpc.OpCreate, "ix2", "id", rpc.IndexBTree)
+	expect(t, e.mutate(onSpare), rpc.PhaseNativeReturn, 0)
+	assertSpareWidened(t, e, onSpare.InvocationID, all)
 	oom := e.params(randID("inv-oom-"), "f-oom", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree)
 	oom.Fault, oom.Limits = "oom", &rpc.WorkerLimits{MemoryBytes: 64 << 20}
 	res := e.mutate(oom)
