@@ -140,7 +140,7 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 // the last of the sidecar's (CPU 0 takes most device interrupts), and widens itself to all of
 // them right before its one call into the engine (isolation.WidenCPUs); reading its request,
 // opening the store and answering a no-op run on the one. Born there, its runtime starts with
-// GOMAXPROCS 1 and fewer threads, and its exit — the unmapping of its address space, on the
+// GOMAXPROCS 1 and keeps every thread there, and its exit — the unmapping of its address space, on the
 // answer's path — runs on that CPU alone (no TLB-shootdown IPIs to the others, which stay free
 // for the sidecar's answer). A spare launched while jobs queue is taken at once and runs on
 // every CPU: its start-up is the call's, and one CPU for every worker cost a saturated pool
