@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cba1309c/steward/internal/testenv"
 )
 
 // benchLaunch launches, waits for and tears down one no-op domain per iteration.
@@ -57,23 +59,45 @@ func BenchmarkLaunchNoop(b *testing.B) {
 	}
 	b.Run("raw-forkexec", func(b *testing.B) {
 		env := append(workerEnv("noop"), EnvParent+"="+strconv.Itoa(os.Getpid()), EnvNoFile+"=1024")
-		benchForkExec(b, "/proc/self/exe", env, 0)
+		benchForkExec(b, "/proc/self/exe", env, 0, 0)
 	})
-	b.Run("static-floor", func(b *testing.B) {
-		bin := filepath.Join(b.TempDir(), "tinystatic")
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
-		cmd.Dir = filepath.Join("testdata", "tinystatic")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("build tinystatic: %v\n%s", err, out)
-		}
-		benchForkExec(b, bin, nil, 0)
-	})
+	var tiny string
+	for _, floor := range []struct {
+		name  string
+		pause time.Duration
+	}{{"static-floor", 0}, {"static-floor-spaced", testenv.CallSpacing}} {
+		b.Run(floor.name, func(sb *testing.B) {
+			if tiny == "" {
+				tiny = buildTinyStatic(b) // in the parent's temp dir: both floors run it
+			}
+			benchForkExec(sb, tiny, nil, 0, floor.pause)
+		})
+	}
 }
 
-func benchForkExec(b *testing.B, path string, env []string, want int) {
+// buildTinyStatic builds testdata/tinystatic, the floor's small static Go binary, into a temp
+// dir of b's.
+func buildTinyStatic(b *testing.B) string {
+	bin := filepath.Join(b.TempDir(), "tinystatic")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join("testdata", "tinystatic")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("build tinystatic: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// benchForkExec times ForkExec + wait4 of path, pause (untimed) before each: with a pause, the
+// figure is that of a process started on an idle machine (testenv.CallSpacing).
+func benchForkExec(b *testing.B, path string, env []string, want int, pause time.Duration) {
 	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}}
-	for b.Loop() {
+	for i := 0; i < b.N; i++ {
+		if pause > 0 {
+			b.StopTimer()
+			time.Sleep(pause)
+			b.StartTimer()
+		}
 		pid, err := syscall.ForkExec(path, []string{path}, attr)
 		if err != nil {
 			b.Fatal(err)

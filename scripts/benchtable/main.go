@@ -117,9 +117,12 @@ func (r results) rows() []row {
 	}
 	add(r.pair("no-op mutation round trip", "MutateNoop/sidecar-noop-mutation", "MutateNoop/isolation-launch-baseline", "≤ 1.3×"))
 	// Issue #15's figure: the round trip with a prestarted worker (calls spaced so the spare is
-	// up) against the fork+exec+wait of a small static binary (isolation's static-floor, the
-	// same round).
+	// up) against the fork+exec+wait of a small static binary, the same round: first against
+	// the floor started after the same untimed pause (like for like: both start on an idle
+	// machine), then against the floor run back to back (hot), as the issue first measured it.
+	add(r.pair("no-op mutation vs static floor, both spaced", "MutateNoop/sidecar-noop-mutation-prestarted", "LaunchNoop/static-floor-spaced", "≤ 2×"))
 	add(r.pair("no-op mutation vs static floor", "MutateNoop/sidecar-noop-mutation-prestarted", "LaunchNoop/static-floor", "≤ 2×"))
+	add(r.pair("static floor spaced vs back to back", "LaunchNoop/static-floor-spaced", "LaunchNoop/static-floor", "—"))
 	if v, ok := r.get("MutateSaturated", "mutations/s"); ok {
 		out = append(out, row{"mutations/s, pool saturated", fmt.Sprintf("%.0f /s", v), "—", "—", "—"})
 	}
