@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -337,4 +338,99 @@ func (l *lockedBuilder) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestCloseHoldingKeepsNamespaces: a contained domain's IPC and network namespaces outlive
+// CloseHolding, held by descriptors of the supervisor only, until release; Close releases them
+// at once; a domain with the host's network holds its IPC namespace alone.
+func TestCloseHoldingKeepsNamespaces(t *testing.T) {
+	needCgroups(t)
+	testenv.NeedRoot(t) // the tests expect the default guest 65534, which only root may map
+	s := newSupervisor(t, ModeAuto, func(c *Config) { c.Containment = ContainRequire })
+	base := guestReachable(t)
+	start := func(network bool) (*Domain, map[string]string) {
+		d, r := startContained(t, s, Spec{Network: network, Env: []string{"STEWARD_TEST_WRITE=" + base,
+			"STEWARD_TEST_PORT=1", "STEWARD_TEST_OTHER=127.0.0.1:1", "STEWARD_TEST_SECRET=/nonexistent"}})
+		r() // the worker is alive and reported: its namespaces are there to name
+		ns := map[string]string{}
+		for _, kind := range []string{"ipc", "net"} {
+			link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", d.Pid(), kind))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mine, _ := os.Readlink("/proc/self/ns/" + kind); link == mine {
+				link = "" // shared with the supervisor: not the domain's to hold
+			}
+			ns[kind] = link
+		}
+		o, err := d.Kill(context.Background())
+		assertReaped(t, o, err, "kill")
+		return d, ns
+	}
+	held := func(ns map[string]string) (got []string) {
+		fds := openLinks(t)
+		for _, kind := range []string{"ipc", "net"} {
+			if ns[kind] != "" && fds[ns[kind]] {
+				got = append(got, kind)
+			}
+		}
+		return got
+	}
+
+	d, ns := start(false)
+	if ns["ipc"] == "" || ns["net"] == "" {
+		t.Fatalf("contained worker without network shares a namespace with the supervisor: %v", ns)
+	}
+	release, err := d.CloseHolding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := held(ns); !slices.Equal(got, []string{"ipc", "net"}) {
+		t.Fatalf("after CloseHolding the supervisor holds %v of the dead domain's namespaces %v, want ipc and net", got, ns)
+	}
+	release()
+	release() // idempotent
+	if got := held(ns); len(got) != 0 {
+		t.Fatalf("after release the supervisor still holds %v", got)
+	}
+
+	d, ns = start(false)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(ns); len(got) != 0 {
+		t.Fatalf("after Close the supervisor still holds %v", got)
+	}
+
+	d, ns = start(true)
+	if ns["net"] != "" {
+		t.Fatalf("a domain with network has a network namespace of its own: %v", ns)
+	}
+	release, err = d.CloseHolding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := held(ns); !slices.Equal(got, []string{"ipc"}) {
+		t.Fatalf("a domain with the host's network: held %v, want ipc", got)
+	}
+	release()
+	if got := held(ns); len(got) != 0 {
+		t.Fatalf("after release the supervisor still holds %v", got)
+	}
+}
+
+// openLinks is the set of what this process's descriptors link to ("net:[4026532187]", …).
+func openLinks(t *testing.T) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]bool{}
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			links[l] = true
+		}
+	}
+	return links
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -24,6 +25,9 @@ type Domain struct {
 	// checks it once its PDEATHSIG is set, to know the supervisor was alive at that moment.
 	lifeline *os.File
 	innerPid int // the worker's own pid in its PID namespace (1), or 0 when it shares ours
+	// held are a contained domain's IPC and network namespaces, open from its start until
+	// Close or CloseHolding's release (holdNamespaces).
+	held []*os.File
 
 	exited  chan struct{} // closed after the main process was reaped
 	state   *os.ProcessState
@@ -95,12 +99,35 @@ func (d *Domain) mainOutcome() Outcome {
 }
 
 // Close brings the domain down if Terminate/Kill has not (SIGKILL, no grace), then removes its
-// cgroups. Idempotent.
+// cgroups and releases its namespaces. Idempotent.
 func (d *Domain) Close() error {
+	release, err := d.CloseHolding()
+	release()
+	return err
+}
+
+// CloseHolding is Close, except that a contained domain's IPC and network namespaces stay held
+// until release is called. By then no process of the domain is left, so nothing can enter them
+// (only a descriptor can, and the supervisor holds the only ones); what their last reference
+// sets off is the kernel's destruction work (free_ipc and cleanup_net on kernel work queues,
+// with RCU grace periods), and run at the worker's exit it competed for the CPUs with the
+// supervisor's own teardown and answer. A caller that answers first calls release right after.
+// release is idempotent and safe to call from any goroutine.
+func (d *Domain) CloseHolding() (release func(), err error) {
 	d.mu.Lock()
+	held := d.held
+	d.held = nil
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			for _, f := range held {
+				_ = f.Close()
+			}
+		})
+	}
 	if d.closed {
 		d.mu.Unlock()
-		return nil
+		return release, nil
 	}
 	var errs []error
 	if d.final == nil {
@@ -120,5 +147,21 @@ func (d *Domain) Close() error {
 	if d.onClose != nil {
 		d.onClose(d)
 	}
-	return errors.Join(errs...)
+	return release, errors.Join(errs...)
+}
+
+// holdNamespaces opens the IPC namespace of a contained worker just born, and its network
+// namespace unless it keeps the host's, so that CloseHolding can keep them past the domain's
+// end. The worker waits at its barrier here, so /proc/<pid> is still it. A namespace that cannot
+// be opened is simply not held: it is then destroyed at the worker's exit, as without holding.
+func (d *Domain) holdNamespaces(network bool) {
+	kinds := []string{"ipc", "net"}
+	if network {
+		kinds = kinds[:1]
+	}
+	for _, ns := range kinds {
+		if f, err := os.Open("/proc/" + strconv.Itoa(d.pid) + "/ns/" + ns); err == nil {
+			d.held = append(d.held, f)
+		}
+	}
 }

@@ -134,6 +134,7 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 	if ls.contain {
 		d.lifeline = release
 		d.innerPid = 1
+		d.holdNamespaces(ls.network)
 	}
 	d.tr = newTracker(cg, d.pid)
 	defer func() {
@@ -143,6 +144,9 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 			<-d.exited
 			d.tr.close()
 			d.copiers.Wait()
+			for _, f := range d.held {
+				_ = f.Close()
+			}
 		}
 	}()
 	if err := cg.place(d.pid, bornV1); err != nil {

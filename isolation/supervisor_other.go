@@ -60,6 +60,9 @@ func (d *Domain) Kill(ctx context.Context) (Outcome, error) {
 }
 func (d *Domain) Close() error { return nil }
 
+// CloseHolding does nothing.
+func (d *Domain) CloseHolding() (release func(), err error) { return func() {}, nil }
+
 // OwnerName off Linux cannot read a start time: "<pid>-0", which OwnerAlive never declares dead.
 func OwnerName(pid int) (string, error) { return strconv.Itoa(pid) + "-0", nil }
 

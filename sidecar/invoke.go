@@ -300,7 +300,8 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	}
 	ss.run()
 	ss.logAssigned() // if no request was written
-	out := ss.teardown()
+	out, release := ss.teardown()
+	j.afterAnswer = release
 	// The domain is dead and reaped: nothing can still write into its temp dir (lance#8992
 	// leaves IVF shuffle files there even on success).
 	if err := os.RemoveAll(w.tempDir); err != nil {
@@ -431,7 +432,10 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 // teardown brings the domain down: a worker that answered cleanly gets resultGrace to exit by
 // itself; a deadline gets the full ladder (SIGTERM, grace, SIGKILL); a protocol violation is
 // killed at once. It returns only when the domain is dead, reaped and its cgroups are removed.
-func (ss *session) teardown() isolation.Outcome {
+//
+// The domain's empty namespaces stay held (isolation.Domain.CloseHolding): release, which the
+// executor calls once the answer is written, lets the kernel destroy them.
+func (ss *session) teardown() (isolation.Outcome, func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), ss.s.cfg.Isolation.TermGrace+ss.s.cfg.Isolation.ReapBound)
 	defer cancel()
 	var out isolation.Outcome
@@ -455,10 +459,11 @@ func (ss *session) teardown() isolation.Outcome {
 	if err != nil {
 		ss.s.log.Error("domain teardown incomplete", "invocation", ss.j.p.InvocationID, "error", err)
 	}
-	if cerr := ss.dom.Close(); cerr != nil {
+	release, cerr := ss.dom.CloseHolding()
+	if cerr != nil {
 		ss.s.log.Error("removing the domain's cgroups failed", "invocation", ss.j.p.InvocationID, "error", cerr)
 	}
-	return out
+	return out, release
 }
 
 // classify turns what happened into the single answer, from typed facts only.
