@@ -103,7 +103,7 @@ func (e *sidecarEnv) mutate(p rpc.MutateParams) rpc.MutateResult {
 	if res.InvocationID != p.InvocationID || res.Epoch != e.c.Epoch() {
 		e.t.Fatalf("identity echo: %+v", res)
 	}
-	e.assertDomainGone(p.InvocationID)
+	e.assertDomainGone(p.InvocationID, res)
 	return res
 }
 
@@ -134,12 +134,23 @@ func (e *sidecarEnv) domainOf(inv string) string {
 }
 
 // assertDomainGone checks that the domain that served inv is gone, cgroups and processes, when its
-// answer arrives; the only domains left are idle spares (at most one per executor).
-func (e *sidecarEnv) assertDomainGone(inv string) {
+// answer res arrives; the only domains left are idle spares (at most one per executor).
+//
+// The domain's name is in the sidecar's "worker assigned" line, written before the answer but
+// copied from its stderr by another goroutine than the one that read the answer: an answer a
+// worker gave (a native return, an indeterminate end but a duplicate's) waits up to 5 s for the
+// line and fails without it. A pre-invocation rejection may come from a launched domain (the
+// worker ended before its request) or from none (refused at dequeue, a failed launch): with no
+// line there is no domain of inv to look for, and only the count of what is left is checked.
+func (e *sidecarEnv) assertDomainGone(inv string, res rpc.MutateResult) {
 	e.t.Helper()
+	ran := res.Phase == rpc.PhaseNativeReturn || (res.Phase == rpc.PhaseIndeterminate && res.Code != rpc.ReasonDuplicate)
 	dom := e.domainOf(inv)
-	if dom == "" {
-		return // never launched (rejected before launch)
+	for deadline := time.Now().Add(5 * time.Second); dom == "" && ran && time.Now().Before(deadline); dom = e.domainOf(inv) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if dom == "" && ran {
+		e.t.Errorf("no \"worker assigned\" line for %s (answered %s %d) within 5 s: its domain cannot be checked", inv, res.Phase, res.Code)
 	}
 	left := 0
 	for _, h := range hierarchies {
@@ -150,7 +161,7 @@ func (e *sidecarEnv) assertDomainGone(inv string) {
 				if !d.IsDir() {
 					continue
 				}
-				if d.Name() == dom {
+				if dom != "" && d.Name() == dom {
 					e.t.Errorf("the domain of %s (%s) is still in %s after its answer", inv, dom, h)
 				}
 				// Settle domains (an engine's self-fence after an indeterminate answer) may run on
@@ -163,6 +174,9 @@ func (e *sidecarEnv) assertDomainGone(inv string) {
 	}
 	if left > 2 {
 		e.t.Errorf("%d worker domains exist after the answer; at most one idle spare per executor (2)", left)
+	}
+	if dom == "" {
+		return
 	}
 	if pids := testsidecar.ProcessesIn(e.parent + "/" + "*/" + dom); len(pids) > 0 {
 		e.t.Errorf("processes of %s's domain left after the answer: %v", inv, pids)

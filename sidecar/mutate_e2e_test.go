@@ -257,7 +257,7 @@ func TestAdmissionRules(t *testing.T) {
 	expect(t, results[0], rpc.PhaseIndeterminate, rpc.ReasonDeadline)
 	// `queued` waited behind the hang past deadline − kill budget: rejected at dequeue.
 	expect(t, results[1], rpc.PhasePreInvocationRejected, rpc.ReasonDeadlineLapsed)
-	e.assertDomainGone(hang.InvocationID)
+	e.assertDomainGone(hang.InvocationID, results[0])
 	if !strings.Contains(e.logs.String(), "protocol violation: duplicate invocation id") {
 		t.Fatal("the duplicate was not logged as a protocol violation")
 	}
