@@ -81,6 +81,10 @@ func TestDelegatedUnprivileged(t *testing.T) {
 	onSpare := e.params(randID("inv-"), "ok", 2, rpc.OpCreate, "ix2", "id", rpc.IndexBTree)
 	expect(t, e.mutate(onSpare), rpc.PhaseNativeReturn, 0)
 	assertSpareWidened(t, e, onSpare.InvocationID, all)
+	// Without privileges the sidecar holds its domains' empty namespaces past the answer too
+	// (the guest is its own uid, in a user namespace it owns): once that answer is written, it
+	// holds those of its one live spare, born for a local dataset (no host network), only.
+	waitFor(t, func() bool { ipc, net := foreignNamespaces(t, e.c.Pid()); return ipc == 1 && net == 1 })
 	oom := e.params(randID("inv-oom-"), "f-oom", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree)
 	oom.Fault, oom.Limits = "oom", &rpc.WorkerLimits{MemoryBytes: 64 << 20}
 	res := e.mutate(oom)
