@@ -61,24 +61,24 @@ func BenchmarkLaunchNoop(b *testing.B) {
 		env := append(workerEnv("noop"), EnvParent+"="+strconv.Itoa(os.Getpid()), EnvNoFile+"=1024")
 		benchForkExec(b, "/proc/self/exe", env, 0, 0)
 	})
-	var tiny string
+	tinyDir := b.TempDir() // the parent's: both floors run the binary built there once
+	tiny := ""
 	for _, floor := range []struct {
 		name  string
 		pause time.Duration
 	}{{"static-floor", 0}, {"static-floor-spaced", testenv.CallSpacing}} {
-		b.Run(floor.name, func(sb *testing.B) {
+		b.Run(floor.name, func(b *testing.B) {
 			if tiny == "" {
-				tiny = buildTinyStatic(b) // in the parent's temp dir: both floors run it
+				tiny = buildTinyStatic(b, tinyDir)
 			}
-			benchForkExec(sb, tiny, nil, 0, floor.pause)
+			benchForkExec(b, tiny, nil, 0, floor.pause)
 		})
 	}
 }
 
-// buildTinyStatic builds testdata/tinystatic, the floor's small static Go binary, into a temp
-// dir of b's.
-func buildTinyStatic(b *testing.B) string {
-	bin := filepath.Join(b.TempDir(), "tinystatic")
+// buildTinyStatic builds testdata/tinystatic, the floor's small static Go binary, into dir.
+func buildTinyStatic(b *testing.B, dir string) string {
+	bin := filepath.Join(dir, "tinystatic")
 	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
 	cmd.Dir = filepath.Join("testdata", "tinystatic")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
