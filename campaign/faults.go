@@ -21,6 +21,7 @@ const (
 	KindSkipResult        = "skip_result"
 	KindGarbage           = "garbage"
 	KindFlood             = "flood"
+	KindCrashAfterBuild   = "crash_after_build"
 	KindCrashBeforeCommit = "crash_before_commit"
 	KindCrashAfterCommit  = "crash_after_commit"
 	KindOOM               = "oom"
@@ -41,7 +42,7 @@ const (
 )
 
 var workerFaults = []string{KindHang, KindIgnoreSIGTERM, KindSkipResult, KindGarbage, KindFlood,
-	KindCrashBeforeCommit, KindCrashAfterCommit, KindOOM, KindForkBomb}
+	KindCrashAfterBuild, KindCrashBeforeCommit, KindCrashAfterCommit, KindOOM, KindForkBomb}
 
 // Kinds lists every fault kind, KindClean first.
 func Kinds() []string {

@@ -67,7 +67,7 @@ const lanceOOMLimit = 32 << 20
 
 // lanceFaults are the worker faults the Lance engine acts out (engines/lance/engine.py ENGINE
 // "faults"); the sidecar refuses any other for it.
-var lanceFaults = []string{KindCrashBeforeCommit, KindCrashAfterCommit}
+var lanceFaults = []string{KindCrashAfterBuild, KindCrashBeforeCommit, KindCrashAfterCommit}
 
 // LanceKinds lists the fault kinds of a Lance campaign, KindClean first: the engine's own worker
 // faults, a real OOM kill under a lowered memory limit, and every fault the campaign injects
