@@ -115,16 +115,7 @@ func (d *Domain) Close() error {
 // release is idempotent and safe to call from any goroutine.
 func (d *Domain) CloseHolding() (release func(), err error) {
 	d.mu.Lock()
-	held := d.held
-	d.held = nil
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			for _, f := range held {
-				_ = f.Close()
-			}
-		})
-	}
+	release = d.takeHeld()
 	if d.closed {
 		d.mu.Unlock()
 		return release, nil
@@ -148,6 +139,21 @@ func (d *Domain) CloseHolding() (release func(), err error) {
 		d.onClose(d)
 	}
 	return release, errors.Join(errs...)
+}
+
+// takeHeld hands the namespaces the domain holds over to the function it returns, which closes
+// them once however often it is called.
+func (d *Domain) takeHeld() func() {
+	held := d.held
+	d.held = nil
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for _, f := range held {
+				_ = f.Close()
+			}
+		})
+	}
 }
 
 // holdNamespaces opens the IPC namespace of a contained worker just born, and its network

@@ -144,9 +144,7 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 			<-d.exited
 			d.tr.close()
 			d.copiers.Wait()
-			for _, f := range d.held {
-				_ = f.Close()
-			}
+			d.takeHeld()()
 		}
 	}()
 	if err := cg.place(d.pid, bornV1); err != nil {
