@@ -43,7 +43,12 @@ func build() {
 	}
 	path = filepath.Join(dir, "steward")
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	cmd := exec.Command(goBin, "build", "-o", path, "./cmd/steward")
+	// Built as `make release` builds what ships (static, CGO_ENABLED=0; -trimpath), symbols
+	// kept for profiles: a cgo build is another program in the ways containment depends on
+	// (psx broadcasts each per-thread call by signals there, by the runtime's
+	// AllThreadsSyscall here; libc and ld.so are mapped into every worker).
+	cmd := exec.Command(goBin, "build", "-trimpath", "-o", path, "./cmd/steward")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Dir = root
 	if out, berr := cmd.CombinedOutput(); berr != nil {
 		err = fmt.Errorf("%w: %s", berr, out)
