@@ -60,10 +60,14 @@ func (e *engine) builtin() bool { return e.argv == nil }
 // hybrid the kernel cannot start a child inside its cgroups) and then execs the engine's command,
 // in the same process: the engine's pid is the domain's.
 func (s *Server) command(e *engine) (string, []string) {
-	if e.builtin() {
-		return s.cfg.Isolation.WorkerPath, s.cfg.Isolation.WorkerArgs
+	path := s.cfg.Isolation.WorkerPath
+	if s.image != "" {
+		path = s.image // this binary, in the page cache as its workers are best served (workerimage.go)
 	}
-	return s.cfg.Isolation.WorkerPath, append([]string{"engine-exec", "--"}, e.argv...)
+	if e.builtin() {
+		return path, s.cfg.Isolation.WorkerArgs
+	}
+	return path, append([]string{"engine-exec", "--"}, e.argv...)
 }
 
 // registerEngines registers the built-in engine and probes every configured one once: each is

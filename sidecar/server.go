@@ -38,6 +38,7 @@ type Server struct {
 
 	iso        *isolation.Supervisor // nil: isolation did not verify, mutations are refused
 	tempDir    string                // this sidecar's own dir in Config.TempDir, holding its domains' temp dirs (tempdir.go)
+	image      string                // the worker image in tempDir that workers start from ("": Config.Isolation.WorkerPath; workerimage.go)
 	isoReport  isolation.Report
 	dedup      *dedup
 	condWrites *condWrites      // per-store verdicts on put-if-absent (condwrite.go)
@@ -195,7 +196,23 @@ func (s *Server) openTempDir() error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	s.tempDir = dir
+	s.openWorkerImage()
 	return nil
+}
+
+// openWorkerImage makes (or joins) the worker image in the temp dir when workers re-execute
+// this binary; without one they start from Config.Isolation.WorkerPath, as they would anyway.
+func (s *Server) openWorkerImage() {
+	if s.iso == nil || s.iso.Config().WorkerPath != isolation.DefaultWorkerPath {
+		return
+	}
+	image, err := workerImageIn(s.tempDir, isolation.DefaultWorkerPath)
+	if err != nil {
+		s.log.Info("workers start from "+isolation.DefaultWorkerPath, "worker_image", "none", "reason", err.Error())
+		return
+	}
+	s.image = image
+	s.log.Info("workers start from the worker image", "worker_image", image)
 }
 
 // closeTempDir removes the sidecar's temp dir once every domain is reaped (Close, once).

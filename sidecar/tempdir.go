@@ -27,10 +27,31 @@ var ownerTempRE = regexp.MustCompile(`^steward-[0-9]+-[0-9]+$`)
 
 // ownerTemps counts the Servers of this process using each owner temp dir (tests run several in
 // one process): the first one sweeps and makes it, the last one to close removes it.
+// The first that asks for the dir's worker image makes it (workerimage.go); the others share it.
 var ownerTemps = struct {
 	sync.Mutex
-	users map[string]int
-}{users: map[string]int{}}
+	users  map[string]int
+	images map[string]ownerImage
+}{users: map[string]int{}, images: map[string]ownerImage{}}
+
+// ownerImage is the outcome of making an owner temp dir's worker image: its path, or why not.
+type ownerImage struct {
+	path string
+	err  error
+}
+
+// workerImageIn returns the worker image of the owner temp dir dir (copied from src the first
+// time it is asked for), or "" and why there is none.
+func workerImageIn(dir, src string) (string, error) {
+	ownerTemps.Lock()
+	defer ownerTemps.Unlock()
+	im, ok := ownerTemps.images[dir]
+	if !ok {
+		im.path, im.err = makeWorkerImage(dir, src)
+		ownerTemps.images[dir] = im
+	}
+	return im.path, im.err
+}
 
 // openOwnerTemp sweeps the owner temp dirs of dead sidecars out of base, then makes (or joins)
 // this process's: mode 0711, so a contained worker's guest uid can reach its own domain dir
@@ -76,6 +97,7 @@ func closeOwnerTemp(dir string) error {
 		return nil
 	}
 	delete(ownerTemps.users, dir)
+	delete(ownerTemps.images, dir)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("temp dir: %w", err)
 	}

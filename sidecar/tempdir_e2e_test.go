@@ -43,6 +43,11 @@ func entries(t *testing.T, dir string) []string {
 	return out
 }
 
+// domainDirs lists dir's names but the worker image's (workerimage.go): the domains' temp dirs.
+func domainDirs(t *testing.T, dir string) []string {
+	return slices.DeleteFunc(entries(t, dir), func(n string) bool { return n == "worker-image" })
+}
+
 // deadPid returns the pid of a process that has exited and been reaped.
 func deadPid(t *testing.T) int {
 	t.Helper()
@@ -63,7 +68,7 @@ func TestTempDirsOfKilledSidecarSwept(t *testing.T) {
 	live := newSidecarWithEnv(t, env, "--executors", "1")
 	victim := newSidecarWithEnv(t, env, "--executors", "1")
 	liveDir, victimDir := ownerTempDir(t, tmp, live.c.Pid()), ownerTempDir(t, tmp, victim.c.Pid())
-	waitFor(t, func() bool { return len(entries(t, liveDir)) == 1 }) // its spare's
+	waitFor(t, func() bool { return len(domainDirs(t, liveDir)) == 1 }) // its spare's
 
 	// Decoys the sweep must not touch: a symlink named like a dead owner's dir, pointing at a
 	// directory with a file; a dead owner's name with a suffix; a ledger-like steward-<uid>.
@@ -115,7 +120,7 @@ func TestTempDirsOfKilledSidecarSwept(t *testing.T) {
 		}
 	}
 	successorDir := ownerTempDir(t, tmp, victim.c.Pid())
-	waitFor(t, func() bool { return len(entries(t, successorDir)) == 1 }) // its spare's
+	waitFor(t, func() bool { return len(domainDirs(t, successorDir)) == 1 }) // its spare's
 	// The successor killed what was left of the victim's domains (isolation's leftovers); their
 	// zombies still show in their deleted cgroups, where the cleanup's leftover check would count
 	// them, until their new parent reaps them: init, or this test process when an earlier test of

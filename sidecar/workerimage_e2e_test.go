@@ -1,0 +1,112 @@
+package sidecar_test
+
+import (
+	"crypto/sha256"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/rpc"
+)
+
+// workerExes returns the executables (readlink of /proc/<pid>/exe) of the processes in the
+// sidecar's worker domains: its idle spares between calls.
+func workerExes(e *sidecarEnv) []string {
+	var exes []string
+	for _, pid := range testsidecar.ProcessesIn(e.parent) {
+		if exe, err := os.Readlink(filepath.Join("/proc", pid, "exe")); err == nil {
+			exes = append(exes, exe)
+		}
+	}
+	return exes
+}
+
+func fileSum(t *testing.T, path string) [32]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return [32]byte(h.Sum(nil))
+}
+
+// TestWorkersStartFromWorkerImage: a sidecar whose temp dir is on a disk file system copies its
+// executable into it (worker-image: the same bytes, mode 0555, owned by the sidecar) and its
+// workers run that copy, builds included; the copy goes with the temp dir at a clean exit. On a
+// temp dir on tmpfs no copy is made (it would be memory, in small pages) and the workers run the
+// sidecar's own executable, as before.
+func TestWorkersStartFromWorkerImage(t *testing.T) {
+	testenv.NeedRoot(t)
+	bin := testbin.Steward(t)
+
+	tmp := testenv.GuestDir(t)
+	e := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+tmp), "--executors", "1")
+	dir := ownerTempDir(t, tmp, e.c.Pid())
+	image := filepath.Join(dir, "worker-image")
+	waitFor(t, func() bool { return len(workerExes(e)) == 1 }) // the spare
+	fi, err := os.Stat(image)
+	if err != nil {
+		t.Fatalf("no worker image in the sidecar's temp dir: %v (%v)", err, entries(t, dir))
+	}
+	if st := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o555 || int(st.Uid) != os.Geteuid() {
+		t.Fatalf("worker image %s: mode %v uid %d, want a regular file of mode 0555 owned by uid %d", image, fi.Mode(), st.Uid, os.Geteuid())
+	}
+	if fileSum(t, image) != fileSum(t, bin) {
+		t.Fatalf("worker image %s differs from the sidecar's executable %s", image, bin)
+	}
+	if exes := workerExes(e); len(exes) != 1 || exes[0] != image {
+		t.Fatalf("the spare runs %v, want %s", exes, image)
+	}
+	if names := entries(t, dir); len(names) != 2 || !slices.Contains(names, "worker-image") {
+		t.Fatalf("the temp dir holds %v, want the spare's dir and worker-image (no .part left)", names)
+	}
+	e.makeDataset("img", 1000)
+	if res := e.mutate(e.params(randID("inv-"), "img", 1, rpc.OpCreate, "ix", "id", rpc.IndexBTree)); res.CommittedVersion != 2 {
+		t.Fatalf("build from the worker image: %+v", res)
+	}
+	if !strings.Contains(e.logs.String(), "workers start from the worker image") {
+		t.Fatalf("the sidecar did not log its worker image:\n%s", e.logs.String())
+	}
+	e.c.Close()
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the temp dir (worker image included) is still there after a clean exit: %v %v", err, entries(t, dir))
+	}
+
+	// tmpfs: no image, the workers run the sidecar's executable.
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Type != 0x01021994 { // TMPFS_MAGIC
+		testenv.Unavailable(t, "/dev/shm is not a tmpfs here")
+	}
+	shm, err := os.MkdirTemp("/dev/shm", "steward-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(shm) })
+	if err := os.Chmod(shm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+shm), "--executors", "1")
+	waitFor(t, func() bool { return len(workerExes(f)) == 1 })
+	shmDir := ownerTempDir(t, shm, f.c.Pid())
+	if _, err := os.Lstat(filepath.Join(shmDir, "worker-image")); !os.IsNotExist(err) {
+		t.Fatalf("a worker image was made on tmpfs: %v", err)
+	}
+	if exes := workerExes(f); len(exes) != 1 || exes[0] != bin {
+		t.Fatalf("on tmpfs the spare runs %v, want the sidecar's executable %s", exes, bin)
+	}
+	if !strings.Contains(f.logs.String(), "the temp dir is on tmpfs") {
+		t.Fatalf("the sidecar did not say why it made no worker image:\n%s", f.logs.String())
+	}
+}
