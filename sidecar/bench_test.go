@@ -10,17 +10,24 @@ import (
 	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar"
 )
 
 // BenchmarkMutateNoop compares a no-op mutation round trip through a real sidecar (JSON-RPC over
 // stdio, admission, queue, isolated worker launch, handshake, request, dataset open on the pinned
 // snapshot, IF NOT EXISTS no-op, result, kill-and-reap teardown, answer) with the isolation
 // package's launch baseline in the same run: an isolated launch + wait + teardown of the same
-// steward binary in worker mode, which exits at once for lack of protocol pipes.
+// steward binary in worker mode, which exits at once for lack of protocol pipes. The baseline
+// starts a worker image made as the sidecar makes its own (workerimage.go), so that both start
+// the same bytes from the same kind of page cache.
 func BenchmarkMutateNoop(b *testing.B) {
 	b.Run("isolation-launch-baseline", func(b *testing.B) {
+		image, err := sidecar.MakeWorkerImage(b.TempDir(), testbin.Steward(b))
+		if err != nil {
+			b.Fatal(err)
+		}
 		parent := randID("steward-bench-")
-		sup, err := isolation.New(isolation.Config{Parent: parent, WorkerPath: testbin.Steward(b), WorkerArgs: []string{"worker"}})
+		sup, err := isolation.New(isolation.Config{Parent: parent, WorkerPath: image, WorkerArgs: []string{"worker"}})
 		if err != nil {
 			testenv.Unavailable(b, "isolation unavailable: "+err.Error())
 		}
@@ -29,7 +36,7 @@ func BenchmarkMutateNoop(b *testing.B) {
 		ctx := context.Background()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			d, err := sup.Start(ctx, isolation.Spec{ID: randID("d-"), Path: testbin.Steward(b), Args: []string{"worker"}})
+			d, err := sup.Start(ctx, isolation.Spec{ID: randID("d-"), Path: image, Args: []string{"worker"}})
 			if err != nil {
 				b.Fatal(err)
 			}
