@@ -20,8 +20,10 @@ BENCH_ROUNDS ?= 1
 
 all: build
 
+# Static like the release binaries and the binary the tests run (internal/testbin): a cgo build
+# is another program for containment (psx) and maps libc into every worker.
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/steward
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/steward
 
 # Static (CGO_ENABLED=0), path-free (-trimpath), stripped (-s -w) binaries named
 # steward-<version>-<os>-<arch>, and their checksums. Then checks: the checksums verify, each
