@@ -1,9 +1,11 @@
 package isolation
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -216,4 +218,22 @@ func onDyingThread(fn func()) {
 		<-done
 		runtime.UnlockOSThread()
 	}()
+}
+
+// ProbeExecutable starts path with args as a worker probe (EnvProbe: EnterWorker runs its
+// checks, unplaced and uncontained, and exits with the probe's code) and reports whether it got
+// there: whether this process can start workers from path at all. A file on a noexec mount, one
+// a security module will not let this process execute, a damaged copy or another program fail
+// it. ctx bounds the wait.
+func ProbeExecutable(ctx context.Context, path string, args []string) error {
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = []string{EnvProbe + "=1", EnvParent + "=" + strconv.Itoa(os.Getpid())}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err := cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code == probeExitCode { // -1 when it never ran
+		return nil
+	} else if err == nil {
+		err = fmt.Errorf("exit %d", code)
+	}
+	return fmt.Errorf("%w: %s as a worker probe: %w (want exit %d)", ErrNotExecutable, path, err, probeExitCode)
 }

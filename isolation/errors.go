@@ -15,6 +15,8 @@ var (
 	ErrLimitMismatch = errors.New("cgroup limit did not read back")
 	// ErrPlacement: the child could not be placed in, or verified inside, its cgroups.
 	ErrPlacement = errors.New("worker placement failed")
+	// ErrNotExecutable: ProbeExecutable could not start workers from a file.
+	ErrNotExecutable = errors.New("worker executable does not run")
 	// ErrInvalidSpec: the Spec or Config is malformed (bad name, reserved or malformed env entry).
 	ErrInvalidSpec = errors.New("invalid isolation spec")
 	// ErrReapBound: the domain was not empty and fully reaped within Config.ReapBound.

@@ -69,3 +69,6 @@ func OwnerName(pid int) (string, error) { return strconv.Itoa(pid) + "-0", nil }
 // OwnerAlive off Linux cannot tell a dead owner from a live one: it reports every owner alive,
 // so nothing named after one is ever removed.
 func OwnerAlive(name string) bool { return true }
+
+// ProbeExecutable fails with ErrUnsupported: no worker runs off Linux.
+func ProbeExecutable(ctx context.Context, path string, args []string) error { return errUnsupported }

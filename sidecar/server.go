@@ -206,7 +206,14 @@ func (s *Server) openWorkerImage() {
 	if s.iso == nil || s.iso.Config().WorkerPath != isolation.DefaultWorkerPath {
 		return
 	}
-	image, err := workerImageIn(s.tempDir, isolation.DefaultWorkerPath)
+	// Started once as a worker probe before any worker depends on it: a temp dir mounted noexec,
+	// or a security module that lets this binary run but not a copy of it in /tmp, leave the
+	// workers on /proc/self/exe instead of failing every launch.
+	image, err := workerImageIn(s.tempDir, isolation.DefaultWorkerPath, func(path string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), imageProbeTimeout)
+		defer cancel()
+		return isolation.ProbeExecutable(ctx, path, s.iso.Config().WorkerArgs)
+	})
 	if err != nil {
 		s.log.Info("workers start from "+isolation.DefaultWorkerPath, "worker_image", "none", "reason", err.Error())
 		return

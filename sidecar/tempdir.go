@@ -40,14 +40,20 @@ type ownerImage struct {
 	err  error
 }
 
-// workerImageIn returns the worker image of the owner temp dir dir (copied from src the first
-// time it is asked for), or "" and why there is none.
-func workerImageIn(dir, src string) (string, error) {
+// workerImageIn returns the worker image of the owner temp dir dir (copied from src and checked
+// by verify the first time it is asked for), or "" and why there is none.
+func workerImageIn(dir, src string, verify func(path string) error) (string, error) {
 	ownerTemps.Lock()
 	defer ownerTemps.Unlock()
 	im, ok := ownerTemps.images[dir]
 	if !ok {
 		im.path, im.err = makeWorkerImage(dir, src)
+		if im.err == nil {
+			if im.err = verify(im.path); im.err != nil {
+				_ = os.Remove(im.path)
+				im.path = ""
+			}
+		}
 		ownerTemps.images[dir] = im
 	}
 	return im.path, im.err

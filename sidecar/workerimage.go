@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // The worker image is a copy of this sidecar's own executable in its temp dir, which the
@@ -29,15 +30,20 @@ import (
 // The copy is written once per sidecar process with 1 MiB reads and writes (never
 // copy_file_range, which may leave the destination in small folios), is read-only (0555, in the
 // 0711 temp dir: guests can execute it and change nothing), goes with the temp dir at Close, and
-// a dead sidecar's is swept with its temp dir. It is skipped where it cannot help: a temp dir
-// on tmpfs (the copy would be 40 MB of unswappable memory, in small pages unless tmpfs is
-// mounted with huge pages), or a build whose workers do not re-execute this binary.
+// a dead sidecar's is swept with its temp dir. Before any worker depends on it, it is started
+// once as a worker probe (isolation.ProbeExecutable): if it does not run, workers stay on
+// /proc/self/exe. It is skipped where it cannot help or cannot run: a temp dir on tmpfs (the
+// copy would be 40 MB of unswappable memory, in small pages unless tmpfs is mounted with huge
+// pages), one mounted noexec, or a build whose workers do not re-execute this binary.
 
 // workerImageName is the image's name in the sidecar's temp dir.
 const workerImageName = "worker-image"
 
 // imageCopyBuffer is the size of each read and write of the copy.
 const imageCopyBuffer = 1 << 20
+
+// imageProbeTimeout bounds the image's one probe start (a worker's checks, ~10 ms).
+const imageProbeTimeout = 10 * time.Second
 
 // makeWorkerImage copies src (the running executable, /proc/self/exe) to dir's worker image and
 // returns its path, or "" and why not when the copy is not made.

@@ -45,8 +45,8 @@ func fileSum(t *testing.T, path string) [32]byte {
 // TestWorkersStartFromWorkerImage: a sidecar whose temp dir is on a disk file system copies its
 // executable into it (worker-image: the same bytes, mode 0555, owned by the sidecar) and its
 // workers run that copy, builds included; the copy goes with the temp dir at a clean exit. On a
-// temp dir on tmpfs no copy is made (it would be memory, in small pages) and the workers run the
-// sidecar's own executable, as before.
+// temp dir on tmpfs no copy is made (it would be memory, in small pages), nor on a noexec mount
+// (nothing could start from it), and the workers run the sidecar's own executable, as before.
 func TestWorkersStartFromWorkerImage(t *testing.T) {
 	testenv.NeedRoot(t)
 	bin := testbin.Steward(t)
@@ -108,5 +108,20 @@ func TestWorkersStartFromWorkerImage(t *testing.T) {
 	}
 	if !strings.Contains(f.logs.String(), "the temp dir is on tmpfs") {
 		t.Fatalf("the sidecar did not say why it made no worker image:\n%s", f.logs.String())
+	}
+
+	// noexec: no image either, and builds still run (their temp dirs need no exec).
+	nx := testenv.NoexecDir(t)
+	g := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+nx), "--executors", "1")
+	waitFor(t, func() bool { return len(workerExes(g)) == 1 })
+	if exes := workerExes(g); len(exes) != 1 || exes[0] != bin {
+		t.Fatalf("with a noexec temp dir the spare runs %v, want the sidecar's executable %s", exes, bin)
+	}
+	if !strings.Contains(g.logs.String(), "the temp dir is on a noexec mount") {
+		t.Fatalf("the sidecar did not say why it made no worker image:\n%s", g.logs.String())
+	}
+	g.makeDataset("nx", 1000)
+	if res := g.mutate(g.params(randID("inv-"), "nx", 1, rpc.OpCreate, "ix", "id", rpc.IndexBTree)); res.CommittedVersion != 2 {
+		t.Fatalf("build with a noexec temp dir: %+v", res)
 	}
 }

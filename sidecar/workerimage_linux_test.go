@@ -2,10 +2,13 @@ package sidecar
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cba1309c/steward/internal/testenv"
 )
 
 // TestMakeWorkerImage: the image is the source's bytes, read-only for everyone (0555 whatever the
@@ -64,5 +67,46 @@ func TestWorkerImageNotOnTmpfs(t *testing.T) {
 	}
 	if names, _ := os.ReadDir(dir); len(names) != 0 {
 		t.Fatalf("tmpfs dir holds %v", names)
+	}
+}
+
+// TestWorkerImageVerified: an image its probe rejects is removed and never handed out, and the
+// verdict is kept for the temp dir (the probe runs once per sidecar process).
+func TestWorkerImageVerified(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		ownerTemps.Lock()
+		delete(ownerTemps.images, dir)
+		ownerTemps.Unlock()
+	})
+	src := filepath.Join(t.TempDir(), "exe")
+	if err := os.WriteFile(src, []byte("not a worker"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	probes := 0
+	refuse := func(path string) error {
+		probes++
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("the probe was given %s, which does not exist: %v", path, err)
+		}
+		return errors.New("does not run")
+	}
+	for range 2 {
+		if path, err := workerImageIn(dir, src, refuse); path != "" || err == nil || !strings.Contains(err.Error(), "does not run") {
+			t.Fatalf("a rejected image: %q %v", path, err)
+		}
+	}
+	if probes != 1 {
+		t.Fatalf("probed %d times, want once", probes)
+	}
+	if names, _ := os.ReadDir(dir); len(names) != 0 {
+		t.Fatalf("a rejected image left %v", names)
+	}
+}
+
+// TestWorkerImageNotOnNoexec: a temp dir on a noexec mount gets no image, and says why.
+func TestWorkerImageNotOnNoexec(t *testing.T) {
+	if why := imageUnhelpful(testenv.NoexecDir(t)); !strings.Contains(why, "noexec") {
+		t.Fatalf("a noexec dir: imageUnhelpful says %q", why)
 	}
 }
