@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,6 +79,13 @@ func TestDelegatedUnprivileged(t *testing.T) {
 	// without privileges; the build it serves widens itself to every CPU.
 	all := sidecarCPUs(t)
 	waitFor(t, func() bool { return e.domains() == 1 })
+	// Its workers start from the worker image it wrote as uid 65534 in its temp dir (the
+	// service user's path of workerimage.go, probe start included).
+	image := filepath.Join(ownerTempDir(t, os.TempDir(), e.c.Pid()), "worker-image")
+	if fi, err := os.Stat(image); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(nobody) {
+		t.Fatalf("worker image %s of the uid-%d sidecar: %v %v", image, nobody, fi, err)
+	}
+	waitForWorkerExe(t, e, image)
 	onSpare := e.params(randID("inv-"), "ok", 2, rpc.OpCreate, "ix2", "id", rpc.IndexBTree)
 	expect(t, e.mutate(onSpare), rpc.PhaseNativeReturn, 0)
 	assertSpareWidened(t, e, onSpare.InvocationID, all)
