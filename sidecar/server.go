@@ -203,7 +203,11 @@ func (s *Server) openTempDir() error {
 // openWorkerImage makes (or joins) the worker image in the temp dir when workers re-execute
 // this binary; without one they start from Config.Isolation.WorkerPath, as they would anyway.
 func (s *Server) openWorkerImage() {
-	if s.iso == nil || s.iso.Config().WorkerPath != isolation.DefaultWorkerPath {
+	if s.iso == nil {
+		return
+	}
+	cfg := s.iso.Config()
+	if cfg.WorkerPath != isolation.DefaultWorkerPath {
 		return
 	}
 	// Started once as a worker probe before any worker depends on it: a temp dir mounted noexec,
@@ -212,7 +216,7 @@ func (s *Server) openWorkerImage() {
 	image, err := workerImageIn(s.tempDir, isolation.DefaultWorkerPath, func(path string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), imageProbeTimeout)
 		defer cancel()
-		return isolation.ProbeExecutable(ctx, path, s.iso.Config().WorkerArgs)
+		return isolation.ProbeExecutable(ctx, path, cfg.WorkerArgs)
 	})
 	if err != nil {
 		s.log.Info("workers start from "+isolation.DefaultWorkerPath, "worker_image", "none", "reason", err.Error())
