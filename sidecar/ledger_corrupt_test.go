@@ -53,12 +53,40 @@ func fillSlot(t *testing.T, dir string) (journal string) {
 func TestCorruptLedgerSlotRefused(t *testing.T) {
 	testenv.NeedRoot(t) // the real sidecar started at the end
 	bin := testbin.Steward(t)
+	type damage struct {
+		name  string
+		inWAL bool // the journal's write-ahead log is damaged, not its bbolt file
+		apply func(testing.TB, string)
+	}
+	var damages []damage
 	for _, d := range boltfiletest.Damages() {
-		t.Run(d.Name, func(t *testing.T) {
+		damages = append(damages, damage{d.Name, false, d.Apply})
+	}
+	damages = append(damages,
+		damage{"wal-header", true, func(t testing.TB, p string) { boltfiletest.FlipByte(t, p, 3) }},
+		damage{"wal-truncated", true, func(t testing.TB, p string) {
+			if err := os.Truncate(p, 8192); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		damage{"wal-missing", false, func(t testing.TB, p string) {
+			if err := os.Remove(ledger.WALPath(p)); err != nil {
+				t.Fatal(err)
+			}
+		}})
+	for _, d := range damages {
+		t.Run(d.name, func(t *testing.T) {
 			dir := t.TempDir()
 			journal := fillSlot(t, dir)
 			bad := journal
-			d.Apply(t, bad)
+			if d.inWAL || d.name == "wal-missing" {
+				bad = ledger.WALPath(journal)
+			}
+			if d.inWAL {
+				d.apply(t, bad)
+			} else {
+				d.apply(t, journal)
+			}
 
 			// In-process, for the typed error; New fails before anything else starts.
 			s, err := sidecar.New(sidecar.Config{DisableIsolation: true, StateDir: dir, Logger: hclog.NewNullLogger()})
@@ -88,7 +116,11 @@ func TestCorruptLedgerSlotRefused(t *testing.T) {
 			if err != nil {
 				t.Fatalf("quarantine: %v\n%s", err, out)
 			}
-			for _, f := range []string{journal} {
+			moved := []string{journal, ledger.WALPath(journal)} // the slot's two files move together
+			if d.name == "wal-missing" {
+				moved = moved[:1]
+			}
+			for _, f := range moved {
 				if !strings.Contains(out, "quarantined "+f+" as "+f+".corrupt-") {
 					t.Fatalf("quarantine did not report moving %s:\n%s", f, out)
 				}

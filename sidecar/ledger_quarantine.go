@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/internal/boltfile"
+	"github.com/cba1309c/steward/storage/ledger"
 )
 
 // Quarantined is a file QuarantineLedger moved aside.
@@ -66,11 +67,12 @@ func QuarantineLedger(stateDir, ledgerPath, by, reason string, at time.Time) ([]
 	return out, nil
 }
 
-// quarantineSlot moves the journal at path aside if it is corrupt, holding the slot's lock so
-// that no sidecar starts on it meanwhile. (Invocation records are notes inside the journal; a
+// quarantineSlot moves the journal at path and its write-ahead log aside, together, if either
+// is corrupt (or one is missing that the other needs), holding the slot's lock so that no
+// sidecar starts on it meanwhile. (Invocation records are notes inside the journal; a
 // legacy "<path>.invocations" file is no longer read, so it never blocks a start.)
 func quarantineSlot(path string, a boltfile.Audit) ([]Quarantined, error) {
-	if !exists(path) {
+	if !exists(path) && !exists(ledger.WALPath(path)) {
 		return nil, boltfile.ErrNotCorrupt
 	}
 	lock, err := lockFile(path + ".lock")
@@ -78,7 +80,10 @@ func quarantineSlot(path string, a boltfile.Audit) ([]Quarantined, error) {
 		return nil, err
 	}
 	defer lock.Close()
-	moved, err := boltfile.Quarantine(a, path)
+	moved, err := boltfile.QuarantineChecked(a, func(c []string) ([]string, error) {
+		j, w, err := ledger.Problems(c[0], c[1])
+		return []string{j, w}, err
+	}, path, ledger.WALPath(path))
 	out := make([]Quarantined, len(moved))
 	for i, m := range moved {
 		out[i] = Quarantined{From: m.From, To: m.To, Note: m.Note, Problem: m.Problem}

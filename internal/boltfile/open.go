@@ -69,11 +69,11 @@ func create(path string, mode os.FileMode, o bolt.Options, init func(*bolt.Tx) e
 	if err := os.Link(name, path); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-// syncDir makes a link or rename in dir durable.
-func syncDir(dir string) error {
+// SyncDir makes a link or rename in dir durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

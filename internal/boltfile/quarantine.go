@@ -42,14 +42,28 @@ type auditRecord struct {
 // next start creates them anew. Each present file becomes <file>.corrupt-<UTC time> and gets an
 // audit record <that>.audit.json with a, the problem found and both names. It takes every
 // file's flock first, so nothing moves while a process has one open (ErrInUse), and it moves
-// nothing when no file is corrupt (ErrNotCorrupt). Absent files are skipped.
+// nothing when no file is corrupt (ErrNotCorrupt). Absent files are skipped. Each file is
+// checked as a bbolt file (Check).
 func Quarantine(a Audit, paths ...string) ([]Moved, error) {
+	return QuarantineChecked(a, nil, paths...)
+}
+
+// QuarantineChecked is Quarantine for a set whose files are checked together, or are not all
+// bbolt files: problems gets a copy of each file of paths, in order ("" for an absent one), and
+// returns what is wrong with each ("" when sound). nil checks each copy with Check.
+func QuarantineChecked(a Audit, problems func(copies []string) ([]string, error), paths ...string) ([]Moved, error) {
 	if a.By == "" || a.Reason == "" {
 		return nil, ErrAuditRequired
 	}
-	var moves []Moved
-	anyCorrupt := false
-	for _, p := range paths {
+	copies := make([]string, len(paths))
+	defer func() {
+		for _, c := range copies {
+			if c != "" {
+				os.Remove(c)
+			}
+		}
+	}()
+	for i, p := range paths {
 		lock, err := lockExclusive(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -60,12 +74,28 @@ func Quarantine(a Audit, paths ...string) ([]Moved, error) {
 		defer lock.Close()
 		// The flock shuts bbolt out in this process too, so the check reads a copy (consistent:
 		// the lock keeps writers away).
-		problem, err := checkCopy(p)
-		if err != nil {
+		if copies[i], err = copyOf(p); err != nil {
 			return nil, err
 		}
-		anyCorrupt = anyCorrupt || problem != ""
-		moves = append(moves, Moved{From: p, Problem: problem})
+	}
+	if problems == nil {
+		problems = checkEach
+	}
+	found, err := problems(copies)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) != len(paths) {
+		return nil, fmt.Errorf("boltfile: %d problems for %d files", len(found), len(paths))
+	}
+	var moves []Moved
+	anyCorrupt := false
+	for i, p := range paths {
+		if copies[i] == "" {
+			continue
+		}
+		anyCorrupt = anyCorrupt || found[i] != ""
+		moves = append(moves, Moved{From: p, Problem: found[i]})
 	}
 	if !anyCorrupt {
 		return nil, fmt.Errorf("%w: %v", ErrNotCorrupt, paths)
@@ -78,24 +108,33 @@ func Quarantine(a Audit, paths ...string) ([]Moved, error) {
 	return moves, nil
 }
 
-// checkCopy returns what Check finds wrong with a copy of path ("" when it is sound).
-func checkCopy(path string) (string, error) {
+// checkEach checks every present copy as a bbolt file.
+func checkEach(copies []string) ([]string, error) {
+	out := make([]string, len(copies))
+	for i, c := range copies {
+		if c == "" {
+			continue
+		}
+		err := Check(c, time.Second)
+		var ce *CorruptError
+		switch {
+		case errors.As(err, &ce):
+			out[i] = ce.Err.Error()
+		case err != nil:
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// copyOf copies path to a temporary file.
+func copyOf(path string) (string, error) {
 	src, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer src.Close()
-	name, err := copyToTemp(path, src)
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(name)
-	err = Check(name, time.Second)
-	var ce *CorruptError
-	if errors.As(err, &ce) {
-		return ce.Err.Error(), nil
-	}
-	return "", err
+	return copyToTemp(path, src)
 }
 
 // moveAside renames m.From to a free <file>.corrupt-<stamp>[-n] name and writes its audit record.
@@ -126,7 +165,7 @@ func moveAside(m *Moved, a Audit) error {
 	if err := writeNew(m.Note, append(rec, '\n')); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(m.From))
+	return SyncDir(filepath.Dir(m.From))
 }
 
 func writeNew(path string, b []byte) error {

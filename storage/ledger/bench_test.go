@@ -217,7 +217,7 @@ func (t *timedTail) Seek(off int64, whence int) (int64, error) {
 }
 
 // BenchmarkJournalCommit measures the physical cost the upload path cannot hide: one durable
-// reservation (a bbolt commit: page writes and two fdatasyncs) on this machine's disk, alone
+// reservation (a write-ahead log record: one page write and one fdatasync) on this machine's disk, alone
 // (idle) and while MinIO, on the same disk, stores 1 MiB objects back to back (busy), as the
 // upload path's commits run. commit-µs is the median.
 func BenchmarkJournalCommit(b *testing.B) {

@@ -7,9 +7,9 @@
 // upload, and owned work is never dropped to make room.
 //
 // Tickets live in a compact in-memory index (names in one byte arena, an open-addressing
-// table of uint32 slot ids, owners as small ids) backed by a bbolt journal, so the ledger
-// survives a SIGKILL: Recover settles the invocations that were in flight. Sweep finds
-// historical orphans of a dataset: objects in its data and index folders that no manifest
+// table of uint32 slot ids, owners as small ids) backed by a bbolt journal with a write-ahead
+// log in front of it (one flush a commit instead of bbolt's two), so the ledger survives a
+// SIGKILL: Recover settles the invocations that were in flight. Sweep finds historical orphans of a dataset: objects in its data and index folders that no manifest
 // version references and no ticket owns, older than a safety age, and deletes them through
 // the same cleanup path. It refuses a prefix without a readable manifest chain.
 //

@@ -26,8 +26,10 @@ const (
 // Config configures a Ledger. The zero value is a memory-only ledger of default capacity whose
 // abandoned names wait until a store resolver is given (useful only in tests).
 type Config struct {
-	// Path is the bbolt journal file, created if missing. A file that is present but empty,
-	// truncated or damaged is refused with a *CorruptError naming it (never started empty).
+	// Path is the bbolt journal file, created if missing, with its write-ahead log beside it
+	// (WALPath: Path+".wal", 4 MiB). A file that is present but empty, truncated or damaged,
+	// or a log that is missing while the journal has had one or is not the journal's own, is
+	// refused with a *CorruptError naming it (never started empty).
 	// "" keeps the ledger in memory only (tests and benchmarks of the index): nothing survives
 	// Close. Default: "".
 	Path string
