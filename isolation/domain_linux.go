@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +35,11 @@ type Domain struct {
 	waitErr error
 	wall    time.Duration
 	copiers sync.WaitGroup // stdout/stderr copy goroutines
+
+	// settled is set by the first Wait that finds no live task left after the main process's
+	// reap: the memory counters it read are final then (no task is left to allocate or to be
+	// OOM-killed), and a domain found so stays so; teardown reuses them instead of reading again.
+	settled atomic.Pointer[settledCounters]
 
 	mu       sync.Mutex // serialises teardown and Close
 	tr       *tracker
@@ -70,9 +76,23 @@ func (d *Domain) Wait(ctx context.Context) (Outcome, error) {
 		return d.mainOutcome(), ctx.Err()
 	}
 	o := d.mainOutcome()
+	if c := d.settled.Load(); c != nil {
+		o.OOMKilled, o.PeakMemory = c.oomKilled, c.peak
+		return o, d.waitErr
+	}
+	empty := !d.cg.populated() // before the counters: an empty domain's are final
 	o.OOMKilled = d.cg.oomKilled()
 	o.PeakMemory = d.cg.peak()
+	if empty {
+		d.settled.CompareAndSwap(nil, &settledCounters{oomKilled: o.OOMKilled, peak: o.PeakMemory})
+	}
 	return o, d.waitErr
+}
+
+// settledCounters are a domain's final memory counters, read once it had no live task left.
+type settledCounters struct {
+	oomKilled bool
+	peak      int64
 }
 
 // mainOutcome reads the main process's exit facts; ExitCode is -1 until it has exited.

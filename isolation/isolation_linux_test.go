@@ -142,13 +142,23 @@ func TestOOMKilledWorker(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := d.Wait(ctx); err != nil {
+			w, err := d.Wait(ctx)
+			if err != nil {
 				t.Fatalf("Wait: %v", err)
 			}
 			o, err := d.Terminate(ctx)
 			assertReaped(t, o, err, "exited")
 			if !o.OOMKilled || o.SignalName != "SIGKILL" {
 				t.Fatalf("outcome %+v, want OOM-killed by SIGKILL", o)
+			}
+			// Wait found the domain empty (the worker has no children), so its counters were
+			// final: teardown reports them without reading again, and they are what the
+			// cgroup still says.
+			if d.settled.Load() == nil {
+				t.Fatal("Wait did not record the empty domain's counters")
+			}
+			if w.OOMKilled != o.OOMKilled || w.PeakMemory != o.PeakMemory || o.PeakMemory != d.cg.peak() || o.OOMKilled != d.cg.oomKilled() {
+				t.Fatalf("Wait %+v, teardown %+v, cgroup now: peak %d, oom-killed %v", w, o, d.cg.peak(), d.cg.oomKilled())
 			}
 			// The v1 usage counter is charged in per-CPU batches (up to 64 pages a CPU), so its
 			// high-water mark can overshoot the limit by a few pages before the OOM kill lands.

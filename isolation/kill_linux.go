@@ -55,6 +55,7 @@ func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, er
 	// A cgroup found without a live task stays so (none is left to start one, and nothing else
 	// moves tasks into it): it is not read again.
 	empty := quiet
+	survivors := -1 // the last count, when the loop ended on none left
 	done := d.pollUntil(reapCtx, func() bool {
 		if !empty && d.cg.populated() {
 			// Repeat the kill now and then: on v1 each round only kills what the freezer caught.
@@ -69,15 +70,23 @@ func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, er
 		if !d.mainExited() || d.tr.reapOnce() > 0 {
 			return false
 		}
-		return d.tr.survivors() == 0
+		survivors = d.tr.survivors()
+		return survivors == 0
 	})
 
 	o := d.mainOutcome()
 	o.Stage = stage
-	o.Survivors = d.tr.survivors()
+	if !done || survivors != 0 { // none left stays so: no process of the domain is left to start one
+		survivors = d.tr.survivors()
+	}
+	o.Survivors = survivors
 	o.AllReaped = done && o.Survivors == 0
-	o.OOMKilled = d.cg.oomKilled() // read after reaping: asynchronous events miss kills
-	o.PeakMemory = d.cg.peak()
+	if c := d.settled.Load(); c != nil && stage == "exited" {
+		o.OOMKilled, o.PeakMemory = c.oomKilled, c.peak // final since Wait found the domain empty
+	} else {
+		o.OOMKilled = d.cg.oomKilled() // read after reaping: asynchronous events miss kills
+		o.PeakMemory = d.cg.peak()
+	}
 
 	var err error
 	switch {
@@ -103,8 +112,11 @@ func (d *Domain) mainExited() bool {
 	}
 }
 
-// quiet: the main process is reaped and the cgroup holds no live task.
-func (d *Domain) quiet() bool { return d.mainExited() && !d.cg.populated() }
+// quiet: the main process is reaped and the cgroup holds no live task (as a Wait found it, or
+// read now).
+func (d *Domain) quiet() bool {
+	return d.mainExited() && (d.settled.Load() != nil || !d.cg.populated())
+}
 
 // pollUntil calls cond until it holds or ctx ends, sleeping in between until a member exits or
 // the cgroup's populated flag changes (tracker.wait), at most a short, growing interval: exits
