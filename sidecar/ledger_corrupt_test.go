@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storage/ledger"
 	"github.com/hashicorp/go-hclog"
+	bolt "go.etcd.io/bbolt"
 )
 
 // fillSlot gives slot 0 of dir a journal with tickets spanning many pages, as a sidecar that ran
@@ -66,6 +68,30 @@ func TestCorruptLedgerSlotRefused(t *testing.T) {
 		damage{"wal-header", true, func(t testing.TB, p string) { boltfiletest.FlipByte(t, p, 3) }},
 		damage{"wal-truncated", true, func(t testing.TB, p string) {
 			if err := os.Truncate(p, 8192); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		// A record that does not decode in a sound bbolt file: Open refuses it, and the
+		// quarantine must see it too (it checked only the file's structure once).
+		damage{"bad-record", false, func(t testing.TB, p string) {
+			db, err := bolt.Open(p, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if err := db.Update(func(tx *bolt.Tx) error {
+				b := tx.Bucket([]byte("tickets"))
+				var ks [][]byte
+				if err := b.ForEach(func(k, _ []byte) error { ks = append(ks, bytes.Clone(k)); return nil }); err != nil {
+					return err
+				}
+				for _, k := range ks {
+					if err := b.Put(k, []byte{0xff, 0xff}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -1,12 +1,11 @@
 package ledger
 
 import (
+	"context"
 	"errors"
+	"io"
 	"os"
-	"time"
-
-	"github.com/cba1309c/steward/internal/boltfile"
-	bolt "go.etcd.io/bbolt"
+	"path/filepath"
 )
 
 // WALPath is the write-ahead log of the journal at path, the journal's second file: a slot is
@@ -14,63 +13,57 @@ import (
 func WALPath(path string) string { return walPath(path) }
 
 // Problems says what Open would refuse in a journal and its write-ahead log, given copies of
-// the two ("" for one that is absent): a problem for each file, "" when it is
-// sound. It reads the copies only. A journal whose log is missing carries the problem itself
-// (it is the file there is to move).
+// the two ("" for one that is absent): a problem for each file, "" when it is sound. It opens
+// the copies as Open does (the bbolt structure, every record decoded, the log replayed), in a
+// directory of its own, and removes them; the originals are not read. A log that is missing
+// while the journal needs one is the journal's problem: it is the file there is to move.
 func Problems(journal, log string) (journalProblem, logProblem string, err error) {
-	var done uint64
-	var marked bool
-	if journal != "" { // absent: Open makes a new journal, which never had a log
-		var bad string
-		if done, marked, bad, err = checkJournal(journal); bad != "" || err != nil {
-			return bad, "", err
-		}
-	}
-	if log == "" {
-		if marked {
-			return "its write-ahead log is missing", "", nil
-		}
+	if journal == "" && log == "" {
 		return "", "", nil
 	}
-	f, err := os.Open(log)
+	dir, err := os.MkdirTemp("", "steward-ledger-check-*")
 	if err != nil {
 		return "", "", err
 	}
-	defer f.Close()
-	gen, ops, err := readWAL(f)
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "ledger.db")
+	for _, f := range [][2]string{{journal, path}, {log, walPath(path)}} {
+		if f[0] == "" {
+			continue
+		}
+		if err := linkOrCopy(f[0], f[1]); err != nil {
+			return "", "", err
+		}
+	}
+	l, err := Open(context.Background(), Config{Path: path})
+	if err == nil {
+		return "", "", l.Close()
+	}
 	var ce *CorruptError
-	if errors.As(err, &ce) {
-		return "", ce.Err.Error(), nil
-	}
-	if err != nil {
+	switch {
+	case !errors.As(err, &ce):
 		return "", "", err
+	case ce.Path == walPath(path) && log != "":
+		return "", ce.Err.Error(), nil
+	default:
+		return ce.Err.Error(), "", nil
 	}
-	if err := walBelongs(gen, len(ops) > 0, done, marked); err != nil {
-		return "", err.Error(), nil
-	}
-	return "", "", nil
 }
 
-// checkJournal checks the bbolt file of a journal and reads which log generation it absorbed.
-func checkJournal(path string) (done uint64, marked bool, problem string, err error) {
-	err = boltfile.Check(path, time.Second)
-	var bad *boltfile.CorruptError
-	if errors.As(err, &bad) {
-		return 0, false, bad.Err.Error(), nil
+// linkOrCopy makes dst a link to src, or a copy where the two are on different file systems.
+func linkOrCopy(src, dst string) error {
+	if os.Link(src, dst) == nil {
+		return nil
 	}
+	in, err := os.Open(src)
 	if err != nil {
-		return 0, false, "", err
+		return err
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return 0, false, "", err
+		return err
 	}
-	done, marked, derr := walDone(db)
-	if err := db.Close(); err != nil {
-		return 0, false, "", err
-	}
-	if derr != nil {
-		return 0, false, derr.Error(), nil
-	}
-	return done, marked, "", nil
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
 }

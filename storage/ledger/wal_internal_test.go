@@ -348,7 +348,9 @@ func FuzzDecodeWALOps(f *testing.F) {
 	})
 }
 
-// Problems finds in copies what Open refuses, file by file, and nothing in a sound slot.
+// Problems finds in copies what Open refuses, file by file, and nothing in a sound slot; a
+// ticket record that does not decode is the journal's problem too (a bbolt file can be sound
+// and still hold one: Open refuses it, so the quarantine must be able to move it).
 func TestProblems(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "l.db")
@@ -370,9 +372,23 @@ func TestProblems(t *testing.T) {
 		name, journal, log string
 		wantJ, wantL       string
 	}{
-		{"log missing", copyTo(path), "", "write-ahead log is missing", ""},
+		{"log missing", copyTo(path), "", "write-ahead log missing", ""},
 		{"log without its journal", "", copyTo(walPath(path)), "", "next to a journal that never had one"},
 		{"log damaged", copyTo(path), func() string { c := copyTo(walPath(path)); boltfiletest.FlipByte(t, c, 1); return c }(), "", "header damaged"},
+		{"record undecodable", func() string {
+			c := copyTo(path)
+			db, err := bolt.Open(c, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if err := db.Update(func(tx *bolt.Tx) error {
+				return tx.Bucket(bucketTickets).Put(ticketKey("m", "k/x"), []byte{0xff, 0xff})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}(), copyTo(walPath(path)), "ticket", ""},
 	} {
 		jp, lp, err := Problems(c.journal, c.log)
 		if err != nil || !strings.Contains(jp, c.wantJ) || !strings.Contains(lp, c.wantL) || (c.wantJ == "") != (jp == "") || (c.wantL == "") != (lp == "") {
