@@ -35,7 +35,7 @@ import (
 
 const (
 	walPage   = 4096
-	walSize   = 4 << 20 // 1023 one-page commits between checkpoints
+	walSize   = 4 << 20 // room for 1023 one-page commits; a checkpoint comes at half
 	walHeader = 20      // magic, generation, CRC
 	recHeader = 24      // magic, sequence, generation, length, CRC
 
@@ -110,7 +110,7 @@ func createWAL(path string, gen uint64) (*wal, error) {
 		return nil, err
 	}
 	if err := os.Link(name, path); err != nil {
-		return nil, err // another process created it: its journal's lock is not ours
+		return nil, err // a log appeared meanwhile: never replaced
 	}
 	if err := boltfile.SyncDir(dir); err != nil {
 		return nil, err
