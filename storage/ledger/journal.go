@@ -333,7 +333,6 @@ func (j *journal) idle() bool {
 	return len(j.queue) == 0
 }
 
-// close commits what is queued and closes the file.
 // close commits what is queued, checkpoints the log (a journal closed cleanly is whole in its
 // bbolt file) and closes both files.
 func (j *journal) close() error {
