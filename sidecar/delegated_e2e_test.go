@@ -75,6 +75,14 @@ func TestDelegatedUnprivileged(t *testing.T) {
 
 	ok := e.mutate(e.params(randID("inv-"), "ok", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree))
 	expect(t, ok, rpc.PhaseNativeReturn, 0)
+	// The build's segments were reserved through the ledger of a slot the uid-65534 sidecar
+	// made in its own state dir: the journal and its write-ahead log, both its own, 0600.
+	for _, f := range []string{"ledger-0.db", "ledger-0.db.wal"} {
+		fi, err := os.Stat(filepath.Join(home, "state", f))
+		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(nobody) || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("ledger file %s of the uid-%d sidecar: %v %v", f, nobody, fi, err)
+		}
+	}
 	// The spare started after that call is born for its dataset, on one CPU, by a sidecar
 	// without privileges; the build it serves widens itself to every CPU.
 	all := sidecarCPUs(t)
