@@ -339,13 +339,11 @@ func (j *journal) close() error {
 	close(j.stop)
 	<-j.done
 	var err error
+	if j.wal != nil && len(j.pending) > 0 {
+		err = j.checkpoint(nil) // may give the log up (j.wal = nil)
+	}
 	if j.wal != nil {
-		if len(j.pending) > 0 {
-			err = j.checkpoint(nil)
-		}
-		if j.wal != nil {
-			err = errors.Join(err, j.wal.close())
-		}
+		err = errors.Join(err, j.wal.close())
 	}
 	return errors.Join(err, j.db.Close())
 }
