@@ -493,3 +493,26 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
+
+// WriteTo lets a reader that writes its own buffers (an index segment's pipe, a bytes.Reader)
+// write them to w, the context checked before each write; any other reader is copied as Read
+// would be.
+func (c ctxReader) WriteTo(w io.Writer) (int64, error) {
+	if wt, ok := c.r.(io.WriterTo); ok {
+		return wt.WriteTo(ctxWriter{c.ctx, w})
+	}
+	return io.Copy(w, struct{ io.Reader }{c})
+}
+
+// ctxWriter stops a copy when its context is done.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
+}

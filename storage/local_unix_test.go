@@ -210,3 +210,62 @@ func TestLocalLargePut(t *testing.T) {
 		}
 	}
 }
+
+// chunkWriterTo is a reader that writes its own chunks (as an index segment's pipe does):
+// Read must not be used. cancel, if set, is called after the first chunk.
+type chunkWriterTo struct {
+	t      *testing.T
+	chunks [][]byte
+	cancel func()
+}
+
+func (c *chunkWriterTo) Read([]byte) (int, error) {
+	c.t.Error("Read called on a reader with WriteTo")
+	return 0, io.ErrUnexpectedEOF
+}
+
+func (c *chunkWriterTo) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for i, b := range c.chunks {
+		m, err := w.Write(b)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+		if i == 0 && c.cancel != nil {
+			c.cancel()
+		}
+	}
+	return n, nil
+}
+
+// A local Put takes the chunks of a reader that writes its own (no copy through a buffer of
+// its own) and lands them byte for byte; a context cancelled between two of them stops the
+// Put, which publishes nothing.
+func TestLocalPutWriterTo(t *testing.T) {
+	dir := t.TempDir()
+	s, err := storage.NewLocalStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks [][]byte
+	var body []byte
+	for i := range 20 {
+		c := bytes.Repeat([]byte{byte('a' + i)}, 1<<20+i)
+		chunks, body = append(chunks, c), append(body, c...)
+	}
+	if err := s.Put(context.Background(), "seg/whole", &chunkWriterTo{t: t, chunks: chunks}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "seg", "whole")); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("%d bytes back of %d (equal %v), %v", len(got), len(body), bytes.Equal(got, body), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	err = s.Put(ctx, "seg/cancelled", &chunkWriterTo{t: t, chunks: chunks, cancel: cancel}, -1)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("put cancelled between chunks: %v", err)
+	}
+	if _, err := s.Stat(context.Background(), "seg/cancelled"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("stat after the cancelled put: %v", err)
+	}
+}

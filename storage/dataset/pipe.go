@@ -97,6 +97,33 @@ func (p *chunkPipe) Read(b []byte) (int, error) {
 	return n, nil
 }
 
+// WriteTo implements io.WriterTo for Put: each chunk goes to w whole as it comes, without the
+// copy into the caller's buffer that Read makes (a local Put writes 1 MiB at a time instead of
+// 32 KiB). It returns at the end of the stream with the writer's close error, nil at EOF, or
+// with w's error; a Read may come before it.
+func (p *chunkPipe) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		if len(p.cur) > 0 {
+			m, err := w.Write(p.cur)
+			n += int64(m)
+			p.cur = p.cur[m:]
+			if err != nil {
+				return n, err
+			}
+		}
+		if p.at != nil {
+			p.free <- p.at[:0] // never blocks: free holds every chunk
+		}
+		c, ok := <-p.full
+		if !ok {
+			p.cur, p.at = nil, nil
+			return n, p.werr
+		}
+		p.cur, p.at = c, c
+	}
+}
+
 // CloseReader makes the writer's next and pending writes fail with err (Put gave up).
 func (p *chunkPipe) CloseReader(err error) {
 	p.once.Do(func() {

@@ -34,6 +34,26 @@ func TestChunkPipe(t *testing.T) {
 			t.Fatalf("%d in flight: read %d bytes (want %d), %v", inFlight, len(got), len(want), err)
 		}
 	}
+	// WriteTo, alone and after a Read that took part of a chunk: the same bytes, each write
+	// at most a chunk.
+	for _, first := range []int{0, 10, pipeChunk + 7} {
+		p := newChunkPipe(2)
+		go func() {
+			if _, err := p.Write(want); err != nil {
+				t.Error(err)
+			}
+			p.CloseWriter(nil)
+		}()
+		head := make([]byte, first)
+		if _, err := io.ReadFull(p, head); err != nil {
+			t.Fatal(err)
+		}
+		var w chunkRecorder
+		n, err := p.WriteTo(&w)
+		if got := append(head, w.b...); err != nil || n != int64(len(want)-first) || !bytes.Equal(got, want) || w.largest > pipeChunk {
+			t.Fatalf("read %d then WriteTo: %d bytes, %v; equal %v, largest write %d", first, n, err, bytes.Equal(got, want), w.largest)
+		}
+	}
 	t.Run("writer-error", func(t *testing.T) {
 		p := newChunkPipe(4)
 		boom := errors.New("boom")
@@ -45,6 +65,31 @@ func TestChunkPipe(t *testing.T) {
 		if !errors.Is(err, boom) || len(got) != 0 {
 			t.Fatalf("read %d bytes, %v; want the close error (a failed build's tail is not handed over)", len(got), err)
 		}
+		p = newChunkPipe(4)
+		go func() {
+			p.Write(want[:2*pipeChunk+5])
+			p.CloseWriter(boom)
+		}()
+		var w chunkRecorder
+		if n, err := p.WriteTo(&w); !errors.Is(err, boom) || n != 2*pipeChunk {
+			t.Fatalf("WriteTo: %d bytes, %v; want the two full chunks and the close error", n, err)
+		}
+	})
+	t.Run("destination-fails", func(t *testing.T) {
+		p := newChunkPipe(2)
+		full := errors.New("disk full")
+		go func() {
+			err := error(nil)
+			for err == nil {
+				_, err = p.Write(want[:pipeChunk])
+			}
+			p.CloseWriter(err)
+		}()
+		n, err := p.WriteTo(&failAfter{n: 3, err: full})
+		if !errors.Is(err, full) || n != 2*pipeChunk {
+			t.Fatalf("WriteTo into a failing writer: %d bytes, %v", n, err)
+		}
+		p.CloseReader(err) // as uploadSegment does: the writer above stops
 	})
 	t.Run("reader-gives-up", func(t *testing.T) {
 		p := newChunkPipe(4)
@@ -68,4 +113,29 @@ func TestChunkPipe(t *testing.T) {
 		}
 		p.CloseWriter(err)
 	})
+}
+
+// chunkRecorder keeps what is written and the largest single write.
+type chunkRecorder struct {
+	b       []byte
+	largest int
+}
+
+func (c *chunkRecorder) Write(p []byte) (int, error) {
+	c.b = append(c.b, p...)
+	c.largest = max(c.largest, len(p))
+	return len(p), nil
+}
+
+// failAfter takes n-1 writes, then fails.
+type failAfter struct {
+	n   int
+	err error
+}
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if f.n--; f.n == 0 {
+		return 0, f.err
+	}
+	return len(p), nil
 }
