@@ -210,10 +210,23 @@ type writeBehind struct {
 }
 
 func (w *writeBehind) Write(p []byte) (int, error) {
-	n, err := w.f.Write(p)
-	w.written += int64(n)
+	n := 0
+	for len(p) > 0 { // a window at most a write: one large Write (a bytes.Reader's) is cut
+		m, err := w.f.Write(p[:min(len(p), writebackWindow)])
+		n, p, w.written = n+m, p[m:], w.written+int64(m)
+		if err != nil {
+			return n, err
+		}
+		w.behind()
+	}
+	return n, nil
+}
+
+// behind waits for the window before the last one started and starts the one just written,
+// once a window's worth was written since the last start.
+func (w *writeBehind) behind() {
 	if w.written-w.started < writebackWindow || w.failed {
-		return n, err
+		return
 	}
 	if w.started > w.waited {
 		w.failed = awaitWriteback(w.f, w.waited, w.started-w.waited) != nil
@@ -223,7 +236,6 @@ func (w *writeBehind) Write(p []byte) (int, error) {
 		w.failed = startWriteback(w.f, w.started, w.written-w.started) != nil
 	}
 	w.started = w.written
-	return n, err
 }
 
 // open opens key's file for reading; only a regular file reached without a link will do.

@@ -88,6 +88,31 @@ func TestWriteBehindBoundsDirtyPages(t *testing.T) {
 	}
 }
 
+// One Write of many windows (a bytes.Reader's WriteTo hands over everything at once) is cut
+// into windows, so the bound holds for it too.
+func TestWriteBehindCutsLargeWrites(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "staged"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	body := bytes.Repeat([]byte("window!!"), 5*writebackWindow/8+100)
+	wb := &writeBehind{f: f}
+	if n, err := wb.Write(body); err != nil || n != len(body) {
+		t.Fatalf("wrote %d of %d, %v", n, len(body), err)
+	}
+	if wb.started != 5*writebackWindow || wb.waited != 4*writebackWindow {
+		t.Fatalf("writeback started to %d, waited to %d; want %d and %d", wb.started, wb.waited, 5*writebackWindow, 4*writebackWindow)
+	}
+	if dirty, writing := pageStat(t, f, 0, wb.waited); dirty != 0 || writing != 0 {
+		t.Fatalf("%d pages dirty and %d under writeback in the %d bytes waited for", dirty, writing, wb.waited)
+	}
+	got, err := os.ReadFile(f.Name())
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("read back %d bytes (equal %v), %v", len(got), bytes.Equal(got, body), err)
+	}
+}
+
 // Writeback is advice: where it fails (here a pipe, which has no pages to write back) the
 // writes go on and the rest is left to the fsync.
 func TestWriteBehindFailureIsAdvice(t *testing.T) {
