@@ -79,18 +79,12 @@ func (p *chunkPipe) CloseWriter(err error) {
 // Read implements io.Reader for Put.
 func (p *chunkPipe) Read(b []byte) (int, error) {
 	for len(p.cur) == 0 {
-		if p.at != nil {
-			p.free <- p.at[:0] // never blocks: free holds every chunk
-		}
-		c, ok := <-p.full
-		if !ok {
-			p.cur, p.at = nil, nil
+		if !p.nextChunk() {
 			if p.werr != nil {
 				return 0, p.werr
 			}
 			return 0, io.EOF
 		}
-		p.cur, p.at = c, c
 	}
 	n := copy(b, p.cur)
 	p.cur = p.cur[n:]
@@ -112,16 +106,25 @@ func (p *chunkPipe) WriteTo(w io.Writer) (int64, error) {
 				return n, err
 			}
 		}
-		if p.at != nil {
-			p.free <- p.at[:0] // never blocks: free holds every chunk
-		}
-		c, ok := <-p.full
-		if !ok {
-			p.cur, p.at = nil, nil
+		if !p.nextChunk() {
 			return n, p.werr
 		}
-		p.cur, p.at = c, c
 	}
+}
+
+// nextChunk hands the chunk the reader has finished back to the writer and takes the next one;
+// false at the end of the stream (the writer's close error is then in werr).
+func (p *chunkPipe) nextChunk() bool {
+	if p.at != nil {
+		p.free <- p.at[:0] // never blocks: free holds every chunk
+	}
+	c, ok := <-p.full
+	if !ok {
+		p.cur, p.at = nil, nil
+		return false
+	}
+	p.cur, p.at = c, c
+	return true
 }
 
 // CloseReader makes the writer's next and pending writes fail with err (Put gave up).
