@@ -11,10 +11,12 @@ import (
 	"sort"
 )
 
-// Segment formats, told apart by their magic. Format 2 is written; format 1 is still read.
+// Segment formats, told apart by their magic. Format 3 is written; formats 1 and 2 are still
+// read. Formats 2 and 3 differ only in the keys of a string page.
 const (
 	btreeMagicV1 = "STWBT001"
-	btreeMagic   = "STWBT002"
+	btreeMagicV2 = "STWBT002"
+	btreeMagic   = "STWBT003"
 )
 
 // DefaultPageEntries is the number of (key, row id) pairs per BTREE page.
@@ -28,7 +30,7 @@ const maxPageEntries = 1 << 20
 //	magic | page* | lookup | trailer
 //	lookup = (offset u64 | length u32 | count u32 | minKey | maxKey) per page
 //
-// A page (format 2) is
+// A page (formats 2 and 3) is
 //
 //	count u32 | keys | base u64 | width u8 | (rowID - base) packed at width bits * count | crc32c u32
 //
@@ -40,11 +42,13 @@ const maxPageEntries = 1 << 20
 //	         lwidth u8 | (run length - 1) packed at lwidth bits * distinct
 //
 // where runs lists each distinct key once (steps between them, each at least 1) and how many
-// pairs hold it: a page of prices in cents holds ~100 distinct values in 1024 pairs. Strings:
+// pairs hold it: a page of prices in cents holds ~100 distinct values in 1024 pairs. Strings
+// are front-coded against the key before (shared is 0 for the first), in format 3 with the
+// lengths packed and the suffixes coded over the page's alphabet (strkeys.go), in format 2 as
 //
 //	keys = (shared uvarint | suffixLen uvarint | suffix) * count
 //
-// front-coded against the key before (shared is 0 for the first). Packed values are least
+// Packed values are least
 // significant bit first in ceil(n*width/8) bytes, zero-padded (see pack.go). A sorted id
 // column's page is thus about 1.4 bytes a row, where format 1 took 16:
 //
@@ -57,6 +61,7 @@ type BTreeWriter[K Key] struct {
 	keys     []K      // strings: the page's keys
 	ids      []uint64
 	strs     []byte   // addEntries' copy of the page's string keys: a builder reuses its buffers
+	sp       strPage  // strings: the page's keys front-coded
 	scratch  []uint64 // the key deltas being packed
 	page     []byte
 	lookup   []byte
@@ -119,8 +124,18 @@ func (bw *BTreeWriter[K]) flush() error {
 		lo, hi = keyOfSort[K](bw.sk[0]), keyOfSort[K](bw.sk[n-1])
 		b, bw.scratch = appendNumKeys(b, bw.sk, bw.scratch[:0])
 	} else {
+		keys := any(bw.keys).([]string)
 		lo, hi = bw.keys[0], bw.keys[n-1]
-		b = appendFrontCoded(b, any(bw.keys).([]string))
+		prev := ""
+		for _, k := range keys {
+			shared := commonPrefixString(prev, k)
+			bw.sp.addString(shared, k[shared:])
+			prev = k
+		}
+		var err error
+		if b, err = bw.sp.appendTo(b); err != nil {
+			return err
+		}
 	}
 	return bw.writePage(b, off, lo, hi)
 }
@@ -156,6 +171,7 @@ func (bw *BTreeWriter[K]) writePage(b []byte, off int64, lo, hi K) error {
 	bw.entries += uint64(n)
 	bw.keys, bw.ids, bw.strs = bw.keys[:0], bw.ids[:0], bw.strs[:0]
 	bw.sk = bw.sk[:0]
+	bw.sp.reset()
 	return nil
 }
 
@@ -215,12 +231,12 @@ type BTreeReader[K Key] struct {
 	r       RangeReader
 	pages   []btreePage[K]
 	entries uint64
-	v1      bool // pages of format 1
+	format  int // 1, 2 or 3
 }
 
 // OpenBTree reads and validates a segment's trailer and lookup table.
 func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], error) {
-	t, lookup, magic, err := readFrame(ctx, r, "btree", []string{btreeMagic, btreeMagicV1}, KeyTypeOf[K]())
+	t, lookup, magic, err := readFrame(ctx, r, "btree", []string{btreeMagic, btreeMagicV2, btreeMagicV1}, KeyTypeOf[K]())
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +267,8 @@ func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], erro
 	if len(d.b) != 0 || next != int64(t.lookupOff) || total != t.entries {
 		return nil, corrupt("btree", int64(t.lookupOff), "lookup table does not account for the segment")
 	}
-	return &BTreeReader[K]{r: r, pages: pages, entries: t.entries, v1: magic == btreeMagicV1}, nil
+	format := map[string]int{btreeMagicV1: 1, btreeMagicV2: 2, btreeMagic: 3}[magic]
+	return &BTreeReader[K]{r: r, pages: pages, entries: t.entries, format: format}, nil
 }
 
 // Entries is the number of (key, row id) pairs in the segment.
@@ -293,10 +310,10 @@ func (br *BTreeReader[K]) Scan(ctx context.Context, rg Range[K], fn func(K, uint
 		}
 		for _, p := range br.pages[lo:hi] {
 			page := buf[p.off-start : p.off-start+p.length]
-			if br.v1 {
+			if br.format == 1 {
 				keys, ids, err = decodePageV1(page, p, keys[:0], ids[:0])
 			} else {
-				keys, ids, err = decodePage(page, p, keys[:0], ids[:0])
+				keys, ids, err = decodePage(page, p, br.format, keys[:0], ids[:0])
 			}
 			if err != nil {
 				return err
@@ -312,20 +329,25 @@ func (br *BTreeReader[K]) Scan(ctx context.Context, rg Range[K], fn func(K, uint
 	return nil
 }
 
-// decodePage decodes a page of format 2.
-func decodePage[K Key](b []byte, p btreePage[K], keys []K, ids []uint64) ([]K, []uint64, error) {
+// decodePage decodes a page of format 2 or 3.
+func decodePage[K Key](b []byte, p btreePage[K], format int, keys []K, ids []uint64) ([]K, []uint64, error) {
 	body, err := pageBody(b, p)
 	if err != nil {
 		return nil, nil, err
 	}
 	bad := func(what string) error { return corrupt("btree", p.off, "page %s", what) }
-	if KeyTypeOf[K]() == KeyString {
+	switch {
+	case KeyTypeOf[K]() != KeyString:
+		// ids serves as the keys' scratch, then holds the ids.
+		if keys, body, ids, err = decodeNumKeys(body, p.count, keys, ids[:0], bad); err != nil {
+			return nil, nil, err
+		}
+	case format == 2:
 		if keys, body, err = decodeFrontCoded(body, p.count, keys, bad); err != nil {
 			return nil, nil, err
 		}
-	} else {
-		// ids serves as the keys' scratch, then holds the ids.
-		if keys, body, ids, err = decodeNumKeys(body, p.count, keys, ids[:0], bad); err != nil {
+	default:
+		if keys, body, ids, err = decodeStrKeys(body, p.count, keys, ids[:0], bad); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -255,8 +255,8 @@ type pairWriter interface {
 }
 
 // pairSink feeds sorted pairs to a chunk's page writer: it drops the first skip, then takes
-// left more. It front-codes each key into the page as it comes (the bytes BTreeWriter.flush
-// writes for the same keys), so keys are not copied to be encoded later: prev is the key
+// left more. It front-codes each key into the page's strPage as it comes (as BTreeWriter.flush
+// does for the same keys), so keys are not copied whole to be encoded later: prev is the key
 // before, in the caller's buffer until detach copies it.
 type pairSink struct {
 	bw          *BTreeWriter[string]
@@ -284,15 +284,12 @@ func (ps *pairSink) add(s []byte, id uint64, shared int) error {
 	ps.left--
 	bw := ps.bw
 	if len(bw.ids) == 0 {
-		bw.page = append(bw.page[:0], 0, 0, 0, 0) // the count, once known
 		ps.first, ps.prev, shared = append(ps.first[:0], s...), nil, 0
 	}
 	if shared < 0 {
 		shared = commonPrefix(ps.prev, s)
 	}
-	bw.page = binary.AppendUvarint(bw.page, uint64(shared))
-	bw.page = binary.AppendUvarint(bw.page, uint64(len(s)-shared))
-	bw.page = append(bw.page, s[shared:]...)
+	bw.sp.add(shared, s[shared:])
 	ps.prev = s
 	bw.ids = append(bw.ids, id)
 	if len(bw.ids) == bw.perPage {
@@ -313,8 +310,11 @@ func (ps *pairSink) flush() error {
 	if len(bw.ids) == 0 {
 		return nil
 	}
-	binary.LittleEndian.PutUint32(bw.page, uint32(len(bw.ids)))
-	return bw.writePage(bw.page, bw.w.off, arenaString(ps.first), arenaString(ps.prev))
+	b, err := bw.sp.appendTo(binary.LittleEndian.AppendUint32(bw.page[:0], uint32(len(bw.ids))))
+	if err != nil {
+		return err
+	}
+	return bw.writePage(b, bw.w.off, arenaString(ps.first), arenaString(ps.prev))
 }
 
 // rangeGather is a worker's scratch for one range of all runs: key e is

@@ -3,6 +3,7 @@ package index_test
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -80,6 +81,74 @@ func TestFormat1SegmentsStillRead(t *testing.T) {
 	t.Run("int64", func(t *testing.T) { checkSegment(t, read("btree-v1-int64.seg"), ints, 1<<33) })
 	t.Run("float64", func(t *testing.T) { checkSegment(t, read("btree-v1-float64.seg"), floats, 1<<33) })
 	t.Run("string", func(t *testing.T) { checkSegment(t, read("btree-v1-string.seg"), strs, 1<<33) })
+}
+
+// v2StringKeys regenerates the keys of testdata/btree-v2-string.seg (written, 100 pairs a
+// page, row ids from 1<<33, by the format 2 writer before format 3 coded the string pages).
+func v2StringKeys() []string {
+	_, _, strs := v1Keys()
+	return append(strs, string(make([]byte, 300)), "\x00", "", "é", "\xff")
+}
+
+// String segments of format 2 (uvarint lengths, raw suffixes) stay readable.
+func TestFormat2StringSegmentsStillRead(t *testing.T) {
+	b, err := os.ReadFile("testdata/btree-v2-string.seg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b[:8]) != "STWBT002" {
+		t.Fatal("btree-v2-string.seg is not a format 2 segment")
+	}
+	checkSegment(t, b, v2StringKeys(), 1<<33)
+	if n, err := index.VerifyBTree[string](context.Background(), index.BytesReader(b)); err != nil || n != uint64(len(v2StringKeys())) {
+		t.Fatalf("verify: %d, %v", n, err)
+	}
+}
+
+// Format 3 codes a string page's suffixes over its alphabet at every width, from one symbol
+// to 128, and stores them raw past 128 or when there are none; every page reads back.
+func TestFormat3StringAlphabets(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, symbols := range []int{1, 2, 3, 16, 17, 64, 65, 127, 128, 129, 256} {
+		alphabet := r.Perm(256)[:symbols]
+		keys := make([]string, 3000)
+		for i := range keys {
+			k := make([]byte, r.IntN(24))
+			for j := range k {
+				k[j] = byte(alphabet[r.IntN(symbols)])
+			}
+			keys[i] = string(k)
+		}
+		for _, ps := range []int{1, 7, 1024} {
+			seg := buildBTree(t, keys, 5, index.BuildOptions{PageEntries: ps})
+			if string(seg[:8]) != "STWBT003" {
+				t.Fatalf("written as %q", seg[:8])
+			}
+			checkSegment(t, seg, keys, 5)
+		}
+	}
+	same := slices.Repeat([]string{"x"}, 2500) // no suffix bytes past each page's first key
+	checkSegment(t, buildBTree(t, same, 0, index.BuildOptions{}), same, 0)
+	empty := slices.Repeat([]string{""}, 2500) // none at all
+	checkSegment(t, buildBTree(t, empty, 0, index.BuildOptions{}), empty, 0)
+}
+
+// 16 random hex digits a key (the bench's name column): format 2 took about 15 bytes a pair;
+// format 3 codes the ~10 suffix bytes a key at 4 bits and packs the lengths.
+func TestFormat3StringSize(t *testing.T) {
+	const n = 200_000
+	r := rand.New(rand.NewPCG(1, 1))
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%016x", r.Uint64())
+	}
+	seg := buildBTree(t, keys, 0, index.BuildOptions{})
+	// shared ~4 bits, suffix length ~4, suffix ~13.5 digits at 4 bits, row id 18 bits
+	t.Logf("%.2f bytes a pair", float64(len(seg))/n)
+	if len(seg) > 11*n {
+		t.Fatalf("hex keys: %d bytes for %d pairs (%.1f a pair)", len(seg), n, float64(len(seg))/n)
+	}
+	checkSegment(t, seg, keys, 0)
 }
 
 // The same keys in format 2, in both forms of numeric keys, with the extremes of every width:

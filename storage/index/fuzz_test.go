@@ -18,6 +18,11 @@ func FuzzDecodeBTreeSegment(f *testing.F) {
 	f.Add(buildBTree(f, []int64{4, 4, 4, 4, 4, 4, 7, 7, 7, 7, 7, 7, 9, 9, 9, 9}, 3, index.BuildOptions{PageEntries: 16})) // keys as runs
 	f.Add([]byte("STWBT001"))
 	f.Add([]byte("STWBT002"))
+	f.Add([]byte("STWBT003"))
+	f.Add(buildBTree(f, []string{"0f3a", "0f3b", "0f3b", "1", "", "\xff\x00"}, 2, index.BuildOptions{PageEntries: 4}))
+	if seg, err := os.ReadFile("testdata/btree-v2-string.seg"); err == nil {
+		f.Add(seg[:min(len(seg), 2000)])
+	}
 	for _, name := range []string{"int64", "float64", "string"} {
 		if seg, err := os.ReadFile("testdata/btree-v1-" + name + ".seg"); err == nil {
 			f.Add(seg[:min(len(seg), 2000)]) // format 1: a truncated one is enough to mutate

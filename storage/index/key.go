@@ -174,25 +174,19 @@ func keyOfSort[K Key](u uint64) K {
 	return k
 }
 
-// appendFrontCoded appends sorted string keys, each as the length of the prefix it shares
-// with the key before, then the rest.
-func appendFrontCoded(b []byte, keys []string) []byte {
-	prev := ""
-	for _, k := range keys {
-		shared := 0
-		for n := min(len(prev), len(k)); shared < n && prev[shared] == k[shared]; shared++ {
-		}
-		b = binary.AppendUvarint(b, uint64(shared))
-		b = binary.AppendUvarint(b, uint64(len(k)-shared))
-		b = append(b, k[shared:]...)
-		prev = k
+// commonPrefixString is the length of the prefix a and b share.
+func commonPrefixString(a, b string) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
 	}
-	return b
+	return i
 }
 
-// decodeFrontCoded reads n front-coded keys from b onto keys and returns the bytes after
-// them. The keys share one new arena: none of them aliases b. bad makes the error for a
-// malformed key.
+// decodeFrontCoded reads n keys of a format 2 string page from b onto keys and returns the
+// bytes after them. The keys share one new arena: none of them aliases b. bad makes the error
+// for a malformed key.
 func decodeFrontCoded[K Key](b []byte, n int, keys []K, bad func(string) error) ([]K, []byte, error) {
 	arena := make([]byte, 0, 2*len(b))
 	prev := ""
@@ -208,6 +202,9 @@ func decodeFrontCoded[K Key](b []byte, n int, keys []K, bad func(string) error) 
 		}
 		suffix := b[m : m+int(l)]
 		b = b[m+int(l):]
+		if len(arena)+int(shared)+len(suffix) > maxSpanLen {
+			return nil, nil, bad("keys longer than a page may hold")
+		}
 		at := len(arena)
 		arena = append(append(arena, prev[:shared]...), suffix...)
 		k := arenaString(arena[at:])
