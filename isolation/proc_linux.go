@@ -71,7 +71,13 @@ func OwnerAlive(name string) bool {
 // readProcCgroup returns pid's v1 paths by controller and its unified path. A zombie keeps its
 // unified path (with " (deleted)" once the cgroup is gone) but shows "/" in v1 hierarchies.
 func readProcCgroup(pid int) (map[string]string, string, error) {
-	v1, unified, err := cgroups.ParseCgroupFileUnified(fmt.Sprintf("/proc/%d/cgroup", pid))
+	// readFile, not the library's os.Open: the runtime's poller would take 5 more system
+	// calls on the launch path to register the file and back off.
+	b, err := readFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return nil, "", err
+	}
+	v1, unified, err := cgroups.ParseCgroupFromReaderUnified(bytes.NewReader(b))
 	return v1, strings.TrimSuffix(unified, " (deleted)"), err
 }
 
