@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 )
 
-// Bit packing for BTREE pages (format 2): n values of width bits each, least significant bit
-// first, in exactly ceil(n*width/8) bytes; the bits past the last value are zero.
+// Bit packing for BTREE pages (formats 2 and 3): n values of width bits each, least significant
+// bit first, in exactly ceil(n*width/8) bytes; the bits past the last value are zero.
 
 // packedLen is the size of n values packed at width bits.
 func packedLen(n int, width uint) int { return (n*int(width) + 7) / 8 }
