@@ -48,9 +48,8 @@ const maxPageEntries = 1 << 20
 //
 //	keys = (shared uvarint | suffixLen uvarint | suffix) * count
 //
-// Packed values are least
-// significant bit first in ceil(n*width/8) bytes, zero-padded (see pack.go). A sorted id
-// column's page is thus about 1.4 bytes a row, where format 1 took 16:
+// Packed values are least significant bit first in ceil(n*width/8) bytes, zero-padded (see
+// pack.go). A sorted id column's page is thus about 1.4 bytes a row, where format 1 took 16:
 //
 //	page (format 1) = count u32 | key*count | rowID u64 * count | crc32c u32
 type BTreeWriter[K Key] struct {
@@ -267,7 +266,13 @@ func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], erro
 	if len(d.b) != 0 || next != int64(t.lookupOff) || total != t.entries {
 		return nil, corrupt("btree", int64(t.lookupOff), "lookup table does not account for the segment")
 	}
-	format := map[string]int{btreeMagicV1: 1, btreeMagicV2: 2, btreeMagic: 3}[magic]
+	format := 3
+	switch magic {
+	case btreeMagicV1:
+		format = 1
+	case btreeMagicV2:
+		format = 2
+	}
 	return &BTreeReader[K]{r: r, pages: pages, entries: t.entries, format: format}, nil
 }
 
