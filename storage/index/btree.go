@@ -11,13 +11,22 @@ import (
 	"sort"
 )
 
-// Segment formats, told apart by their magic. Format 3 is written; formats 1 and 2 are still
-// read. Formats 2 and 3 differ only in the keys of a string page.
+// Segment formats, told apart by their magic. Formats 2 and 3 differ only in the keys of a
+// string page: string segments are written in format 3, numeric ones still in format 2 (the
+// same bytes, so a steward that predates format 3 reads them); format 1 is still read.
 const (
 	btreeMagicV1 = "STWBT001"
 	btreeMagicV2 = "STWBT002"
 	btreeMagic   = "STWBT003"
 )
+
+// writeMagic is the magic a writer of K keys gives its segment.
+func writeMagic[K Key]() string {
+	if KeyTypeOf[K]() == KeyString {
+		return btreeMagic
+	}
+	return btreeMagicV2
+}
 
 // DefaultPageEntries is the number of (key, row id) pairs per BTREE page.
 const DefaultPageEntries = 1024
@@ -85,7 +94,7 @@ func NewBTreeWriter[K Key](w io.Writer, pageEntries int) (*BTreeWriter[K], error
 		return nil, fmt.Errorf("index: %d entries per page exceeds %d", pageEntries, maxPageEntries)
 	}
 	bw := &BTreeWriter[K]{w: &countingWriter{w: w}, perPage: pageEntries, str: KeyTypeOf[K]() == KeyString}
-	if _, err := bw.w.Write([]byte(btreeMagic)); err != nil {
+	if _, err := bw.w.Write([]byte(writeMagic[K]())); err != nil {
 		return nil, err
 	}
 	return bw, nil
@@ -214,7 +223,7 @@ func (bw *BTreeWriter[K]) Close() error {
 	if err := bw.flush(); err != nil {
 		return err
 	}
-	return writeTail(bw.w, KeyTypeOf[K](), bw.pages, bw.entries, bw.lookup, btreeMagic)
+	return writeTail(bw.w, KeyTypeOf[K](), bw.pages, bw.entries, bw.lookup, writeMagic[K]())
 }
 
 type btreePage[K Key] struct {

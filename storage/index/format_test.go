@@ -1,6 +1,7 @@
 package index_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -103,6 +104,26 @@ func TestFormat2StringSegmentsStillRead(t *testing.T) {
 	if n, err := index.VerifyBTree[string](context.Background(), index.BytesReader(b)); err != nil || n != uint64(len(v2StringKeys())) {
 		t.Fatalf("verify: %d, %v", n, err)
 	}
+}
+
+// Numeric segments are still written in format 2, byte for byte as the writer before format 3
+// wrote them (testdata/btree-v2-*.seg, same keys, 100 pairs a page, row ids from 1<<33), so a
+// steward that predates format 3 reads every numeric index a newer one builds.
+func TestNumericSegmentsStayFormat2(t *testing.T) {
+	ints, floats, _ := v1Keys()
+	for name, seg := range map[string][]byte{
+		"int64":   buildBTree(t, ints, 1<<33, index.BuildOptions{PageEntries: 100}),
+		"float64": buildBTree(t, floats, 1<<33, index.BuildOptions{PageEntries: 100}),
+	} {
+		want, err := os.ReadFile("testdata/btree-v2-" + name + ".seg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(want[:8]) != "STWBT002" || !bytes.Equal(seg, want) {
+			t.Fatalf("%s: %d bytes starting %q, want the %d bytes of the format 2 file", name, len(seg), seg[:8], len(want))
+		}
+	}
+	checkSegment(t, buildBTree(t, ints, 1<<33, index.BuildOptions{PageEntries: 100}), ints, 1<<33)
 }
 
 // Format 3 codes a string page's suffixes over its alphabet at every width, from one symbol
