@@ -32,9 +32,10 @@ import (
 // folios): the page cache then holds it in PMD-sized folios where the file system allows, and
 // a worker's text and read-only data, whose addresses lie at the same offset from 2 MiB
 // boundaries as their file offsets (the Go linker's layout), are mapped 2 MiB a page-table
-// entry. With 1 MiB writes (folios of at most 1 MiB) the same worker mapped them in 4 KiB
-// entries: FilePmdMapped 0 of 29.8 MB RssFile, VmPTE 248 kB; with 2 MiB writes 22.5 MB of
-// 29.2 MB PMD-mapped, VmPTE 204 kB (ext4, kernel 6.18). The copy is read-only (0555, in the
+// entry. `steward serve` started from a copy made in 1 MiB writes (folios of at most 1 MiB)
+// mapped them in 4 KiB entries: FilePmdMapped 0 of 29.8 MB RssFile, VmPTE 248 kB; from one
+// made in 2 MiB writes 22.5 of 29.2 MB PMD-mapped, VmPTE 204 kB; a prestarted worker 24.6 of
+// 27.2 MB, VmPTE 148 -> 96 kB (ext4, kernel 6.18). The copy is read-only (0555, in the
 // 0711 temp dir: guests can execute it and change nothing), goes with the temp dir at Close, and
 // a dead sidecar's is swept with its temp dir. Before any worker depends on it, it is started
 // once as a worker probe (isolation.ProbeExecutable): if it does not run, workers stay on

@@ -164,7 +164,7 @@ func TestFormat3StringSize(t *testing.T) {
 		keys[i] = fmt.Sprintf("%016x", r.Uint64())
 	}
 	seg := buildBTree(t, keys, 0, index.BuildOptions{})
-	// shared ~4 bits, suffix length ~4, suffix ~13.5 digits at 4 bits, row id 18 bits
+	// shared ~3 bits, suffix length ~4, suffix ~11.6 digits at 4 bits, row id 18 bits
 	t.Logf("%.2f bytes a pair", float64(len(seg))/n)
 	if len(seg) > 11*n {
 		t.Fatalf("hex keys: %d bytes for %d pairs (%.1f a pair)", len(seg), n, float64(len(seg))/n)
