@@ -134,11 +134,12 @@ func (bw *BTreeWriter[K]) flush() error {
 	} else {
 		keys := any(bw.keys).([]string)
 		lo, hi = bw.keys[0], bw.keys[n-1]
-		prev := ""
+		var prev []byte
 		for _, k := range keys {
-			shared := commonPrefixString(prev, k)
-			bw.sp.addString(shared, k[shared:])
-			prev = k
+			kb := stringBytes(k)
+			shared := commonPrefix(prev, kb)
+			bw.sp.add(shared, kb[shared:])
+			prev = kb
 		}
 		var err error
 		if b, err = bw.sp.appendTo(b); err != nil {

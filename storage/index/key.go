@@ -174,16 +174,6 @@ func keyOfSort[K Key](u uint64) K {
 	return k
 }
 
-// commonPrefixString is the length of the prefix a and b share.
-func commonPrefixString(a, b string) int {
-	n := min(len(a), len(b))
-	i := 0
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
-}
-
 // decodeFrontCoded reads n keys of a format 2 string page from b onto keys and returns the
 // bytes after them. The keys share one new arena: none of them aliases b. bad makes the error
 // for a malformed key.

@@ -46,14 +46,6 @@ func (sp *strPage) add(shared int, suffix []byte) {
 	sp.keyBytes += shared + len(suffix)
 }
 
-// addString is add for a key held as a string.
-func (sp *strPage) addString(shared int, suffix string) {
-	sp.shared = append(sp.shared, uint64(shared))
-	sp.lens = append(sp.lens, uint64(len(suffix)))
-	sp.suffixes = append(sp.suffixes, suffix...)
-	sp.keyBytes += shared + len(suffix)
-}
-
 // appendTo appends the page's keys. A page whose keys add up to more than maxSpanLen bytes is
 // refused: a reader would take it for corruption.
 func (sp *strPage) appendTo(b []byte) ([]byte, error) {
