@@ -340,9 +340,9 @@ func (l *lockedBuilder) String() string {
 	return l.b.String()
 }
 
-// TestCloseHoldingKeepsNamespaces: a contained domain's IPC and network namespaces outlive
-// CloseHolding, held by descriptors of the supervisor only, until release; Close releases them
-// at once; a domain with the host's network holds its IPC namespace alone.
+// TestCloseHoldingKeepsNamespaces: a contained domain's IPC, mount and network namespaces
+// outlive CloseHolding, held by descriptors of the supervisor only, until release; Close releases
+// them at once; a domain with the host's network holds its IPC and mount namespaces alone.
 func TestCloseHoldingKeepsNamespaces(t *testing.T) {
 	needCgroups(t)
 	testenv.NeedRoot(t) // the tests expect the default guest 65534, which only root may map
@@ -353,7 +353,7 @@ func TestCloseHoldingKeepsNamespaces(t *testing.T) {
 			"STEWARD_TEST_PORT=1", "STEWARD_TEST_OTHER=127.0.0.1:1", "STEWARD_TEST_SECRET=/nonexistent"}})
 		r() // the worker is alive and reported: its namespaces are there to name
 		ns := map[string]string{}
-		for _, kind := range []string{"ipc", "net"} {
+		for _, kind := range []string{"ipc", "mnt", "net"} {
 			link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", d.Pid(), kind))
 			if err != nil {
 				t.Fatal(err)
@@ -369,7 +369,7 @@ func TestCloseHoldingKeepsNamespaces(t *testing.T) {
 	}
 	held := func(ns map[string]string) (got []string) {
 		fds := openLinks(t)
-		for _, kind := range []string{"ipc", "net"} {
+		for _, kind := range []string{"ipc", "mnt", "net"} {
 			if ns[kind] != "" && fds[ns[kind]] {
 				got = append(got, kind)
 			}
@@ -378,15 +378,15 @@ func TestCloseHoldingKeepsNamespaces(t *testing.T) {
 	}
 
 	d, ns := start(false)
-	if ns["ipc"] == "" || ns["net"] == "" {
+	if ns["ipc"] == "" || ns["mnt"] == "" || ns["net"] == "" {
 		t.Fatalf("contained worker without network shares a namespace with the supervisor: %v", ns)
 	}
 	release, err := d.CloseHolding()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := held(ns); !slices.Equal(got, []string{"ipc", "net"}) {
-		t.Fatalf("after CloseHolding the supervisor holds %v of the dead domain's namespaces %v, want ipc and net", got, ns)
+	if got := held(ns); !slices.Equal(got, []string{"ipc", "mnt", "net"}) {
+		t.Fatalf("after CloseHolding the supervisor holds %v of the dead domain's namespaces %v, want ipc, mnt and net", got, ns)
 	}
 	release()
 	release() // idempotent
@@ -410,8 +410,8 @@ func TestCloseHoldingKeepsNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := held(ns); !slices.Equal(got, []string{"ipc"}) {
-		t.Fatalf("a domain with the host's network: held %v, want ipc", got)
+	if got := held(ns); !slices.Equal(got, []string{"ipc", "mnt"}) {
+		t.Fatalf("a domain with the host's network: held %v, want ipc and mnt", got)
 	}
 	release()
 	if got := held(ns); len(got) != 0 {

@@ -26,7 +26,7 @@ type Domain struct {
 	// checks it once its PDEATHSIG is set, to know the supervisor was alive at that moment.
 	lifeline *os.File
 	innerPid int // the worker's own pid in its PID namespace (1), or 0 when it shares ours
-	// held are a contained domain's IPC and network namespaces, open from its start until
+	// held are a contained domain's IPC, mount and network namespaces, open from its start until
 	// Close or CloseHolding's release (holdNamespaces).
 	held []*os.File
 
@@ -126,13 +126,15 @@ func (d *Domain) Close() error {
 	return err
 }
 
-// CloseHolding is Close, except that a contained domain's IPC and network namespaces stay held
-// until release is called. By then no process of the domain is left, so nothing can enter them
-// (only a descriptor can, and the supervisor holds the only ones); what their last reference
-// sets off is the kernel's destruction work (free_ipc and cleanup_net on kernel work queues,
-// with RCU grace periods), and run at the worker's exit it competed for the CPUs with the
-// supervisor's own teardown and answer. A caller that answers first calls release right after.
-// release is idempotent and safe to call from any goroutine.
+// CloseHolding is Close, except that a contained domain's IPC, mount and network namespaces
+// stay held until release is called. By then no process of the domain is left, so nothing can
+// enter them (only a descriptor can, and the supervisor holds the only ones); what their last
+// reference sets off is the kernel's destruction work (free_ipc and cleanup_net on kernel work
+// queues, with RCU grace periods; the mount namespace's unmounts wait out an expedited grace
+// period in the last task's exit itself), and run at the worker's exit it competed for the CPUs
+// with the supervisor's own teardown and answer, or delayed the exit the answer waits for. A
+// caller that answers first calls release right after. release is idempotent and safe to call
+// from any goroutine.
 func (d *Domain) CloseHolding() (release func(), err error) {
 	d.mu.Lock()
 	release = d.takeHeld()
@@ -176,14 +178,15 @@ func (d *Domain) takeHeld() func() {
 	}
 }
 
-// holdNamespaces opens the IPC namespace of a contained worker just born, and its network
-// namespace unless it keeps the host's, so that CloseHolding can keep them past the domain's
-// end. The worker waits at its barrier here, so /proc/<pid> is still it. A namespace that cannot
+// holdNamespaces opens the IPC and mount namespaces of a contained worker just born, and its
+// network namespace unless it keeps the host's, so that CloseHolding can keep them past the
+// domain's end. (The worker sets its mounts up after exec, in the mount namespace it was born
+// in: the one held.) The worker waits at its barrier here, so /proc/<pid> is still it. A namespace that cannot
 // be opened is simply not held: it is then destroyed at the worker's exit, as without holding.
 func (d *Domain) holdNamespaces(network bool) {
-	kinds := []string{"ipc", "net"}
+	kinds := []string{"ipc", "mnt", "net"}
 	if network {
-		kinds = kinds[:1]
+		kinds = kinds[:2]
 	}
 	for _, ns := range kinds {
 		if f, err := os.Open("/proc/" + strconv.Itoa(d.pid) + "/ns/" + ns); err == nil {

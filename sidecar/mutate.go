@@ -23,7 +23,7 @@ type job struct {
 	peer     *rpc.Peer
 	done     chan rpc.MutateResult
 	// afterAnswer, set by invoke, releases what the answer need not wait for (the domain's
-	// empty namespaces); the executor calls it once the answer is written.
+	// empty namespaces, then its temp dir); the executor calls it once the answer is written.
 	afterAnswer func()
 }
 

@@ -161,3 +161,28 @@ func reapOrphan(pid string) {
 		_, _ = syscall.Wait4(n, &ws, syscall.WNOHANG, nil)
 	}
 }
+
+// TestDomainTempDirRemovedAfterEachCall: the private temp dir of the domain that served a call
+// is removed once the call is answered (after the answer, behind the domain's held namespaces),
+// whether the call committed or was a no-op, and the sidecar keeps no more than its next
+// spare's.
+func TestDomainTempDirRemovedAfterEachCall(t *testing.T) {
+	tmp := testenv.GuestDir(t)
+	e := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+tmp), "--executors", "1")
+	dir := ownerTempDir(t, tmp, e.c.Pid())
+	e.makeDataset("tmp", 2000)
+	for i := range 2 { // a build that commits version 2, then its IF NOT EXISTS no-op
+		waitFor(t, func() bool { return len(domainDirs(t, dir)) == 1 }) // the spare's
+		before := domainDirs(t, dir)
+		p := e.params(randID("inv-"), "tmp", int64(1+i), rpc.OpCreate, "ix", "category", rpc.IndexBitmap)
+		p.IfNotExists = i > 0
+		res := e.mutate(p)
+		if i == 0 && res.CommittedVersion != 2 || i > 0 && res.CompletionReason != rpc.CompletionIfNotExistsNoop {
+			t.Fatalf("call %d: %+v", i, res)
+		}
+		waitFor(t, func() bool {
+			now := domainDirs(t, dir)
+			return len(now) == 1 && now[0] != before[0]
+		})
+	}
+}
