@@ -713,3 +713,52 @@ func taskCgroups(t *testing.T) []taskCgroup {
 	}
 	return out
 }
+
+// TestMainProcessReaped: the main process's end reaches Wait and the teardown with its exit code
+// or signal, whether the poller reports the exit (a non-blocking pidfd) or, as on kernels without
+// PIDFD_NONBLOCK, the forking thread waits for it in waitid; the reap leaves no process behind.
+func TestMainProcessReaped(t *testing.T) {
+	needCgroups(t)
+	for _, notices := range []bool{true, false} {
+		t.Run(map[bool]string{true: "exit-notice", false: "waitid"}[notices], func(t *testing.T) {
+			defer func(was bool) { exitNotices = was }(exitNotices)
+			exitNotices = notices
+			if f := exitNotice(os.Getpid()); f != nil {
+				f.Close()
+			} else if notices {
+				testenv.Unavailable(t, "no PIDFD_NONBLOCK (Linux < 5.10): no exit notices to test")
+			}
+			s := newSupervisor(t, ModeAuto, nil)
+			d, err := s.Start(context.Background(), Spec{Env: workerEnv("exit3")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if o, err := d.Wait(context.Background()); err != nil || o.ExitCode != 3 || o.SignalName != "" {
+				t.Fatalf("Wait = %+v, %v; want exit code 3", o, err)
+			}
+			o, err := d.Terminate(context.Background())
+			assertReaped(t, o, err, "exited")
+			if o.ExitCode != 3 {
+				t.Fatalf("Terminate = %+v, want exit code 3", o)
+			}
+
+			d2, read := startReporting(t, s, "ignoreterm-no", Spec{})
+			read(1)
+			select {
+			case <-d2.Done():
+				t.Fatal("Done before the worker ended")
+			default:
+			}
+			o, err = d2.Kill(context.Background())
+			assertReaped(t, o, err, "kill")
+			if o.SignalName != "SIGKILL" || o.ExitCode != -1 {
+				t.Fatalf("Kill = %+v, want the worker ended by SIGKILL", o)
+			}
+			var info unix.Siginfo
+			if err := unix.Waitid(unix.P_PID, d2.Pid(), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); !errors.Is(err, unix.ECHILD) {
+				t.Fatalf("pid %d is still a child of ours after the reap (waitid: %v)", d2.Pid(), err)
+			}
+		})
+	}
+}

@@ -159,8 +159,10 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 }
 
 // start forks the worker from a goroutine locked to its OS thread, and keeps that goroutine
-// (and thread) blocked in Wait for the worker's whole life: PDEATHSIG fires when the creating
-// thread exits, not the process (golang/go#27505), so the thread must outlive the worker. The
+// (and thread) until the worker is reaped: PDEATHSIG fires when the creating thread exits, not
+// the process (golang/go#27505), so the thread must outlive the worker. The reap itself is a
+// goroutine's that the poller wakes with the exit (exitNotice), or, without PIDFD_NONBLOCK, the
+// forking thread's own, blocked in waitid. The
 // thread sets no_new_privs on itself first, so the worker has it from birth, on every thread
 // and in every process it starts; the goroutine ends locked, so the runtime retires the thread
 // instead of handing it to other goroutines. enter moves the thread into the domain's v1
@@ -206,13 +208,68 @@ func (d *Domain) start(path string, argv []string, attr *os.ProcAttr, enter func
 			return // exits locked: the runtime discards the thread, harmless
 		}
 		d.proc, d.pid, d.started = p, p.Pid, time.Now()
+		exit := exitNotice(p.Pid)
 		started <- result{born: leave != nil}
-		st, werr := p.Wait() // waitid(P_PIDFD): Go 1.23+ holds a pidfd for p
-		d.state, d.waitErr, d.wall = st, werr, time.Since(d.started)
-		close(d.exited)
+		if exit == nil {
+			d.reap() // blocks this thread in waitid(P_PIDFD) until the exit
+			return
+		}
+		go func() {
+			awaitExit(exit)
+			d.reap() // the worker has exited: waitid returns at once
+		}()
+		<-d.exited // the thread stays until the reap (PDEATHSIG), parked
 	}()
 	r := <-started
 	return r.born, r.err
+}
+
+// exitNotices is false only in tests of the reap without exit notices (kernels before 5.10).
+var exitNotices = true
+
+// reap waits for the main process (waitid(P_PIDFD): Go 1.23+ holds a pidfd for it) and records
+// how it ended.
+func (d *Domain) reap() {
+	st, werr := d.proc.Wait()
+	d.state, d.waitErr, d.wall = st, werr, time.Since(d.started)
+	close(d.exited)
+}
+
+// exitNotice returns a non-blocking pidfd of pid served by the runtime's poller, which reports
+// the process's exit as readable (nil where the kernel has no PIDFD_NONBLOCK, before 5.10).
+//
+// The exit of a worker is on the answer's path. Waited for in waitid on the forking thread, it
+// reached the waiting goroutine by two hand-offs between threads: the forking goroutine, locked
+// to its thread, wakes, closes Done and ends, its thread retires, and another thread must be
+// woken to run the waiter. Through the poller, the thread that takes the notice reaps and runs
+// the waiter itself.
+func exitNotice(pid int) *os.File {
+	if !exitNotices {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "pidfd")
+}
+
+// awaitExit returns once the process behind the pidfd f has exited (or f cannot be polled),
+// and closes f.
+func awaitExit(f *os.File) {
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool {
+		for {
+			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+			if !errors.Is(err, unix.EINTR) {
+				return n > 0 || err != nil
+			}
+		}
+	})
 }
 
 // devNull is /dev/null, opened once for every launch of the process (read and write: a
