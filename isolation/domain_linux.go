@@ -180,9 +180,10 @@ func (d *Domain) takeHeld() func() {
 
 // holdNamespaces opens the IPC and mount namespaces of a contained worker just born, and its
 // network namespace unless it keeps the host's, so that CloseHolding can keep them past the
-// domain's end. (The worker sets its mounts up after exec, in the mount namespace it was born
-// in: the one held.) The worker waits at its barrier here, so /proc/<pid> is still it. A namespace that cannot
-// be opened is simply not held: it is then destroyed at the worker's exit, as without holding.
+// domain's end. The worker waits at its barrier here, so /proc/<pid> is still it (and it sets
+// its mounts up after exec, in the mount namespace it was born in: the one held). A namespace
+// that cannot be opened is simply not held: it is then destroyed at the worker's exit, as
+// without holding.
 func (d *Domain) holdNamespaces(network bool) {
 	kinds := []string{"ipc", "mnt", "net"}
 	if network {
