@@ -160,13 +160,13 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 
 // start forks the worker from a goroutine locked to its OS thread, and keeps that goroutine
 // (and thread) until the worker is reaped: PDEATHSIG fires when the creating thread exits, not
-// the process (golang/go#27505), so the thread must outlive the worker. The reap itself is a
-// goroutine's that the poller wakes with the exit (exitNotice), or, without PIDFD_NONBLOCK, the
-// forking thread's own, blocked in waitid. The
-// thread sets no_new_privs on itself first, so the worker has it from birth, on every thread
-// and in every process it starts; the goroutine ends locked, so the runtime retires the thread
-// instead of handing it to other goroutines. enter moves the thread into the domain's v1
-// cgroups for the fork (see v1Group.enterSelf); bornV1 reports that the worker was born there.
+// the process (golang/go#27505), so the thread must outlive the worker. The reap is done by a
+// goroutine the poller wakes with the exit (exitNotice), or, without PIDFD_NONBLOCK, by the
+// forking thread itself, blocked in waitid. The thread sets no_new_privs on itself first, so
+// the worker has it from birth, on every thread and in every process it starts; the goroutine
+// ends locked, so the runtime retires the thread instead of handing it to other goroutines.
+// enter moves the thread into the domain's v1 cgroups for the fork (see v1Group.enterSelf);
+// bornV1 reports that the worker was born there.
 // cpus, if set, becomes the thread's affinity first, so the worker is born with it (the thread
 // is retired with the domain, so it is never undone).
 func (d *Domain) start(path string, argv []string, attr *os.ProcAttr, enter func() (func() error, error), cpus *unix.CPUSet) (bornV1 bool, _ error) {
