@@ -26,6 +26,21 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 {
+		// The worker modes, before the signal handlers below: a worker keeps SIGTERM's default
+		// action (the kill ladder's first stage ends it), exactly as cmd/steward-worker's does.
+		switch os.Args[1] {
+		case "worker":
+			// Only the sidecar starts it, through /proc/self/exe, with its protocol pipes on fds 3
+			// and 4. It exits the moment it has answered: the sidecar's own answer waits for this
+			// process to be gone.
+			os.Exit(worker.Main())
+		case "engine-exec":
+			// The trampoline of every other engine (steward serve --engine): only the sidecar
+			// starts it, through /proc/self/exe, in the engine's worker domain.
+			os.Exit(worker.ExecEngine(os.Args[2:]))
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -40,17 +55,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return runServe(ctx, args[1:], stderr)
-	case "worker":
-		// The isolated worker mode: only the sidecar starts it, through /proc/self/exe, with its
-		// protocol pipes on fds 3 and 4. It exits the moment it has answered: the sidecar's own
-		// answer waits for this process to be gone, and returning through main's stop (which
-		// hands the signals back and waits for the signal goroutine) cost a median 0.47 ms
-		// between the answer's write and exit_group on a busy 2-core machine.
-		os.Exit(worker.Main())
-	case "engine-exec":
-		// The trampoline of every other engine (steward serve --engine): only the sidecar starts
-		// it, through /proc/self/exe, in the engine's worker domain.
-		return worker.ExecEngine(args[1:])
 	case "doctor":
 		return runDoctor(ctx, args[1:], stdout, stderr)
 	case "dataset":

@@ -16,20 +16,29 @@ import (
 	"github.com/cba1309c/steward/storage"
 )
 
+// hang blocks forever. Not `select {}`: in a process with no other goroutine (steward-worker links
+// nothing that starts one) the runtime takes that for a deadlock and exits with code 2, where a
+// goroutine asleep on a timer is never one.
+func hang() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
 // earlyFault acts out faults that happen instead of the engine call. stop says Run must return.
 func earlyFault(c *enginesdk.Conn, fault string) (exit int, stop bool) {
 	switch fault {
 	case workerproto.FaultHang:
-		select {}
+		hang()
 	case workerproto.FaultIgnoreSIGTERM:
 		signal.Ignore(syscall.SIGTERM)
-		select {}
+		hang()
 	case workerproto.FaultSkipResult:
 		return 0, true
 	case workerproto.FaultGarbage:
 		_, _ = c.Out().Write([]byte{0, 0, 0, 12})
 		_, _ = io.WriteString(c.Out(), "not json at!")
-		select {}
+		hang()
 	case workerproto.FaultFlood:
 		go func() {
 			line := strings.Repeat("flood ", 200) + "\n"
@@ -39,7 +48,7 @@ func earlyFault(c *enginesdk.Conn, fault string) (exit int, stop bool) {
 		}()
 		for i := int64(0); ; i++ {
 			if workerproto.Write(c.Out(), &workerproto.Frame{T: workerproto.TypeProgress, Stage: "flood", Done: i, Total: i + 1}, workerproto.MaxWorkerFrame) != nil {
-				select {}
+				hang()
 			}
 		}
 	case workerproto.FaultOOM:
