@@ -21,9 +21,15 @@ BENCH_ROUNDS ?= 1
 all: build
 
 # Static like the release binaries and the binary the tests run (internal/testbin): a cgo build
-# is another program for containment (psx) and maps libc into every worker.
+# is another program for containment (psx) and maps libc into every worker. The worker executable
+# (cmd/steward-worker, its segments on 2 MiB boundaries) is built first and embedded into steward
+# through -overlay, so nothing is written into the source tree and a steward only ever starts
+# workers of its own build.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/steward
+	@mkdir -p $(dir $(BIN))
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-R=0x200000' -o $(BIN)-worker ./cmd/steward-worker
+	printf '{"Replace":{"%s":"%s"}}' "$(CURDIR)/cmd/steward/steward-worker" "$(CURDIR)/$(BIN)-worker" > $(BIN)-worker.overlay.json
+	CGO_ENABLED=0 $(GO) build -trimpath -tags=leanworker -overlay=$(BIN)-worker.overlay.json -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/steward
 
 # Static (CGO_ENABLED=0), path-free (-trimpath), stripped (-s -w) binaries named
 # steward-<version>-<os>-<arch>, and their checksums. Then checks: the checksums verify, each
@@ -33,8 +39,12 @@ release:
 	rm -rf dist && mkdir -p dist
 	@set -e; for p in $(RELEASE_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
 	  echo "build dist/steward-$(VERSION)-$$os-$$arch"; \
-	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
+	  w=dist/.worker-$$os-$$arch; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w -R=0x200000' -o $$w ./cmd/steward-worker; \
+	  printf '{"Replace":{"%s":"%s"}}' "$(CURDIR)/cmd/steward/steward-worker" "$(CURDIR)/$$w" > $$w.overlay.json; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -tags=leanworker -overlay=$$w.overlay.json -ldflags '-s -w $(LDFLAGS)' \
 	    -o dist/steward-$(VERSION)-$$os-$$arch ./cmd/steward; \
+	  rm -f $$w $$w.overlay.json; \
 	  $(GO) version -m dist/steward-$(VERSION)-$$os-$$arch | grep -q "CGO_ENABLED=0" || { echo "dist/steward-$(VERSION)-$$os-$$arch is not static"; exit 1; }; \
 	  $(GO) version -m dist/steward-$(VERSION)-$$os-$$arch | grep -q "GOARCH=$$arch" || { echo "dist/steward-$(VERSION)-$$os-$$arch is not $$arch"; exit 1; }; \
 	done

@@ -17,12 +17,13 @@ import (
 // stdio, admission, queue, isolated worker launch, handshake, request, dataset open on the pinned
 // snapshot, IF NOT EXISTS no-op, result, kill-and-reap teardown, answer) with the isolation
 // package's launch baseline in the same run: an isolated launch + wait + teardown of the same
-// steward binary in worker mode, which exits at once for lack of protocol pipes. The baseline
-// starts a worker image made as the sidecar makes its own (workerimage.go), so that both start
-// the same bytes from the same kind of page cache.
+// worker executable (the steward-worker the sidecar's build embeds) in worker mode, which exits
+// at once for lack of protocol pipes. The baseline starts a worker image made as the sidecar
+// makes its own (workerimage.go), so that both start the same bytes from the same kind of page
+// cache.
 func BenchmarkMutateNoop(b *testing.B) {
 	b.Run("isolation-launch-baseline", func(b *testing.B) {
-		image, err := sidecar.MakeWorkerImage(b.TempDir(), testbin.Steward(b))
+		image, err := sidecar.MakeWorkerImage(b.TempDir(), testbin.Worker(b))
 		if err != nil {
 			b.Fatal(err)
 		}

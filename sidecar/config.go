@@ -63,6 +63,13 @@ type Config struct {
 	// Engines registers engines besides the built-in one (docs/ENGINE.md §1); each is probed once
 	// at New, and one whose probe fails is left out (logged). Default none.
 	Engines []EngineSpec
+	// WorkerExecutable is the worker executable (cmd/steward-worker, built for this platform) the
+	// worker image is written from, when workers re-execute this binary (Isolation.WorkerPath
+	// left at its default): workers start it as they would `steward worker`. A sidecar whose
+	// temp dir holds no image (tmpfs, noexec) starts them from this binary's own worker mode.
+	// cmd/steward embeds it with the leanworker build tag. Default nil: the image is a copy of
+	// this binary.
+	WorkerExecutable []byte
 	// TempDir holds the sidecar's own directory steward-<pid>-<start> (mode 0711), in which each
 	// worker domain's private temp dir (its TMPDIR and HOME) is created, mode 0700, and removed
 	// once the domain is reaped. The sidecar removes its directory when it closes, and at New

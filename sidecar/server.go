@@ -201,7 +201,9 @@ func (s *Server) openTempDir() error {
 }
 
 // openWorkerImage makes (or joins) the worker image in the temp dir when workers re-execute
-// this binary; without one they start from Config.Isolation.WorkerPath, as they would anyway.
+// this binary, from the worker executable the build embedded (Config.WorkerExecutable) or else
+// from this binary; without an image they start from Config.Isolation.WorkerPath (this binary's
+// worker mode), as they would anyway.
 func (s *Server) openWorkerImage() {
 	if s.iso == nil {
 		return
@@ -210,10 +212,11 @@ func (s *Server) openWorkerImage() {
 	if cfg.WorkerPath != isolation.DefaultWorkerPath {
 		return
 	}
+	src := workerSource{exe: s.cfg.WorkerExecutable, path: isolation.DefaultWorkerPath}
 	// Started once as a worker probe before any worker depends on it: a temp dir mounted noexec,
 	// or a security module that lets this binary run but not a copy of it in /tmp, leave the
 	// workers on /proc/self/exe instead of failing every launch.
-	image, err := workerImageIn(s.tempDir, isolation.DefaultWorkerPath, func(path string) error {
+	image, err := workerImageIn(s.tempDir, src, func(path string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), imageProbeTimeout)
 		defer cancel()
 		return isolation.ProbeExecutable(ctx, path, cfg.WorkerArgs)
@@ -223,7 +226,7 @@ func (s *Server) openWorkerImage() {
 		return
 	}
 	s.image = image
-	s.log.Info("workers start from the worker image", "worker_image", image)
+	s.log.Info("workers start from the worker image", "worker_image", image, "worker_executable", src.String())
 }
 
 // closeTempDir removes the sidecar's temp dir once every domain is reaped (Close, once).

@@ -40,9 +40,9 @@ type ownerImage struct {
 	err  error
 }
 
-// workerImageIn returns the worker image of the owner temp dir dir (copied from src and checked
+// workerImageIn returns the worker image of the owner temp dir dir (written from src and checked
 // by verify the first time it is asked for), or "" and why there is none.
-func workerImageIn(dir, src string, verify func(path string) error) (string, error) {
+func workerImageIn(dir string, src workerSource, verify func(path string) error) (string, error) {
 	ownerTemps.Lock()
 	defer ownerTemps.Unlock()
 	im, ok := ownerTemps.images[dir]

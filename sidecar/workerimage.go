@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -53,17 +54,42 @@ const imageCopyBuffer = 2 << 20
 // imageProbeTimeout bounds the image's one probe start (a worker's checks, ~10 ms).
 const imageProbeTimeout = 10 * time.Second
 
-// makeWorkerImage copies src (the running executable, /proc/self/exe) to dir's worker image and
-// returns its path, or "" and why not when the copy is not made.
-func makeWorkerImage(dir, src string) (string, error) {
+// workerSource is what a worker image is written from: the worker executable a build embedded
+// (Config.WorkerExecutable), or the file at path (this binary, /proc/self/exe).
+type workerSource struct {
+	exe  []byte
+	path string
+}
+
+func (w workerSource) String() string {
+	if w.exe != nil {
+		return "the embedded steward-worker"
+	}
+	return w.path
+}
+
+// makeWorkerImage writes src to dir's worker image and returns its path, or "" and why not when
+// the image is not made.
+func makeWorkerImage(dir string, src workerSource) (string, error) {
 	if why := imageUnhelpful(dir); why != "" {
 		return "", errors.New(why)
 	}
-	in, err := os.Open(src)
-	if err != nil {
-		return "", fmt.Errorf("worker image: %w", err)
+	var in io.Reader
+	size := int64(len(src.exe))
+	if src.exe != nil {
+		in = bytes.NewReader(src.exe)
+	} else {
+		f, err := os.Open(src.path)
+		if err != nil {
+			return "", fmt.Errorf("worker image: %w", err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return "", fmt.Errorf("worker image: %w", err)
+		}
+		in, size = f, fi.Size()
 	}
-	defer in.Close()
 	dst := filepath.Join(dir, workerImageName)
 	tmp := dst + ".part"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o700)
@@ -77,11 +103,8 @@ func makeWorkerImage(dir, src string) (string, error) {
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		var fi os.FileInfo
-		if fi, err = in.Stat(); err == nil && fi.Size() != n {
-			err = fmt.Errorf("copied %d of %d bytes", n, fi.Size())
-		}
+	if err == nil && n != size {
+		err = fmt.Errorf("copied %d of %d bytes", n, size)
 	}
 	if err == nil {
 		err = os.Rename(tmp, dst)

@@ -56,14 +56,15 @@ func fileSum(t *testing.T, path string) [32]byte {
 	return [32]byte(h.Sum(nil))
 }
 
-// TestWorkersStartFromWorkerImage: a sidecar whose temp dir is on a disk file system copies its
-// executable into it (worker-image: the same bytes, mode 0555, owned by the sidecar) and its
-// workers run that copy, builds included; the copy goes with the temp dir at a clean exit. On a
+// TestWorkersStartFromWorkerImage: a sidecar whose temp dir is on a disk file system writes the
+// worker executable its build embedded (cmd/steward-worker) into it (worker-image: the same
+// bytes, mode 0555, owned by the sidecar) and its workers run that image, builds included; the
+// image goes with the temp dir at a clean exit. On a
 // temp dir on tmpfs no copy is made (it would be memory, in small pages), nor on a noexec mount
 // (nothing could start from it), and the workers run the sidecar's own executable, as before.
 func TestWorkersStartFromWorkerImage(t *testing.T) {
 	testenv.NeedRoot(t)
-	bin := testbin.Steward(t)
+	bin := testbin.Worker(t)
 
 	tmp := testenv.GuestDir(t)
 	e := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+tmp), "--executors", "1")
@@ -78,7 +79,7 @@ func TestWorkersStartFromWorkerImage(t *testing.T) {
 		t.Fatalf("worker image %s: mode %v uid %d, want a regular file of mode 0555 owned by uid %d", image, fi.Mode(), st.Uid, os.Geteuid())
 	}
 	if fileSum(t, image) != fileSum(t, bin) {
-		t.Fatalf("worker image %s differs from the sidecar's executable %s", image, bin)
+		t.Fatalf("worker image %s differs from the embedded worker executable %s", image, bin)
 	}
 	if exes := workerExes(e); len(exes) != 1 {
 		t.Fatalf("the sidecar's workers run %v, want its one spare on %s", exes, image)
@@ -90,7 +91,7 @@ func TestWorkersStartFromWorkerImage(t *testing.T) {
 	if res := e.mutate(e.params(randID("inv-"), "img", 1, rpc.OpCreate, "ix", "id", rpc.IndexBTree)); res.CommittedVersion != 2 {
 		t.Fatalf("build from the worker image: %+v", res)
 	}
-	if !strings.Contains(e.logs.String(), "workers start from the worker image") {
+	if !strings.Contains(e.logs.String(), `"worker_executable":"the embedded steward-worker"`) {
 		t.Fatalf("the sidecar did not log its worker image:\n%s", e.logs.String())
 	}
 	e.c.Close()
@@ -98,7 +99,7 @@ func TestWorkersStartFromWorkerImage(t *testing.T) {
 		t.Fatalf("the temp dir (worker image included) is still there after a clean exit: %v %v", err, entries(t, dir))
 	}
 
-	// tmpfs: no image, the workers run the sidecar's executable.
+	// tmpfs: no image, the workers run the sidecar's executable (its own worker mode).
 	var st syscall.Statfs_t
 	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Type != 0x01021994 { // TMPFS_MAGIC
 		testenv.Unavailable(t, "/dev/shm is not a tmpfs here")
@@ -117,8 +118,8 @@ func TestWorkersStartFromWorkerImage(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(shmDir, "worker-image")); !os.IsNotExist(err) {
 		t.Fatalf("a worker image was made on tmpfs: %v", err)
 	}
-	if exes := workerExes(f); len(exes) != 1 || exes[0] != bin {
-		t.Fatalf("on tmpfs the spare runs %v, want the sidecar's executable %s", exes, bin)
+	if exes := workerExes(f); len(exes) != 1 || exes[0] != testbin.Steward(t) {
+		t.Fatalf("on tmpfs the spare runs %v, want the sidecar's executable %s", exes, testbin.Steward(t))
 	}
 	if !strings.Contains(f.logs.String(), "the temp dir is on tmpfs") {
 		t.Fatalf("the sidecar did not say why it made no worker image:\n%s", f.logs.String())
@@ -128,8 +129,8 @@ func TestWorkersStartFromWorkerImage(t *testing.T) {
 	nx := testenv.NoexecDir(t)
 	g := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+nx), "--executors", "1")
 	waitFor(t, func() bool { return len(workerExes(g)) == 1 })
-	if exes := workerExes(g); len(exes) != 1 || exes[0] != bin {
-		t.Fatalf("with a noexec temp dir the spare runs %v, want the sidecar's executable %s", exes, bin)
+	if exes := workerExes(g); len(exes) != 1 || exes[0] != testbin.Steward(t) {
+		t.Fatalf("with a noexec temp dir the spare runs %v, want the sidecar's executable %s", exes, testbin.Steward(t))
 	}
 	if !strings.Contains(g.logs.String(), "the temp dir is on a noexec mount") {
 		t.Fatalf("the sidecar did not say why it made no worker image:\n%s", g.logs.String())

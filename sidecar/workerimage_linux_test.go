@@ -15,9 +15,10 @@ import (
 	"github.com/cba1309c/steward/internal/testenv"
 )
 
-// TestMakeWorkerImage: the image is the source's bytes, read-only for everyone (0555 whatever the
-// umask), with no partial file beside it; a source that cannot be read leaves nothing behind;
-// making it again replaces it whole (the directory still holds one file).
+// TestMakeWorkerImage: the image is the source's bytes (a file's, or an embedded executable's),
+// read-only for everyone (0555 whatever the umask), with no partial file beside it; a source
+// that cannot be read leaves nothing behind; making it again replaces it whole (the directory
+// still holds one file).
 func TestMakeWorkerImage(t *testing.T) {
 	dir := t.TempDir()
 	if why := imageUnhelpful(dir); why != "" {
@@ -28,7 +29,7 @@ func TestMakeWorkerImage(t *testing.T) {
 	if err := os.WriteFile(src, data, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	path, err := makeWorkerImage(dir, src)
+	path, err := makeWorkerImage(dir, workerSource{path: src})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,8 +40,12 @@ func TestMakeWorkerImage(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o555 {
 		t.Fatalf("image mode %v (%v), want 0555", fi.Mode(), err)
 	}
-	if again, err := makeWorkerImage(dir, src); err != nil || again != path {
-		t.Fatalf("making the image again: %q %v", again, err)
+	exe := bytes.Repeat([]byte("worker\x00\x01"), imageCopyBuffer/8+77)
+	if again, err := makeWorkerImage(dir, workerSource{exe: exe, path: src}); err != nil || again != path {
+		t.Fatalf("making the image again, from an embedded executable: %q %v", again, err)
+	}
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, exe) {
+		t.Fatalf("image %s: %d bytes (%v), want the embedded executable's %d, not the file's", path, len(got), err, len(exe))
 	}
 	names, _ := os.ReadDir(dir)
 	if len(names) != 1 || names[0].Name() != workerImageName {
@@ -48,7 +53,7 @@ func TestMakeWorkerImage(t *testing.T) {
 	}
 
 	empty := t.TempDir()
-	if _, err := makeWorkerImage(empty, filepath.Join(empty, "missing")); err == nil {
+	if _, err := makeWorkerImage(empty, workerSource{path: filepath.Join(empty, "missing")}); err == nil {
 		t.Fatal("an image was made from a missing source")
 	}
 	if names, _ := os.ReadDir(empty); len(names) != 0 {
@@ -66,7 +71,7 @@ func TestWorkerImageNotOnTmpfs(t *testing.T) {
 	if why := imageUnhelpful(dir); !strings.Contains(why, "tmpfs") {
 		t.Fatalf("/dev/shm: imageUnhelpful says %q, want tmpfs named", why)
 	}
-	if path, err := makeWorkerImage(dir, "/proc/self/exe"); err == nil || path != "" {
+	if path, err := makeWorkerImage(dir, workerSource{path: "/proc/self/exe"}); err == nil || path != "" {
 		t.Fatalf("an image was made on tmpfs: %q", path)
 	}
 	if names, _ := os.ReadDir(dir); len(names) != 0 {
@@ -96,7 +101,7 @@ func TestWorkerImageVerified(t *testing.T) {
 		return errors.New("does not run")
 	}
 	for range 2 {
-		if path, err := workerImageIn(dir, src, refuse); path != "" || err == nil || !strings.Contains(err.Error(), "does not run") {
+		if path, err := workerImageIn(dir, workerSource{path: src}, refuse); path != "" || err == nil || !strings.Contains(err.Error(), "does not run") {
 			t.Fatalf("a rejected image: %q %v", path, err)
 		}
 	}
@@ -134,7 +139,11 @@ func TestWorkerImagePMDMapped(t *testing.T) {
 		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 		f.Close()
 	}
-	image, err := makeWorkerImage(dir, src)
+	image, err := makeWorkerImage(dir, workerSource{path: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded, err := makeWorkerImage(t.TempDir(), workerSource{exe: data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,10 +170,10 @@ func TestWorkerImagePMDMapped(t *testing.T) {
 		}
 	}
 	f.Close()
-	ctl, img, sm := pmdMapped(t, control), pmdMapped(t, image), pmdMapped(t, small)
-	t.Logf("FilePmdMapped: control %d kB, image %d kB, 4 KiB writes %d kB", ctl, img, sm)
-	if img < ctl {
-		t.Fatalf("the image maps %d kB in 2 MiB entries, a file written in aligned 2 MiB writes %d kB", img, ctl)
+	ctl, img, emb, sm := pmdMapped(t, control), pmdMapped(t, image), pmdMapped(t, embedded), pmdMapped(t, small)
+	t.Logf("FilePmdMapped: control %d kB, image %d kB, image of an embedded executable %d kB, 4 KiB writes %d kB", ctl, img, emb, sm)
+	if img < ctl || emb < ctl {
+		t.Fatalf("the images map %d and %d kB in 2 MiB entries, a file written in aligned 2 MiB writes %d kB", img, emb, ctl)
 	}
 	if testenv.RequireReal() && ctl == 0 {
 		t.Fatalf("this machine's %s maps no 2 MiB entries of a file written in 2 MiB writes: the check compares nothing (run it where the file system has large folios and THP is not disabled)", dir)

@@ -79,7 +79,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		Logger: logger, Version: buildVersion(), Framing: fr, MaxFrame: *maxFrame, ShutdownGrace: *grace,
 		Isolation: iso, Executors: *executors, QueueCapacity: *queue, ClockSkew: *skew, MinRunnable: *minRun,
 		TestFaults: *faults, Engines: engines, StateDir: *stateDir, LedgerPath: *ledgerPath, LedgerCapacity: *ledgerCap,
-		MetricsListen: *metricsListen, LedgerQuota: *ledgerQuota,
+		MetricsListen: *metricsListen, LedgerQuota: *ledgerQuota, WorkerExecutable: workerExecutable,
 		// The sidecar's own S3 keys (index.resolve, custody, sweep, and a worker's frame for its
 		// own call's store) come from a file or a descriptor, go only to the allowed stores, and
 		// are never logged.

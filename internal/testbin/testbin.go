@@ -1,10 +1,12 @@
-// Package testbin builds the steward binary once per test process, for tests that need a real
-// sidecar subprocess (go-plugin loading, stdio spawn, SIGKILL behaviour).
+// Package testbin builds the steward binary (and the worker binary it embeds) once per test
+// process, for tests that need a real sidecar subprocess (go-plugin loading, stdio spawn,
+// SIGKILL behaviour).
 package testbin
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,20 +17,36 @@ import (
 )
 
 var (
-	once sync.Once
-	dir  string
-	path string
-	err  error
+	once   sync.Once
+	dir    string
+	path   string
+	worker string
+	err    error
 )
 
-// Steward returns the path of a freshly built cmd/steward, failing t if it cannot be built.
+// Steward returns the path of a freshly built cmd/steward, failing t if it cannot be built. It
+// embeds Worker's binary, as `make build` builds steward.
 func Steward(t testing.TB) string {
+	t.Helper()
+	built(t)
+	return path
+}
+
+// Worker returns the path of the cmd/steward-worker that Steward's binary embeds (and its
+// sidecar's workers run), failing t if it cannot be built.
+func Worker(t testing.TB) string {
+	t.Helper()
+	built(t)
+	return worker
+}
+
+// built builds both binaries the first time it is called, failing t if they cannot be built.
+func built(t testing.TB) {
 	t.Helper()
 	once.Do(build)
 	if err != nil {
 		t.Fatalf("build steward: %v", err)
 	}
-	return path
 }
 
 func build() {
@@ -41,17 +59,33 @@ func build() {
 	if err != nil {
 		return
 	}
-	path = filepath.Join(dir, "steward")
+	path, worker = filepath.Join(dir, "steward"), filepath.Join(dir, "steward-worker")
+	// Built as `make build` builds what ships (static, CGO_ENABLED=0; -trimpath; the worker with
+	// its segments on 2 MiB boundaries, embedded into steward through -overlay, so the source
+	// tree is not written), symbols kept for profiles: a cgo build is another program in the
+	// ways containment depends on (psx broadcasts each per-thread call by signals there, by the
+	// runtime's AllThreadsSyscall here; libc and ld.so are mapped into every worker).
+	overlay := filepath.Join(dir, "overlay.json")
+	o, merr := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, "cmd", "steward", "steward-worker"): worker}})
+	if merr != nil {
+		err = merr
+		return
+	}
+	if err = os.WriteFile(overlay, o, 0o600); err != nil {
+		return
+	}
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	// Built as `make release` builds what ships (static, CGO_ENABLED=0; -trimpath), symbols
-	// kept for profiles: a cgo build is another program in the ways containment depends on
-	// (psx broadcasts each per-thread call by signals there, by the runtime's
-	// AllThreadsSyscall here; libc and ld.so are mapped into every worker).
-	cmd := exec.Command(goBin, "build", "-trimpath", "-o", path, "./cmd/steward")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	cmd.Dir = root
-	if out, berr := cmd.CombinedOutput(); berr != nil {
-		err = fmt.Errorf("%w: %s", berr, out)
+	for _, args := range [][]string{
+		{"build", "-trimpath", "-ldflags=-R=0x200000", "-o", worker, "./cmd/steward-worker"},
+		{"build", "-trimpath", "-tags=leanworker", "-overlay=" + overlay, "-o", path, "./cmd/steward"},
+	} {
+		cmd := exec.Command(goBin, args...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Dir = root
+		if out, berr := cmd.CombinedOutput(); berr != nil {
+			err = fmt.Errorf("go %s: %w: %s", args[len(args)-1], berr, out)
+			return
+		}
 	}
 }
 
