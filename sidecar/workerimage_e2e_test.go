@@ -59,9 +59,9 @@ func fileSum(t *testing.T, path string) [32]byte {
 // TestWorkersStartFromWorkerImage: a sidecar whose temp dir is on a disk file system writes the
 // worker executable its build embedded (cmd/steward-worker) into it (worker-image: the same
 // bytes, mode 0555, owned by the sidecar) and its workers run that image, builds included; the
-// image goes with the temp dir at a clean exit. On a
-// temp dir on tmpfs no copy is made (it would be memory, in small pages), nor on a noexec mount
-// (nothing could start from it), and the workers run the sidecar's own executable, as before.
+// image goes with the temp dir at a clean exit. On a temp dir on tmpfs no image is made (it would
+// be memory, in small pages), nor on a noexec mount (nothing could start from it), and the
+// workers run the sidecar's own executable (its worker mode), as before.
 func TestWorkersStartFromWorkerImage(t *testing.T) {
 	testenv.NeedRoot(t)
 	bin := testbin.Worker(t)
