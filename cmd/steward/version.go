@@ -13,8 +13,9 @@ import (
 var commit string
 
 // runVersion prints what a packager asks of a binary: the build version (the one steward.hello
-// reports), the module and its version, the commit it was built from, and the toolchain and
-// platform. The first line is "steward <version>".
+// reports), the module and its version, the commit it was built from, the toolchain and
+// platform, and what its workers run (the embedded steward-worker, or this binary). The first
+// line is "steward <version>".
 func runVersion(w io.Writer) int {
 	module, modVersion, rev, modified := "github.com/cba1309c/steward", "(devel)", commit, false
 	if info, ok := debug.ReadBuildInfo(); ok {
@@ -39,7 +40,11 @@ func runVersion(w io.Writer) int {
 	case modified || strings.HasSuffix(version, "-dirty"):
 		rev += " (modified)"
 	}
-	fmt.Fprintf(w, "steward %s\nmodule  %s %s\ncommit  %s\nbuilt   %s %s/%s\n",
-		buildVersion(), module, modVersion, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	workers := "this binary (`steward worker`; built without the leanworker tag)"
+	if workerExecutable != nil {
+		workers = fmt.Sprintf("the embedded steward-worker (%.1f MB)", float64(len(workerExecutable))/1e6)
+	}
+	fmt.Fprintf(w, "steward %s\nmodule  %s %s\ncommit  %s\nbuilt   %s %s/%s\nworkers %s\n",
+		buildVersion(), module, modVersion, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH, workers)
 	return 0
 }
