@@ -15,7 +15,7 @@
 // image's 2 MiB page-cache folios whole, a page-table entry per 2 MiB. With the linker's default
 // 4 KiB alignment the head and tail of each segment are mapped 4 KiB a page, which in this small
 // executable is most of its text: started so, its workers answered a prestarted no-op mutation
-// 5% slower than the full steward binary's, instead of 6% faster.
+// 5% slower than the full steward binary's (ABBA of 8), and 6–8% faster with the alignment.
 package main
 
 import (
