@@ -25,10 +25,13 @@ all: build
 # (cmd/steward-worker, its segments on 2 MiB boundaries) is built first and embedded into steward
 # through -overlay, so nothing is written into the source tree and a steward only ever starts
 # workers of its own build.
+# The -overlay file that embeds the worker built at $(1) (make build, make release).
+worker_overlay = printf '{"Replace":{"%s":"%s"}}' "$(CURDIR)/cmd/steward/steward-worker" "$(CURDIR)/$(1)" > $(1).overlay.json
+
 build:
 	@mkdir -p $(dir $(BIN))
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-R=0x200000' -o $(BIN)-worker ./cmd/steward-worker
-	printf '{"Replace":{"%s":"%s"}}' "$(CURDIR)/cmd/steward/steward-worker" "$(CURDIR)/$(BIN)-worker" > $(BIN)-worker.overlay.json
+	$(call worker_overlay,$(BIN)-worker)
 	CGO_ENABLED=0 $(GO) build -trimpath -tags=leanworker -overlay=$(BIN)-worker.overlay.json -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/steward
 
 # Static (CGO_ENABLED=0), path-free (-trimpath), stripped (-s -w) binaries named
@@ -41,7 +44,7 @@ release:
 	  echo "build dist/steward-$(VERSION)-$$os-$$arch"; \
 	  w=dist/.worker-$$os-$$arch; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w -R=0x200000' -o $$w ./cmd/steward-worker; \
-	  printf '{"Replace":{"%s":"%s"}}' "$(CURDIR)/cmd/steward/steward-worker" "$(CURDIR)/$$w" > $$w.overlay.json; \
+	  $(call worker_overlay,$$w); \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -tags=leanworker -overlay=$$w.overlay.json -ldflags '-s -w $(LDFLAGS)' \
 	    -o dist/steward-$(VERSION)-$$os-$$arch ./cmd/steward; \
 	  rm -f $$w $$w.overlay.json; \

@@ -26,15 +26,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-	}
-	switch os.Args[1] {
-	case "worker":
-		// As in steward: exit the moment the worker has answered (cmd/steward/main.go).
-		os.Exit(worker.Main())
-	case "engine-exec":
-		os.Exit(worker.ExecEngine(os.Args[2:]))
+	if code, ok := worker.Mode(os.Args[1:]); ok {
+		os.Exit(code)
 	}
 	usage()
 }

@@ -26,20 +26,9 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 {
-		// The worker modes, before the signal handlers below: a worker keeps SIGTERM's default
-		// action (the kill ladder's first stage ends it), exactly as cmd/steward-worker's does.
-		switch os.Args[1] {
-		case "worker":
-			// Only the sidecar starts it, through /proc/self/exe, with its protocol pipes on fds 3
-			// and 4. It exits the moment it has answered: the sidecar's own answer waits for this
-			// process to be gone.
-			os.Exit(worker.Main())
-		case "engine-exec":
-			// The trampoline of every other engine (steward serve --engine): only the sidecar
-			// starts it, through /proc/self/exe, in the engine's worker domain.
-			os.Exit(worker.ExecEngine(os.Args[2:]))
-		}
+	// The worker modes, before the signal handlers below (worker.Mode).
+	if code, ok := worker.Mode(os.Args[1:]); ok {
+		os.Exit(code)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -24,6 +24,26 @@ import (
 	"github.com/cba1309c/steward/storage/dataset"
 )
 
+// Mode runs the worker mode args name — "worker" (Main) or "engine-exec" (ExecEngine, the rest
+// of args its command) — and returns its exit code; ok is false for any other args. Both
+// executables that carry the modes, steward and steward-worker, dispatch through it, before
+// they install any signal handler: a worker keeps SIGTERM's default action (the kill ladder's
+// first stage ends it). Only the sidecar starts a worker mode, in a worker domain, with its
+// protocol pipes on fds 3 and 4; a worker exits the moment it has answered, since the sidecar's
+// own answer waits for it to be gone.
+func Mode(args []string) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	switch args[0] {
+	case "worker":
+		return Main(), true
+	case "engine-exec":
+		return ExecEngine(args[1:]), true
+	}
+	return 0, false
+}
+
 // Main is `steward worker`: it returns the process exit code.
 func Main() int {
 	if err := isolation.EnterWorker(); err != nil {
