@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
 
@@ -122,18 +123,16 @@ func queryTyped[K index.Key](ctx context.Context, d *Dataset, f Field, p Predica
 		}
 		frags = slices.DeleteFunc(slices.Clone(frags), func(fr Fragment) bool { return covered[fr.ID] })
 	}
+	raw := rawMatcher(ranges, &ids)
 	for _, fr := range frags {
 		err := scanColumn(ctx, d, fr, f, func(keys []K, first uint64) error {
 			for i, k := range keys {
-				for _, rg := range ranges {
-					if rg.Contains(k) {
-						ids = append(ids, first+uint64(i))
-						break
-					}
+				if inAny(ranges, k) {
+					ids = append(ids, first+uint64(i))
 				}
 			}
 			return nil
-		}, nil)
+		}, raw)
 		if err != nil {
 			return QueryResult{}, err
 		}
@@ -141,6 +140,41 @@ func queryTyped[K index.Key](ctx context.Context, d *Dataset, f Field, p Predica
 	slices.Sort(ids)
 	res.RowIDs = slices.Compact(ids)
 	return res, nil
+}
+
+func inAny[K index.Key](ranges []index.Range[K], k K) bool {
+	for _, rg := range ranges {
+		if rg.Contains(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// rawMatcher is a full scan's test for plain string pages (nil for other key types): each
+// value is compared where it lies in the page buffer, through a string view that lives only
+// for the comparison, instead of a Go string allocated and copied per row.
+func rawMatcher[K index.Key](ranges []index.Range[K], ids *[]uint64) rawStrings {
+	rs, ok := any(ranges).([]index.Range[string])
+	if !ok {
+		return nil
+	}
+	return func(data []byte, offs []uint32, first uint64) error {
+		for i := range len(offs) - 1 {
+			if inAny(rs, viewString(data[offs[i]:offs[i+1]])) {
+				*ids = append(*ids, first+uint64(i))
+			}
+		}
+		return nil
+	}
+}
+
+// viewString views b as a string without copying; the caller must not keep it.
+func viewString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 func searchIndex[K index.Key](ctx context.Context, d *Dataset, ix IndexMeta, ranges []index.Range[K]) ([]uint64, error) {
