@@ -116,8 +116,8 @@ func classifyParquet(key string, err error) error {
 var errRawPage = errors.New("plain byte-array page unreadable")
 
 // plainStrings hands a plain, null-free byte-array page to raw; ok is false when the page is
-// not one (or raw is nil), and it must be converted instead. A decode failure wraps errRawPage;
-// raw's own errors come back as they are.
+// not one (or raw is nil), and it must be converted instead. A decode failure or offsets out
+// of order wrap errRawPage; raw's own errors come back as they are.
 func plainStrings(p parquet.Page, raw rawStrings, first uint64) (n int, ok bool, err error) {
 	if raw == nil || p.Dictionary() != nil || p.NumNulls() != 0 {
 		return 0, false, nil
@@ -138,6 +138,9 @@ func plainStrings(p parquet.Page, raw rawStrings, first uint64) (n int, ok bool,
 	}
 	if n = int(p.NumValues()); len(offs) != n+1 {
 		return 0, false, nil
+	}
+	if err := index.CheckStringOffsets(data, offs); err != nil { // raw slices by them unchecked
+		return 0, false, fmt.Errorf("%w: %w", errRawPage, err)
 	}
 	return n, true, raw(data, offs, first)
 }

@@ -111,6 +111,20 @@ func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
 	return nil
 }
 
+// CheckStringOffsets checks strings packed as data and offs (value i is
+// data[offs[i]:offs[i+1]]): the offsets must not go down nor past the data.
+func CheckStringOffsets(data []byte, offs []uint32) error {
+	for i := 1; i < len(offs); i++ {
+		if offs[i] < offs[i-1] {
+			return fmt.Errorf("offset %d (%d) below the one before (%d)", i, offs[i], offs[i-1])
+		}
+	}
+	if len(offs) > 0 && int64(offs[len(offs)-1]) > int64(len(data)) {
+		return fmt.Errorf("offsets reach %d, data has %d bytes", offs[len(offs)-1], len(data))
+	}
+	return nil
+}
+
 // AddStrings records string keys without a Go string per key: key i is
 // data[offs[i]:offs[i+1]] at row id firstRowID+i (len(offs) keys + 1 offsets, as a Parquet
 // page's byte-array values come). The bytes are copied into the build's arena, so data may be
@@ -122,13 +136,8 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 	if !b.str {
 		return errors.New("index: AddStrings on a builder of numeric keys")
 	}
-	for i := 1; i < len(offs); i++ {
-		if offs[i] < offs[i-1] {
-			return fmt.Errorf("index: AddStrings: offset %d (%d) below the one before (%d)", i, offs[i], offs[i-1])
-		}
-	}
-	if len(offs) > 0 && int64(offs[len(offs)-1]) > int64(len(data)) {
-		return fmt.Errorf("index: AddStrings: offsets reach %d, data has %d bytes", offs[len(offs)-1], len(data))
+	if err := CheckStringOffsets(data, offs); err != nil {
+		return fmt.Errorf("index: AddStrings: %w", err)
 	}
 	for n := len(offs) - 1; n > 0; {
 		if b.cur == nil {
