@@ -305,7 +305,7 @@ func (bitmapBuilder[K]) Close() error { return nil }
 // be closed) even on error.
 func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ IndexType, p buildParams, opts MutateOptions) (segmentBuilder, error) {
 	var add func(keys []K, first uint64) error
-	var addRaw func(data []byte, offs []uint32, first uint64) error // strings into a BTREE: no string per row
+	var addRaw func(data []byte, offs []uint32, first uint64) error // strings: no string per row
 	var b segmentBuilder
 	if typ == BTree {
 		bt := index.NewBTreeBuilder[K](index.BuildOptions{
@@ -319,6 +319,9 @@ func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ Ind
 		bm := index.NewBitmapBuilder[K]()
 		bm.MaxKeys = p.maxKeys
 		add, b = bm.Add, bitmapBuilder[K]{bm}
+		if f.Type == String {
+			addRaw = bm.AddStrings
+		}
 	}
 	total, done := d.Rows(), int64(0)
 	fed := func(n int, err error) error {

@@ -52,10 +52,6 @@ func NewBitmapBuilder[K Key]() *BitmapBuilder[K] {
 
 // Add records keys[i] at row id firstRowID+i.
 func (b *BitmapBuilder[K]) Add(keys []K, firstRowID uint64) error {
-	limit := b.MaxKeys
-	if limit <= 0 {
-		limit = 1 << 20
-	}
 	for i, k := range keys {
 		var acc *bitmapAcc
 		if k != k { // NaN
@@ -67,19 +63,62 @@ func (b *BitmapBuilder[K]) Add(keys []K, firstRowID uint64) error {
 			acc = b.maps[k]
 		}
 		if acc == nil {
-			if len(b.maps) >= limit {
-				return fmt.Errorf("%w: more than %d", ErrTooManyKeys, limit)
+			var err error
+			if acc, err = b.newAcc(); err != nil {
+				return err
 			}
-			acc = &bitmapAcc{bm: roaring64.New()}
 			b.maps[k] = acc
 		}
-		acc.buf = append(acc.buf, firstRowID+uint64(i))
-		if len(acc.buf) == 4096 {
-			acc.bm.AddMany(acc.buf)
-			acc.buf = acc.buf[:0]
-		}
+		acc.add(firstRowID + uint64(i))
 	}
 	return nil
+}
+
+// AddStrings records string keys without a Go string per row: key i is
+// data[offs[i]:offs[i+1]] at row id firstRowID+i (as BTreeBuilder.AddStrings takes them). A
+// key's string is made once, when the key is first seen; data may be reused after the call.
+func (b *BitmapBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint64) error {
+	m, ok := any(b.maps).(map[string]*bitmapAcc)
+	if !ok {
+		return errors.New("index: AddStrings on a builder of numeric keys")
+	}
+	if err := CheckStringOffsets(data, offs); err != nil {
+		return fmt.Errorf("index: AddStrings: %w", err)
+	}
+	for i := 0; i+1 < len(offs); i++ {
+		v := data[offs[i]:offs[i+1]]
+		acc := m[string(v)] // looked up by the bytes: no string is made
+		if acc == nil {
+			var err error
+			if acc, err = b.newAcc(); err != nil {
+				return err
+			}
+			m[string(v)] = acc
+		}
+		acc.add(firstRowID + uint64(i))
+	}
+	return nil
+}
+
+// newAcc is the accumulator of a key not seen before, unless that key is one too many.
+func (b *BitmapBuilder[K]) newAcc() (*bitmapAcc, error) {
+	limit := b.MaxKeys
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	if len(b.maps) >= limit {
+		return nil, fmt.Errorf("%w: more than %d", ErrTooManyKeys, limit)
+	}
+	return &bitmapAcc{bm: roaring64.New()}, nil
+}
+
+// add records row id id, in batches of 4096 into the bitmap.
+func (a *bitmapAcc) add(id uint64) {
+	a.buf = append(a.buf, id)
+	if len(a.buf) == 4096 {
+		a.bm.AddMany(a.buf)
+		a.buf = a.buf[:0]
+	}
 }
 
 func (b *BitmapBuilder[K]) nanOr(i int, k K) *bitmapAcc {

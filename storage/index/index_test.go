@@ -252,6 +252,57 @@ func TestBitmapTooManyKeys(t *testing.T) {
 	}
 }
 
+// TestBitmapAddStrings: string keys fed as page bytes and offsets build the very segment
+// their Go strings build (keys empty, not UTF-8, sharing prefixes, repeated across calls, the
+// bytes cleared after each call), count towards MaxKeys alike, and bad offsets or a numeric
+// builder are refused.
+func TestBitmapAddStrings(t *testing.T) {
+	words := []string{"", "\x00", "\xff", "\xc3\x28", "a", "a\x00", "abcdefgh", "abcdefghi", "https://x/a", "https://x/a/"}
+	r := rand.New(rand.NewPCG(11, 12))
+	keys := make([]string, 5000)
+	for i := range keys {
+		keys[i] = words[r.IntN(len(words))]
+	}
+	want := buildBitmap(t, keys, 40)
+	b := index.NewBitmapBuilder[string]()
+	for lo := 0; lo < len(keys); lo += 777 {
+		batch := keys[lo:min(lo+777, len(keys))]
+		data := []byte("page header")
+		offs := []uint32{uint32(len(data))}
+		for _, k := range batch {
+			data = append(data, k...)
+			offs = append(offs, uint32(len(data)))
+		}
+		data = append(data, "trailer"...)
+		if err := b.AddStrings(data, offs, 40+uint64(lo)); err != nil {
+			t.Fatal(err)
+		}
+		clear(data)
+	}
+	var got bytes.Buffer
+	if n, err := b.Finish(&got); err != nil || n != uint64(len(keys)) {
+		t.Fatalf("finish: %d, %v", n, err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("AddStrings built %d bytes unlike Add's %d", got.Len(), len(want))
+	}
+
+	few := index.NewBitmapBuilder[string]()
+	few.MaxKeys = 2
+	if err := few.AddStrings([]byte("abc"), []uint32{0, 1, 2, 3}, 0); !errors.Is(err, index.ErrTooManyKeys) {
+		t.Fatalf("a third key: %v", err)
+	}
+	if err := index.NewBitmapBuilder[string]().AddStrings([]byte("abcdef"), []uint32{0, 4, 2}, 0); err == nil {
+		t.Fatal("descending offsets accepted")
+	}
+	if err := index.NewBitmapBuilder[string]().AddStrings([]byte("abc"), []uint32{0, 9}, 0); err == nil {
+		t.Fatal("offsets past the data accepted")
+	}
+	if err := index.NewBitmapBuilder[int64]().AddStrings([]byte("a"), []uint32{0, 1}, 0); err == nil {
+		t.Fatal("AddStrings on a numeric builder accepted")
+	}
+}
+
 func Example() {
 	ctx := context.Background()
 	b := index.NewBTreeBuilder[int64](index.BuildOptions{})
