@@ -142,6 +142,7 @@ func queryTyped[K index.Key](ctx context.Context, d *Dataset, f Field, p Predica
 	return res, nil
 }
 
+// inAny reports whether k lies in one of ranges.
 func inAny[K index.Key](ranges []index.Range[K], k K) bool {
 	for _, rg := range ranges {
 		if rg.Contains(k) {
