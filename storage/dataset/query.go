@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"unsafe"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
 
@@ -127,7 +126,7 @@ func queryTyped[K index.Key](ctx context.Context, d *Dataset, f Field, p Predica
 	for _, fr := range frags {
 		err := scanColumn(ctx, d, fr, f, func(keys []K, first uint64) error {
 			for i, k := range keys {
-				if inAny(ranges, k) {
+				if index.InRanges(ranges, k) {
 					ids = append(ids, first+uint64(i))
 				}
 			}
@@ -142,19 +141,9 @@ func queryTyped[K index.Key](ctx context.Context, d *Dataset, f Field, p Predica
 	return res, nil
 }
 
-// inAny reports whether k lies in one of ranges.
-func inAny[K index.Key](ranges []index.Range[K], k K) bool {
-	for _, rg := range ranges {
-		if rg.Contains(k) {
-			return true
-		}
-	}
-	return false
-}
-
 // rawMatcher is a full scan's test for plain string pages (nil for other key types): each
-// value is compared where it lies in the page buffer, through a string view that lives only
-// for the comparison, instead of a Go string allocated and copied per row.
+// value is compared where it lies in the page buffer instead of as a Go string allocated and
+// copied per row.
 func rawMatcher[K index.Key](ranges []index.Range[K], ids *[]uint64) rawStrings {
 	rs, ok := any(ranges).([]index.Range[string])
 	if !ok {
@@ -162,20 +151,12 @@ func rawMatcher[K index.Key](ranges []index.Range[K], ids *[]uint64) rawStrings 
 	}
 	return func(data []byte, offs []uint32, first uint64) error {
 		for i := range len(offs) - 1 {
-			if inAny(rs, viewString(data[offs[i]:offs[i+1]])) {
+			if index.BytesInRanges(rs, data[offs[i]:offs[i+1]]) {
 				*ids = append(*ids, first+uint64(i))
 			}
 		}
 		return nil
 	}
-}
-
-// viewString views b as a string without copying; the caller must not keep it.
-func viewString(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 func searchIndex[K index.Key](ctx context.Context, d *Dataset, ix IndexMeta, ranges []index.Range[K]) ([]uint64, error) {

@@ -111,6 +111,20 @@ func (r Range[K]) Contains(k K) bool {
 	return !r.below(k) && !r.above(k)
 }
 
+// InRanges reports whether k lies in one of ranges.
+func InRanges[K Key](ranges []Range[K], k K) bool {
+	for _, rg := range ranges {
+		if rg.Contains(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// BytesInRanges is InRanges for a string key given as bytes (a value in a page buffer), without
+// making a string of it (a view of b serves for the comparisons only).
+func BytesInRanges(ranges []Range[string], b []byte) bool { return InRanges(ranges, arenaString(b)) }
+
 func (r Range[K]) below(k K) bool { // k is left of the range
 	if r.Lo == nil {
 		return false
