@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -111,6 +112,15 @@ func (g *v2Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err e
 
 // cgroupFD is the fd to pass as SysProcAttr.CgroupFD.
 func (g *v2Group) cgroupFD() int { return int(g.fd.Fd()) }
+
+// write moves pid (a child not born here: forked by the launcher, see launcher) into the group.
+func (g *v2Group) write(pid int) error {
+	p := filepath.Join(g.dir, "cgroup.procs")
+	if err := writeFile(p, strconv.Itoa(pid)); err != nil {
+		return opErr("place worker", "", p, ErrPlacement, err)
+	}
+	return nil
+}
 
 // verify checks that pid's unified path is this group.
 func (g *v2Group) verify(pid int) error {

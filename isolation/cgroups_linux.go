@@ -111,11 +111,16 @@ func (c *domainCgroups) enterSelf() (leave func() error, err error) {
 	return leave, nil
 }
 
-// place puts pid into the v1 groups (if any; unless it was born in them) and verifies every
-// membership in /proc/<pid>/cgroup, read once for all hierarchies.
-func (c *domainCgroups) place(pid int, bornV1 bool) error {
+// place puts pid into the v1 groups and the unified one (if any; unless it was born in them)
+// and verifies every membership in /proc/<pid>/cgroup, read once for all hierarchies.
+func (c *domainCgroups) place(pid int, bornV1, bornV2 bool) error {
 	if c.v1 != nil && !bornV1 {
 		if err := c.v1.write(pid); err != nil {
+			return withMode(err, c.mode)
+		}
+	}
+	if c.v2 != nil && !bornV2 {
+		if err := c.v2.write(pid); err != nil {
 			return withMode(err, c.mode)
 		}
 	}

@@ -79,6 +79,10 @@ type Config struct {
 	// user namespace maps to it). Default: DefaultGuestID when the supervisor is root, else the
 	// supervisor's own uid and gid (the only identity an unprivileged process can map).
 	GuestUID, GuestGID int
+	// ForkHere makes the supervisor fork contained workers itself instead of through its
+	// launcher process (see launcher_linux.go), which it uses by default in the modes with a
+	// unified hierarchy (hybrid, v2). The tests run the containment suite both ways.
+	ForkHere bool
 }
 
 // WithDefaults returns c with every zero field replaced by its documented default.

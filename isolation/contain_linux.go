@@ -55,11 +55,17 @@ func containAttr(cfg Config, sys *syscall.SysProcAttr, network bool) {
 	if !network {
 		sys.Cloneflags |= unix.CLONE_NEWNET
 	}
+	guestMaps(sys, uid, gid)
+	sys.Pdeathsig = 0
+}
+
+// guestMaps makes the child root of its new user namespace, mapped to the guest's uid and gid
+// (the launcher sets the same for the forks it does).
+func guestMaps(sys *syscall.SysProcAttr, uid, gid int) {
 	sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
 	sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
 	sys.GidMappingsEnableSetgroups = false
 	sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
-	sys.Pdeathsig = 0
 }
 
 // openExecutable opens the worker's executable (O_PATH) for execThrough.

@@ -47,22 +47,24 @@ func init() {
 func TestKillSelfInItsOwnPIDNamespace(t *testing.T) {
 	needCgroups(t)
 	testenv.NeedRoot(t) // the tests expect the default guest 65534, which only root may map
-	s := newSupervisor(t, ModeAuto, func(c *Config) { c.Containment = ContainRequire })
-	for _, contain := range []string{"0", "1"} {
-		var stderr strings.Builder
-		d, err := s.Start(context.Background(), Spec{Env: workerEnv("killself", "STEWARD_TEST_CONTAIN="+contain), Stderr: &lockedBuilder{b: &stderr}})
-		if err != nil {
-			t.Fatal(err)
+	bothWays(t, "", func(t *testing.T, here bool) {
+		s := newContained(t, ModeAuto, here)
+		for _, contain := range []string{"0", "1"} {
+			var stderr strings.Builder
+			d, err := s.Start(context.Background(), Spec{Env: workerEnv("killself", "STEWARD_TEST_CONTAIN="+contain), Stderr: &lockedBuilder{b: &stderr}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			o, err := d.Wait(ctx)
+			cancel()
+			if err != nil || o.SignalName != "SIGKILL" {
+				_, _ = d.Kill(context.Background())
+				t.Errorf("contain=%s: outcome %+v, %v (stderr %q)", contain, o, err, stderr.String())
+			}
+			_ = d.Close()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		o, err := d.Wait(ctx)
-		cancel()
-		if err != nil || o.SignalName != "SIGKILL" {
-			_, _ = d.Kill(context.Background())
-			t.Errorf("contain=%s: outcome %+v, %v (stderr %q)", contain, o, err, stderr.String())
-		}
-		_ = d.Close()
-	}
+	})
 }
 
 // probeResult is what the contained helper observed of itself, attempt by attempt: each
@@ -144,8 +146,8 @@ func TestContainedWorker(t *testing.T) {
 	needCgroups(t)
 	testenv.NeedRoot(t) // the tests expect the default guest 65534, which only root may map
 	for _, mode := range realModes(t) {
-		t.Run(string(mode), func(t *testing.T) {
-			s := newSupervisor(t, mode, func(c *Config) { c.Containment = ContainRequire })
+		bothWays(t, string(mode), func(t *testing.T, here bool) {
+			s := newContained(t, mode, here)
 			rep := s.Report().Containment
 			if missing := rep.Missing(); len(missing) > 0 || rep.Guest != "65534:65534" {
 				t.Fatalf("containment %+v, missing %v", rep, missing)
@@ -223,23 +225,25 @@ func TestContainedWorker(t *testing.T) {
 func TestContainedWithoutNetwork(t *testing.T) {
 	needCgroups(t)
 	testenv.NeedRoot(t) // the tests expect the default guest 65534, which only root may map
-	s := newSupervisor(t, ModeAuto, func(c *Config) { c.Containment = ContainRequire })
-	l := listen(t)
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	base := guestReachable(t)
-	d, r := startContained(t, s, Spec{Env: []string{"STEWARD_TEST_WRITE=" + base, "STEWARD_TEST_PORT=" + port,
-		"STEWARD_TEST_OTHER=" + l.Addr().String(), "STEWARD_TEST_SECRET=/nonexistent"}})
-	res := r()
-	if got := res.Attempts["connect allowed port"]; got == "" {
-		t.Fatalf("connected to the host's loopback from a domain without network")
-	}
-	mine, _ := os.Readlink("/proc/self/ns/net")
-	theirs, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", d.Pid()))
-	if mine == theirs {
-		t.Fatalf("network namespace shared: %s", theirs)
-	}
-	o, err := d.Kill(context.Background())
-	assertReaped(t, o, err, "kill")
+	bothWays(t, "", func(t *testing.T, here bool) {
+		s := newContained(t, ModeAuto, here)
+		l := listen(t)
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		base := guestReachable(t)
+		d, r := startContained(t, s, Spec{Env: []string{"STEWARD_TEST_WRITE=" + base, "STEWARD_TEST_PORT=" + port,
+			"STEWARD_TEST_OTHER=" + l.Addr().String(), "STEWARD_TEST_SECRET=/nonexistent"}})
+		res := r()
+		if got := res.Attempts["connect allowed port"]; got == "" {
+			t.Fatalf("connected to the host's loopback from a domain without network")
+		}
+		mine, _ := os.Readlink("/proc/self/ns/net")
+		theirs, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", d.Pid()))
+		if mine == theirs {
+			t.Fatalf("network namespace shared: %s", theirs)
+		}
+		o, err := d.Kill(context.Background())
+		assertReaped(t, o, err, "kill")
+	})
 }
 
 func startContained(t *testing.T, s *Supervisor, spec Spec) (*Domain, func() probeResult) {
@@ -346,77 +350,79 @@ func (l *lockedBuilder) String() string {
 func TestCloseHoldingKeepsNamespaces(t *testing.T) {
 	needCgroups(t)
 	testenv.NeedRoot(t) // the tests expect the default guest 65534, which only root may map
-	s := newSupervisor(t, ModeAuto, func(c *Config) { c.Containment = ContainRequire })
-	base := guestReachable(t)
-	start := func(network bool) (*Domain, map[string]string) {
-		d, r := startContained(t, s, Spec{Network: network, Env: []string{"STEWARD_TEST_WRITE=" + base,
-			"STEWARD_TEST_PORT=1", "STEWARD_TEST_OTHER=127.0.0.1:1", "STEWARD_TEST_SECRET=/nonexistent"}})
-		r() // the worker is alive and reported: its namespaces are there to name
-		ns := map[string]string{}
-		for _, kind := range []string{"ipc", "mnt", "net"} {
-			link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", d.Pid(), kind))
-			if err != nil {
-				t.Fatal(err)
+	bothWays(t, "", func(t *testing.T, here bool) {
+		s := newContained(t, ModeAuto, here)
+		base := guestReachable(t)
+		start := func(network bool) (*Domain, map[string]string) {
+			d, r := startContained(t, s, Spec{Network: network, Env: []string{"STEWARD_TEST_WRITE=" + base,
+				"STEWARD_TEST_PORT=1", "STEWARD_TEST_OTHER=127.0.0.1:1", "STEWARD_TEST_SECRET=/nonexistent"}})
+			r() // the worker is alive and reported: its namespaces are there to name
+			ns := map[string]string{}
+			for _, kind := range []string{"ipc", "mnt", "net"} {
+				link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", d.Pid(), kind))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mine, _ := os.Readlink("/proc/self/ns/" + kind); link == mine {
+					link = "" // shared with the supervisor: not the domain's to hold
+				}
+				ns[kind] = link
 			}
-			if mine, _ := os.Readlink("/proc/self/ns/" + kind); link == mine {
-				link = "" // shared with the supervisor: not the domain's to hold
-			}
-			ns[kind] = link
+			o, err := d.Kill(context.Background())
+			assertReaped(t, o, err, "kill")
+			return d, ns
 		}
-		o, err := d.Kill(context.Background())
-		assertReaped(t, o, err, "kill")
-		return d, ns
-	}
-	held := func(ns map[string]string) (got []string) {
-		fds := openLinks(t)
-		for _, kind := range []string{"ipc", "mnt", "net"} {
-			if ns[kind] != "" && fds[ns[kind]] {
-				got = append(got, kind)
+		held := func(ns map[string]string) (got []string) {
+			fds := openLinks(t)
+			for _, kind := range []string{"ipc", "mnt", "net"} {
+				if ns[kind] != "" && fds[ns[kind]] {
+					got = append(got, kind)
+				}
 			}
+			return got
 		}
-		return got
-	}
 
-	d, ns := start(false)
-	if ns["ipc"] == "" || ns["mnt"] == "" || ns["net"] == "" {
-		t.Fatalf("contained worker without network shares a namespace with the supervisor: %v", ns)
-	}
-	release, err := d.CloseHolding()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := held(ns); !slices.Equal(got, []string{"ipc", "mnt", "net"}) {
-		t.Fatalf("after CloseHolding the supervisor holds %v of the dead domain's namespaces %v, want ipc, mnt and net", got, ns)
-	}
-	release()
-	release() // idempotent
-	if got := held(ns); len(got) != 0 {
-		t.Fatalf("after release the supervisor still holds %v", got)
-	}
+		d, ns := start(false)
+		if ns["ipc"] == "" || ns["mnt"] == "" || ns["net"] == "" {
+			t.Fatalf("contained worker without network shares a namespace with the supervisor: %v", ns)
+		}
+		release, err := d.CloseHolding()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := held(ns); !slices.Equal(got, []string{"ipc", "mnt", "net"}) {
+			t.Fatalf("after CloseHolding the supervisor holds %v of the dead domain's namespaces %v, want ipc, mnt and net", got, ns)
+		}
+		release()
+		release() // idempotent
+		if got := held(ns); len(got) != 0 {
+			t.Fatalf("after release the supervisor still holds %v", got)
+		}
 
-	d, ns = start(false)
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got := held(ns); len(got) != 0 {
-		t.Fatalf("after Close the supervisor still holds %v", got)
-	}
+		d, ns = start(false)
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := held(ns); len(got) != 0 {
+			t.Fatalf("after Close the supervisor still holds %v", got)
+		}
 
-	d, ns = start(true)
-	if ns["net"] != "" {
-		t.Fatalf("a domain with network has a network namespace of its own: %v", ns)
-	}
-	release, err = d.CloseHolding()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := held(ns); !slices.Equal(got, []string{"ipc", "mnt"}) {
-		t.Fatalf("a domain with the host's network: held %v, want ipc and mnt", got)
-	}
-	release()
-	if got := held(ns); len(got) != 0 {
-		t.Fatalf("after release the supervisor still holds %v", got)
-	}
+		d, ns = start(true)
+		if ns["net"] != "" {
+			t.Fatalf("a domain with network has a network namespace of its own: %v", ns)
+		}
+		release, err = d.CloseHolding()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := held(ns); !slices.Equal(got, []string{"ipc", "mnt"}) {
+			t.Fatalf("a domain with the host's network: held %v, want ipc and mnt", got)
+		}
+		release()
+		if got := held(ns); len(got) != 0 {
+			t.Fatalf("after release the supervisor still holds %v", got)
+		}
+	})
 }
 
 // openLinks is the set of what this process's descriptors link to ("net:[4026532187]", …).
@@ -433,4 +439,46 @@ func openLinks(t *testing.T) map[string]bool {
 		}
 	}
 	return links
+}
+
+// bothWays runs f as subtests forking contained workers through the launcher ("launcher") and
+// from the supervisor itself ("here"): the containment contract is the same either way.
+func bothWays(t *testing.T, name string, f func(t *testing.T, here bool)) {
+	for _, here := range []bool{false, true} {
+		way := "launcher"
+		if here {
+			way = "here"
+		}
+		if name != "" {
+			way = name + "/" + way
+		}
+		t.Run(way, func(t *testing.T) { f(t, here) })
+	}
+}
+
+// newContained is a contained supervisor forking its workers here or through its launcher;
+// at the end of the test it checks that every contained worker was forked the way asked (the
+// launcher is used where the mode has a unified hierarchy).
+func newContained(t *testing.T, mode Mode, here bool) *Supervisor {
+	t.Helper()
+	s := newSupervisor(t, mode, func(c *Config) { c.Containment = ContainRequire; c.ForkHere = here })
+	viaLauncher := !here && s.Mode() != ModeV2
+	if viaLauncher != (s.fork != nil) {
+		t.Fatalf("mode %s, ForkHere %v: launcher %v (%s)", s.Mode(), here, s.fork != nil, launcherCheck(s))
+	}
+	t.Cleanup(func() {
+		if viaLauncher && (s.fork.forked.Load() == 0 || !s.fork.usable()) {
+			t.Errorf("the launcher forked %d workers and is usable: %v", s.fork.forked.Load(), s.fork.usable())
+		}
+	})
+	return s
+}
+
+func launcherCheck(s *Supervisor) string {
+	for _, c := range s.Report().Checks {
+		if c.Name == "containment launcher" {
+			return c.Detail
+		}
+	}
+	return "no launcher check"
 }

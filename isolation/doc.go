@@ -6,7 +6,9 @@
 // ("domain") and reading every limit back, launching the worker inside it (born there: through
 // CLONE_INTO_CGROUP in a unified hierarchy, and in v1 ones by forking from a launcher thread that
 // moved itself into them for the fork; held behind a barrier pipe until its placement is verified,
-// and attached by pid where the thread cannot move),
+// and attached by pid where the thread cannot move), contained workers in the hybrid and v1 modes
+// forked by a small launcher process as the supervisor's own children (launcher_linux.go),
+// so that the supervisor's address space is never copied into a fork,
 // the worker-side entry checks (EnterWorker), the kill ladder (SIGTERM → grace → cgroup kill →
 // reap), reaping of re-parented descendants as a child subreaper, OOM and peak-memory facts read
 // after reaping, and removal of cgroups left behind by a dead sidecar.

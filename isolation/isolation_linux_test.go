@@ -435,8 +435,29 @@ func TestSidecarKilledLeavesNothing(t *testing.T) {
 			if !gone(wpid, wst.start) {
 				t.Fatalf("dead sidecar's worker %d not reaped", wpid)
 			}
+			// Its launcher died with it (PDEATHSIG) and re-parented to us, the subreaper, as
+			// any orphan of the sidecar's would: reap it as its host would.
+			waitFor(t, func() bool { return reapLaunchers() > 0 })
 		})
 	}
+}
+
+// reapLaunchers reaps this process's zombie children that are launchers (of a sidecar that
+// died) and returns how many.
+func reapLaunchers() int {
+	n := 0
+	for _, z := range zombieChildren() {
+		if c, err := os.ReadFile("/proc/" + strconv.Itoa(z) + "/comm"); err != nil || strings.TrimSpace(string(c)) != launcherComm {
+			continue
+		}
+		if fd, err := pidfdOpen(z); err == nil {
+			if reaped, _, _ := pidfdReap(fd); reaped {
+				n++
+			}
+			unix.Close(fd)
+		}
+	}
+	return n
 }
 
 func TestStartRefusals(t *testing.T) {

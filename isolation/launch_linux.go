@@ -30,6 +30,7 @@ type launchSpec struct {
 	tmp     string       // contained: host path of the private temp dir mounted on /tmp
 	cpus    *unix.CPUSet // the launching thread's affinity for the fork (nil: unchanged)
 	widen   string       // EnvCPUs for the worker when cpus is set
+	via     *launcher    // contained: fork through it while it works (nil: fork here)
 }
 
 // onCPUs narrows the launch to cpus when narrowed, telling the worker all of its supervisor's.
@@ -120,7 +121,18 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 		return nil, err
 	}
 	attr := &os.ProcAttr{Env: env, Files: files, Sys: sys}
-	bornV1, err := d.start(execPath, ls.argv, attr, cg.enterSelf, ls.cpus)
+	var bornV1, bornV2 bool
+	err = errLauncher // not tried
+	if ls.via != nil && ls.contain && cg.v1 != nil && ls.via.usable() {
+		bornV1, err = d.startVia(ls.via, execPath, ls.argv, attr, cg, ls.cpus)
+		if errors.Is(err, errLauncher) {
+			reapStrays(cg) // what a launcher that failed mid-request may have forked
+		}
+	}
+	if errors.Is(err, errLauncher) {
+		bornV1, err = d.start(execPath, ls.argv, attr, cg.enterSelf, ls.cpus)
+		bornV2 = sys.UseCgroupFD
+	}
 	// The parent's copies of the child's ends go now, so output pipes see EOF once the
 	// domain is dead and the copiers can finish.
 	for _, f := range closeAfterStart {
@@ -147,7 +159,7 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 			d.takeHeld()()
 		}
 	}()
-	if err := cg.place(d.pid, bornV1); err != nil {
+	if err := cg.place(d.pid, bornV1, bornV2); err != nil {
 		return nil, err
 	}
 	if release != nil {

@@ -19,6 +19,9 @@ var testParent = fmt.Sprintf("steward-test-%d", os.Getpid())
 func contextBackground() context.Context { return context.Background() }
 
 func TestMain(m *testing.M) {
+	if s := os.Getenv(EnvLauncher); s != "" {
+		os.Exit(serveLauncher(s))
+	}
 	if os.Getenv(EnvProbe) == "1" {
 		enter() // exits with probeExitCode after its checks in probe mode
 		os.Exit(ExitRefused)

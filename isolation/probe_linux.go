@@ -84,7 +84,7 @@ func probe(ctx context.Context, cfg Config, t tree, owner string, pr parentResul
 	r.Containment, contained = probeContainment(cfg)
 	var failures []error
 	for _, m := range candidates(cfg.Mode, r.Host) {
-		err := probeMode(ctx, cfg, m, t, owner, pr, &r, contained)
+		err := probeMode(ctx, cfg, m, t, owner, pr, &r, contained, nil)
 		a := Attempt{Mode: m, Passed: err == nil}
 		if err != nil {
 			a.Error = err.Error()
@@ -180,7 +180,8 @@ func available(m Mode) error {
 	return nil
 }
 
-func probeMode(ctx context.Context, cfg Config, m Mode, t tree, owner string, pr parentResult, r *Report, contained bool) error {
+// via, if set, is the launcher the probe child is forked by.
+func probeMode(ctx context.Context, cfg Config, m Mode, t tree, owner string, pr parentResult, r *Report, contained bool, via *launcher) error {
 	if err := available(m); err != nil {
 		return err
 	}
@@ -197,7 +198,7 @@ func probeMode(ctx context.Context, cfg Config, m Mode, t tree, owner string, pr
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	argv := append([]string{cfg.WorkerPath}, cfg.WorkerArgs...)
-	d, err := launch(ctx, cfg, id, cg, launchSpec{path: cfg.WorkerPath, argv: argv, env: []string{EnvProbe + "=1"}, barrier: true, contain: contained})
+	d, err := launch(ctx, cfg, id, cg, launchSpec{path: cfg.WorkerPath, argv: argv, env: []string{EnvProbe + "=1"}, barrier: true, contain: contained, via: via})
 	if err != nil {
 		_ = cg.remove()
 		if errors.Is(err, ErrPlacement) {

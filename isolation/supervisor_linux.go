@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 
@@ -20,6 +21,10 @@ type Supervisor struct {
 	owner     string   // <pid>-<starttime>: this supervisor's directory below each parent
 	leftovers []string // owner directories of dead supervisors removed by New
 	cpus      []int    // the CPUs New ran on: what Spec.CPUs narrows and WidenCPUs restores
+
+	// fork is the launcher contained workers are forked by (nil: forked here; see launcher).
+	fork *launcher
+	pr   parentResult // New's, for the probes that prove a launcher
 
 	mu       sync.Mutex
 	seq      uint64
@@ -65,7 +70,83 @@ func New(cfg Config) (*Supervisor, error) {
 		s.report.Reason = "leftover cleanup: " + err.Error()
 	}
 	s.report.Cgroups = ownerDirs(s.report.Mode, t, owner)
+	s.pr = pr
+	s.startLauncher()
 	return s, nil
+}
+
+// startLauncher starts the launcher contained workers are forked by, where the verified mode
+// allows it (see launcher), from the worker executable; a launcher that fails to start or to
+// fork the probe is stopped and the supervisor forks its workers itself. Either way the
+// report's checks say which.
+func (s *Supervisor) startLauncher() {
+	check := Check{Name: "containment launcher", OK: true}
+	defer func() { s.report.Checks = append(s.report.Checks, check) }()
+	switch {
+	case !s.Contained():
+		check.Detail = "not used: workers are not contained"
+		return
+	case s.report.Mode == ModeV2:
+		check.Detail = "not used on v2, where only the supervisor's fork is born in the worker's cgroup (CLONE_INTO_CGROUP): the supervisor forks contained workers"
+		return
+	case s.cfg.ForkHere:
+		check.Detail = "not used (configured): the supervisor forks contained workers"
+		return
+	}
+	l, err := s.provenLauncher(s.cfg.WorkerPath)
+	if err != nil {
+		check.Detail = "unavailable, the supervisor forks contained workers: " + err.Error()
+		return
+	}
+	s.fork = l
+	check.Detail = fmt.Sprintf("contained workers are forked by launcher pid %d (probe passed through it)", l.pid)
+}
+
+// provenLauncher starts a launcher from the executable at path and proves it with a probe
+// forked through it.
+func (s *Supervisor) provenLauncher(path string) (*launcher, error) {
+	cfg := s.cfg
+	cfg.WorkerPath = path
+	l, err := startLauncher(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var scratch Report
+	err = probeMode(context.Background(), cfg, s.report.Mode, s.tree, s.owner, s.pr, &scratch, true, l)
+	if err == nil && !l.usable() {
+		err = errors.New("the probe fell back to a fork by the supervisor")
+	}
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// LauncherFrom moves the launcher, if the supervisor uses one, to the executable at path (which
+// must call EnterWorker first under Config.WorkerArgs, as WorkerPath does), proven by a probe
+// through it; the launcher before it stays if that fails. Call it before any Start: the sidecar
+// does with its worker image, so that the launcher is the small worker executable rather than
+// the sidecar's own binary.
+func (s *Supervisor) LauncherFrom(path string) error {
+	if s.fork == nil {
+		return nil
+	}
+	l, err := s.provenLauncher(path)
+	if err != nil {
+		return err
+	}
+	old := s.fork
+	s.fork = l
+	old.close()
+	checks := slices.Clone(s.report.Checks) // Reports handed out share the old array
+	for i, c := range checks {
+		if c.Name == "containment launcher" {
+			checks[i].Detail = fmt.Sprintf("contained workers are forked by launcher pid %d, started from %s (probe passed through it)", l.pid, path)
+		}
+	}
+	s.report.Checks = checks
+	return nil
 }
 
 // ownerDirs lists the owner directory in each hierarchy that mode uses.
@@ -172,7 +253,7 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 	d, err := launch(ctx, s.cfg, id, cg, launchSpec{
 		path: p, argv: append([]string{p}, spec.Args...), env: spec.Env,
 		extra: spec.ExtraFiles, stdout: spec.Stdout, stderr: spec.Stderr,
-		contain: s.Contained(), network: spec.Network, policy: spec.Policy, tmp: spec.TempDir,
+		contain: s.Contained(), network: spec.Network, policy: spec.Policy, tmp: spec.TempDir, via: s.fork,
 	}.onCPUs(narrowed, spec.CPUs, s.cpus))
 	if err != nil {
 		_ = cg.remove()
@@ -221,6 +302,9 @@ func (s *Supervisor) Close(ctx context.Context) error {
 		errs = append(errs, d.Close())
 	}
 	s.starting.Wait() // a launch in flight kills its own domain once it sees closed
+	if s.fork != nil {
+		s.fork.close()
+	}
 	errs = append(errs, removeOwnerDirs(s.tree, s.owner))
 	return errors.Join(errs...)
 }

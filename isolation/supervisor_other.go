@@ -39,6 +39,7 @@ func (s *Supervisor) Config() Config              { return Config{} }
 func (s *Supervisor) Leftovers() []string         { return nil }
 func (s *Supervisor) CgroupPath(d *Domain) string { return "" }
 func (s *Supervisor) Contained() bool             { return false }
+func (s *Supervisor) LauncherFrom(string) error   { return nil }
 func (s *Supervisor) CPUs() []int                 { return nil }
 func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Domain, error) {
 	return nil, errUnsupported

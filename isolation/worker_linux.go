@@ -22,6 +22,9 @@ import (
 // (EnvProbe=1) EnterWorker does not return: it exits with probeExitCode after its checks, a
 // code a binary that never called EnterWorker is unlikely to produce.
 func EnterWorker() error {
+	if s := os.Getenv(EnvLauncher); s != "" {
+		os.Exit(serveLauncher(s)) // the supervisor's launcher: never a worker
+	}
 	parent, err := strconv.Atoi(os.Getenv(EnvParent))
 	if err != nil || parent <= 0 {
 		return ErrNotWorker

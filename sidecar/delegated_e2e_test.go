@@ -72,6 +72,18 @@ func TestDelegatedUnprivileged(t *testing.T) {
 			t.Errorf("own cgroup %s is not in the delegated %s", dir, parent)
 		}
 	}
+	// Its contained workers are forked by its launcher, a child of its own, as uid 65534 too.
+	launcher := 0
+	for _, c := range iso.Checks {
+		if c.Name == "containment launcher" {
+			_, _ = fmt.Sscanf(c.Detail, "contained workers are forked by launcher pid %d", &launcher)
+		}
+	}
+	ls, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", launcher))
+	if launcher <= 0 || !strings.Contains(string(ls), fmt.Sprintf("\nUid:\t%d\t%d\t%d\t%d\n", nobody, nobody, nobody, nobody)) ||
+		!strings.Contains(string(ls), fmt.Sprintf("\nPPid:\t%d\n", e.c.Pid())) {
+		t.Fatalf("no launcher of the uid-%d sidecar %d (hello checks %+v):\n%s", nobody, e.c.Pid(), iso.Checks, ls)
+	}
 
 	ok := e.mutate(e.params(randID("inv-"), "ok", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree))
 	expect(t, ok, rpc.PhaseNativeReturn, 0)

@@ -227,6 +227,12 @@ func (s *Server) openWorkerImage() {
 	}
 	s.image = image
 	s.log.Info("workers start from the worker image", "worker_image", image, "worker_executable", src.String())
+	// The launcher that forks contained workers moves to the image too: the small worker
+	// executable forks faster than this binary.
+	if err := s.iso.LauncherFrom(image); err != nil {
+		s.log.Warn("the launcher stays on "+isolation.DefaultWorkerPath, "reason", err.Error())
+	}
+	s.isoReport = s.iso.Report()
 }
 
 // closeTempDir removes the sidecar's temp dir once every domain is reaped (Close, once).
