@@ -126,7 +126,7 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 	if ls.via != nil && ls.contain && cg.v1 != nil && ls.via.usable() {
 		bornV1, err = d.startVia(ls.via, execPath, ls.argv, attr, cg, ls.cpus)
 		if errors.Is(err, errLauncher) {
-			reapStrays(cg) // what a launcher that failed mid-request may have forked
+			reapStrays(cg, ls.via.pid) // what a launcher that failed mid-request may have forked
 		}
 	}
 	if errors.Is(err, errLauncher) {

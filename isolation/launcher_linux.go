@@ -274,7 +274,8 @@ func (d *Domain) startVia(l *launcher, path string, argv []string, attr *os.Proc
 		return false, fmt.Errorf("%w: %s", errLauncher, rep.Err)
 	case rep.Err != "":
 		if rep.Forked {
-			reapStrays(cg)
+			reapFailed(rep.Pid)
+			reapStrays(cg, l.pid) // anything else, should the launcher not have found it
 		}
 		return false, rep.err()
 	}
@@ -296,17 +297,17 @@ func (d *Domain) startVia(l *launcher, path string, argv []string, attr *os.Proc
 	return true, nil
 }
 
-// reapStrays kills and reaps what a failed launch through the launcher may leave among this
-// process's children: a zombie whose exec failed (still named launcherComm), or, from a
+// reapStrays kills and reaps what a failed launch through launcher (its pid) may leave among
+// this process's children: a zombie whose exec failed (still named launcherComm), or, from a
 // launcher that died before it answered, a child alive in the domain's v1 groups (it was born
 // there). Each is pinned by a pidfd before it is proven to be one, so a reused pid is never
 // touched.
-func reapStrays(cg *domainCgroups) {
+func reapStrays(cg *domainCgroups, launcher int) {
 	self := os.Getpid()
 	names, _ := readDirNames("/proc")
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
-		if err != nil {
+		if err != nil || pid == launcher { // named launcherComm too, and reaped by its own thread
 			continue
 		}
 		if st, err := readProcStat(pid); err != nil || st.ppid != self {
@@ -325,6 +326,23 @@ func reapStrays(cg *domainCgroups) {
 	}
 }
 
+// reapFailed reaps pid if it is this process's zombie child still named launcherComm: the
+// child whose exec failed, as the launcher found it.
+func reapFailed(pid int) {
+	if pid <= 0 {
+		return
+	}
+	fd, err := pidfdOpen(pid)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	if st, err := readProcStat(pid); err == nil && st.ppid == os.Getpid() && st.state == 'Z' && commOf(pid) == launcherComm {
+		var info unix.Siginfo
+		_ = sysRetry(func() error { return unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED, nil) })
+	}
+}
+
 // strayOf reports whether pid, a child of self, is a stray of a launch into cg.
 func strayOf(cg *domainCgroups, pid, self int) bool {
 	st, err := readProcStat(pid)
@@ -332,8 +350,7 @@ func strayOf(cg *domainCgroups, pid, self int) bool {
 		return false
 	}
 	if st.state == 'Z' {
-		comm, err := readFile("/proc/" + strconv.Itoa(pid) + "/comm")
-		return err == nil && strings.TrimSpace(string(comm)) == launcherComm
+		return commOf(pid) == launcherComm
 	}
 	p, ok := procCgroupPath(pid, hPids)
 	return ok && cg.v1 != nil && p == "/"+cg.v1.rels[hPids]
@@ -483,9 +500,54 @@ func launchOne(b []byte, fds []int, all *unix.CPUSet) launchReply {
 		rep.Stuck = true // the child, if it runs, is born in place: the supervisor has it
 	}
 	if err != nil {
-		rep = launchReply{Err: "fork/exec " + req.Path + ": " + err.Error(), Errno: errnoOf(err), Forked: true, Stuck: rep.Stuck}
+		// The child reports its failure before it exits: it is found here and waited for, so
+		// that the supervisor reaps a zombie, not a process still on its way out.
+		rep = launchReply{Err: "fork/exec " + req.Path + ": " + err.Error(), Errno: errnoOf(err), Stuck: rep.Stuck}
+		rep.Pid, rep.Forked = awaitFailedChild()
 	}
 	return rep
+}
+
+// awaitFailedChild finds the child whose exec just failed — a child of the launcher's parent
+// (CLONE_PARENT) still named launcherComm, other than the launcher itself: the launches before
+// it were renamed by their exec or reaped before their reply — and waits for its exit through a pidfd, at most failedChildWait.
+// It returns its pid, and whether a child was forked at all (0, false when the fork failed).
+func awaitFailedChild() (int, bool) {
+	self, parent := os.Getpid(), os.Getppid()
+	names, _ := readDirNames("/proc")
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == self { // the launcher is its parent's child by that name too
+			continue
+		}
+		if st, err := readProcStat(pid); err != nil || st.ppid != parent || commOf(pid) != launcherComm {
+			continue
+		}
+		fd, err := pidfdOpen(pid)
+		if err != nil {
+			continue
+		}
+		if st, err := readProcStat(pid); err == nil && st.ppid == parent && commOf(pid) == launcherComm {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			_ = sysRetry(func() error { _, err := unix.Poll(fds, int(failedChildWait.Milliseconds())); return err })
+			unix.Close(fd)
+			return pid, true
+		}
+		unix.Close(fd)
+	}
+	return 0, false
+}
+
+// failedChildWait bounds the wait for a child whose exec failed: it only has to exit.
+const failedChildWait = 5 * time.Second
+
+// commOf is pid's name ("" if gone).
+func commOf(pid int) string {
+	b, err := readFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func errnoOf(err error) int {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // TestLauncherForksSupervisorsChildren: a contained worker forked by the launcher is the
@@ -166,4 +167,24 @@ func runContainedNoop(t *testing.T, s *Supervisor) {
 
 func filepathProc(pid int, name string) string {
 	return filepath.Join("/proc", strconv.Itoa(pid), name)
+}
+
+// FuzzLaunchRequest: whatever bytes arrive as a request without descriptors, the launcher
+// answers with a refusal and forks nothing (a fork needs the domain's tasks files), and
+// never panics.
+func FuzzLaunchRequest(f *testing.F) {
+	f.Add([]byte(`{"path":"/bin/true","argv":["true"],"env":[],"files":0,"v1":["memory"],"cloneflags":0,"uid":0,"gid":0}`))
+	f.Add([]byte(`{"path":"/bin/true","argv":["true"],"files":0,"v1":[],"uid":-1,"gid":-1}`))
+	f.Add([]byte(`{"files":-1}`))
+	f.Add([]byte(`not json`))
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rep := launchOne(b, nil, &all)
+		if rep.Err == "" || rep.Pid != 0 || rep.Forked {
+			t.Fatalf("request %q without descriptors: %+v", b, rep)
+		}
+	})
 }
