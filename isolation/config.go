@@ -80,8 +80,8 @@ type Config struct {
 	// supervisor's own uid and gid (the only identity an unprivileged process can map).
 	GuestUID, GuestGID int
 	// ForkHere makes the supervisor fork contained workers itself instead of through its
-	// launcher process (see launcher_linux.go), which it uses by default in the modes with a
-	// unified hierarchy (hybrid, v2). The tests run the containment suite both ways.
+	// launcher process (see launcher_linux.go), which it uses by default in the modes with v1
+	// groups (hybrid, v1). The tests run the containment suite both ways.
 	ForkHere bool
 }
 

@@ -54,9 +54,15 @@ import (
 const EnvLauncher = "STEWARD_ISOLATION_LAUNCHER"
 
 const (
-	maxLaunchRequest = 1 << 20 // argv and env of one worker, JSON
-	maxLaunchFDs     = 64      // the child's files and its v1 tasks files
+	// maxLaunchRequest bounds a request (argv and env of one worker, JSON): well under the
+	// default socket buffer (wmem_default, 208 KiB), which one SOCK_SEQPACKET message must fit
+	// whole. A larger one is forked by the supervisor itself.
+	maxLaunchRequest = 64 << 10
+	maxLaunchFDs     = 64 // the child's files and its v1 tasks files
 	maxLaunchReply   = 4 << 10
+	// launchReplyWait bounds the wait for a reply: a launcher that does not answer by then is
+	// killed, and the launch forked here.
+	launchReplyWait = 30 * time.Second
 )
 
 // launcherComm names the launcher's forking thread, and so every child it forks until its exec.
@@ -125,6 +131,12 @@ func startLauncher(cfg Config) (*launcher, error) {
 		unix.Close(pair[0])
 		theirs.Close()
 		return nil, err
+	}
+	tv := unix.NsecToTimeval(launchReplyWait.Nanoseconds())
+	if err := unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(pair[0])
+		theirs.Close()
+		return nil, fmt.Errorf("%w: reply timeout: %w", errLauncher, err)
 	}
 	l := &launcher{sock: pair[0], exited: make(chan struct{})}
 	started := make(chan error, 1)
@@ -195,7 +207,10 @@ func (l *launcher) launch(req launchRequest, fds []int) (launchReply, error) {
 		return launchReply{}, fmt.Errorf("%w: not running", errLauncher)
 	}
 	fail := func(op string, err error) (launchReply, error) {
+		// Broken for good, and stopped, so that it forks nothing more (the pid is still its
+		// own: only its thread reaps it).
 		l.broken = true
+		_ = unix.Kill(l.pid, unix.SIGKILL)
 		return launchReply{}, fmt.Errorf("%w: %s: %w", errLauncher, op, err)
 	}
 	if err := sysRetry(func() error { return unix.Sendmsg(l.sock, b, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL) }); err != nil {
@@ -204,7 +219,7 @@ func (l *launcher) launch(req launchRequest, fds []int) (launchReply, error) {
 	buf := make([]byte, maxLaunchReply)
 	var n, flags int
 	if err := sysRetry(func() (err error) { n, _, flags, _, err = unix.Recvmsg(l.sock, buf, nil, 0); return }); err != nil {
-		return fail("read reply", err)
+		return fail("read reply", err) // EAGAIN: no reply within launchReplyWait
 	}
 	if n == 0 {
 		return fail("read reply", errors.New("launcher exited"))
