@@ -96,8 +96,11 @@ func markedProcesses() []int {
 	return out
 }
 
+// zombieChildren lists this process's zombie children, those of every thread: a worker is the
+// child of the thread that forked it (or, forked by the launcher, of the thread that started
+// the launcher), an orphan the leader's.
 func zombieChildren() []int {
-	kids, _ := ownChildren()
+	kids := childrenOf(os.Getpid())
 	var out []int
 	for _, k := range kids {
 		if st, err := readProcStat(k); err == nil && st.state == 'Z' {
