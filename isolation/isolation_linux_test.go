@@ -447,7 +447,7 @@ func TestSidecarKilledLeavesNothing(t *testing.T) {
 func reapLaunchers() int {
 	n := 0
 	for _, z := range zombieChildren() {
-		if c, err := os.ReadFile("/proc/" + strconv.Itoa(z) + "/comm"); err != nil || strings.TrimSpace(string(c)) != launcherComm {
+		if commOf(z) != launcherComm {
 			continue
 		}
 		if fd, err := pidfdOpen(z); err == nil {

@@ -73,15 +73,15 @@ const launcherComm = "steward-launch"
 // controller in V1, which the launcher's forking thread enters for the fork so that the child
 // is born in them.
 type launchRequest struct {
-	Path       string   `json:"path"`
-	Argv       []string `json:"argv"`
-	Env        []string `json:"env"`
-	Files      int      `json:"files"`
-	V1         []string `json:"v1"`
-	Cloneflags uintptr  `json:"cloneflags"`
-	UID        int      `json:"uid"`
-	GID        int      `json:"gid"`
-	CPUs       []int    `json:"cpus,omitempty"`
+	Path       string       `json:"path"`
+	Argv       []string     `json:"argv"`
+	Env        []string     `json:"env"`
+	Files      int          `json:"files"`
+	V1         []string     `json:"v1"`
+	Cloneflags uintptr      `json:"cloneflags"`
+	UID        int          `json:"uid"`
+	GID        int          `json:"gid"`
+	CPUs       *unix.CPUSet `json:"cpus,omitempty"` // the forking thread's affinity (nil: unchanged)
 }
 
 // launchReply is the launcher's answer. Err set: no worker runs; Forked: a child may have
@@ -254,7 +254,7 @@ func (r launchReply) err() error {
 // launch is left but what reapStrays finds: the caller forks the worker itself.
 func (d *Domain) startVia(l *launcher, path string, argv []string, attr *os.ProcAttr, cg *domainCgroups, cpus *unix.CPUSet) (bornV1 bool, _ error) {
 	req := launchRequest{Path: path, Argv: argv, Env: attr.Env, Files: len(attr.Files), V1: cg.v1.controllers,
-		Cloneflags: attr.Sys.Cloneflags, UID: -1, GID: -1}
+		Cloneflags: attr.Sys.Cloneflags, UID: -1, GID: -1, CPUs: cpus}
 	if m := attr.Sys.UidMappings; len(m) == 1 {
 		req.UID = m[0].HostID
 	}
@@ -272,13 +272,6 @@ func (d *Domain) startVia(l *launcher, path string, argv []string, attr *os.Proc
 		}
 		defer unix.Close(fd)
 		fds = append(fds, fd)
-	}
-	if cpus != nil {
-		for c := range 8 * int(unsafe.Sizeof(*cpus)) {
-			if cpus.IsSet(c) {
-				req.CPUs = append(req.CPUs, c)
-			}
-		}
 	}
 	rep, err := l.launch(req, fds)
 	runtime.KeepAlive(attr.Files)
@@ -319,13 +312,8 @@ func (d *Domain) startVia(l *launcher, path string, argv []string, attr *os.Proc
 // touched.
 func reapStrays(cg *domainCgroups, launcher int) {
 	self := os.Getpid()
-	names, _ := readDirNames("/proc")
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid == launcher { // named launcherComm too, and reaped by its own thread
-			continue
-		}
-		if st, err := readProcStat(pid); err != nil || st.ppid != self {
+	for _, pid := range childrenByPpid(self) {
+		if pid == launcher { // named launcherComm too, and reaped by its own thread
 			continue
 		}
 		fd, err := pidfdOpen(pid)
@@ -478,12 +466,8 @@ func launchOne(b []byte, fds []int, all *unix.CPUSet) launchReply {
 	if req.Files < 0 || req.Files+len(req.V1) != len(fds) || len(req.V1) == 0 || len(req.Argv) == 0 {
 		return launchReply{Err: fmt.Sprintf("malformed launch request: %d files, %d v1 groups, %d descriptors", req.Files, len(req.V1), len(fds)), Errno: int(unix.EINVAL)}
 	}
-	if len(req.CPUs) > 0 {
-		var set unix.CPUSet
-		for _, c := range req.CPUs {
-			set.Set(c)
-		}
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
+	if req.CPUs != nil {
+		if err := unix.SchedSetaffinity(0, req.CPUs); err != nil {
 			return launchReply{Err: "cpu affinity of the forking thread: " + err.Error(), Errno: errnoOf(err), Unborn: true}
 		}
 		defer unix.SchedSetaffinity(0, all)
@@ -529,13 +513,8 @@ func launchOne(b []byte, fds []int, all *unix.CPUSet) launchReply {
 // It returns its pid, and whether a child was forked at all (0, false when the fork failed).
 func awaitFailedChild() (int, bool) {
 	self, parent := os.Getpid(), os.Getppid()
-	names, _ := readDirNames("/proc")
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid == self { // the launcher is its parent's child by that name too
-			continue
-		}
-		if st, err := readProcStat(pid); err != nil || st.ppid != parent || commOf(pid) != launcherComm {
+	for _, pid := range childrenByPpid(parent) {
+		if pid == self || commOf(pid) != launcherComm { // the launcher is its parent's child by that name too
 			continue
 		}
 		fd, err := pidfdOpen(pid)
@@ -555,6 +534,25 @@ func awaitFailedChild() (int, bool) {
 
 // failedChildWait bounds the wait for a child whose exec failed: it only has to exit.
 const failedChildWait = 5 * time.Second
+
+// childrenByPpid lists the processes whose parent is the process parent, by their
+// /proc/<pid>/stat. Not childrenOf: a launcher's children are those of the thread that started
+// it, and when that thread ends (the launcher died) they move to another thread's list, a move
+// a read of the lists can miss; their parent pid stays the process's throughout.
+func childrenByPpid(parent int) []int {
+	names, _ := readDirNames("/proc")
+	var out []int
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		if st, err := readProcStat(pid); err == nil && st.ppid == parent {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
 
 // commOf is pid's name ("" if gone).
 func commOf(pid int) string {
