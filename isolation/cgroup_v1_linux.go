@@ -217,6 +217,38 @@ func (g *v1Group) procs() ([]int, error) {
 	return readPids(filepath.Join(g.dirs["pids"], "cgroup.procs"))
 }
 
+// killTaskOwners SIGKILLs every process with a task (any thread) listed in one of the group's
+// directories and reports whether any was listed. It is for a dead owner's domain, whose v1
+// groups may hold a thread of a process that is not the domain's worker (its launcher, which
+// enters them to fork): membership by /proc/<pid>/cgroup, which shows the leader's groups, would
+// miss it. Each process is pinned by a pidfd before its thread is proven to be in the group.
+func (g *v1Group) killTaskOwners() bool {
+	listed := false
+	for _, c := range g.controllers {
+		tids, err := readPids(filepath.Join(g.dirs[c], "tasks"))
+		if err != nil {
+			continue // gone, or unreadable: its rmdir reports it
+		}
+		for _, tid := range tids {
+			listed = true
+			tgid, err := tgidOf(tid)
+			if err != nil {
+				continue // exited since the listing
+			}
+			fd, err := pidfdOpen(tgid)
+			if err != nil {
+				continue
+			}
+			p, ok := cgroupPathIn("/proc/"+strconv.Itoa(tgid)+"/task/"+strconv.Itoa(tid)+"/cgroup", c)
+			if ok && p == "/"+g.rels[c] {
+				_ = pidfdSignal(fd, unix.SIGKILL)
+			}
+			unix.Close(fd)
+		}
+	}
+	return listed
+}
+
 // freezeKillThaw sends SIGKILL to everything in the group once, through the freezer so that no
 // task can fork between the listing and the signal. The v1 freezer can stall in FREEZING while
 // tasks fork (vfork parents), and it only freezes tasks present at write time, so FROZEN is

@@ -65,8 +65,19 @@ func killOwnerTree(ctx context.Context, t tree, owner string) error {
 		d := &Domain{cg: cg, tr: tr, exited: make(chan struct{})}
 		close(d.exited)
 		if !d.pollUntil(ctx, func() bool {
+			busy := false
 			if cg.populated() {
 				_ = cg.killOnce(ctx, tr.mark)
+				busy = true
+			}
+			// What the domain's v1 groups alone hold: the dead owner's launcher, whose forking
+			// thread was in them for a fork, and, in hybrid mode, a child it had just forked,
+			// born there but not yet placed in the unified group that populated and killOnce
+			// read. Both die with the owner (PDEATHSIG), but not before its successor sweeps.
+			if cg.v1 != nil && cg.v1.killTaskOwners() {
+				busy = true
+			}
+			if busy {
 				tr.reapOnce()
 				return false
 			}

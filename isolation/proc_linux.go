@@ -42,6 +42,21 @@ func readProcStat(pid int) (procStat, error) {
 	return st, nil
 }
 
+// tgidOf is the thread-group id (the process) of the task tid, from /proc/<tid>/status: a
+// thread's /proc entry resolves though readdir does not list it.
+func tgidOf(tid int) (int, error) {
+	b, err := readFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("no Tgid in /proc/%d/status", tid)
+}
+
 // OwnerName identifies a live process across pid reuse: "<pid>-<starttime>" (its start in clock
 // ticks since boot). Isolation names its cgroup owner directories so, the sidecar its temp
 // directory; OwnerAlive tells a later process whether that owner still runs.
@@ -85,7 +100,13 @@ func readProcCgroup(pid int) (map[string]string, string, error) {
 // the unified one's for controller "" (without the " (deleted)" a zombie's may carry). It is
 // the membership test the ladder runs for every process, so it parses just the line it needs.
 func procCgroupPath(pid int, controller string) (string, bool) {
-	b, err := readFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	return cgroupPathIn("/proc/"+strconv.Itoa(pid)+"/cgroup", controller)
+}
+
+// cgroupPathIn is procCgroupPath of a cgroup file: /proc/<pid>/cgroup, or a thread's
+// /proc/<pid>/task/<tid>/cgroup.
+func cgroupPathIn(file, controller string) (string, bool) {
+	b, err := readFile(file)
 	if err != nil {
 		return "", false
 	}

@@ -1,0 +1,201 @@
+package isolation
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// tasksEnv lists the v1 tasks files helperV1Thread's extra thread enters.
+const tasksEnv = "STEWARD_TEST_TASKS"
+
+// helperV1Thread moves one thread (not the leader) into the v1 groups whose tasks files
+// tasksEnv lists, as a launcher's forking thread does for a fork, reports "entered" and sleeps.
+func helperV1Thread() {
+	entered := make(chan error)
+	var enter func()
+	enter = func() {
+		runtime.LockOSThread() // never unlocked: the thread stays where it went
+		if unix.Gettid() == unix.Getpid() {
+			go enter() // the leader: another thread must go, this one stays locked here
+			sleepForever()
+		}
+		for _, f := range strings.Split(os.Getenv(tasksEnv), ":") {
+			if err := os.WriteFile(f, []byte("0"), 0); err != nil {
+				entered <- err
+				return
+			}
+		}
+		entered <- nil
+		sleepForever()
+	}
+	go enter()
+	if err := <-entered; err != nil {
+		fmt.Fprintln(os.Stderr, "enter:", err)
+		os.Exit(2)
+	}
+	report("entered")
+	sleepForever()
+}
+
+func init() { helpers["v1thread"] = helperV1Thread }
+
+// TestLeftoverSweepKillsWhatOnlyV1Holds: a sidecar SIGKILLed in the middle of a launch through
+// its launcher leaves, for a moment, processes that only its domain's v1 groups hold: the
+// launcher's forking thread (entered for the fork), and in hybrid mode the child it just forked,
+// born in the v1 groups but not yet placed in the unified one. Both die soon after the sidecar
+// (PDEATHSIG), but a successor's sweep that looked only where a placed worker is — the unified
+// group — found the domain empty and failed to remove its busy v1 directories, which then
+// stayed behind for good (the campaign's leftover-cgroup). The sweep must kill both, wait for
+// the groups to empty, and remove everything.
+func TestLeftoverSweepKillsWhatOnlyV1Holds(t *testing.T) {
+	needCgroups(t)
+	for _, mode := range realModes(t) {
+		t.Run(string(mode), func(t *testing.T) {
+			tr := fixedTree(testParent)
+			owner := deadOwner(t)
+			const dom = "spare-1"
+			var v1 []string
+			for _, h := range hierarchiesOf(mode) {
+				dir := tr.abs(h, owner, dom)
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if h != hUnified {
+					v1 = append(v1, dir)
+				}
+			}
+			t.Cleanup(func() { _ = removeOwnerDirs(tr, owner) })
+
+			// A process born in the v1 groups only (the unplaced child), and one with a thread
+			// there (the launcher).
+			born := startHelper(t, "block", nil)
+			for _, dir := range v1 {
+				if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(born.Process.Pid)), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var tasks []string
+			for _, dir := range v1 {
+				tasks = append(tasks, filepath.Join(dir, "tasks"))
+			}
+			threaded := startHelper(t, "v1thread", []string{tasksEnv + "=" + strings.Join(tasks, ":")})
+			if p, _ := procCgroupPath(threaded.Process.Pid, hPids); p == "/"+tr.rel(hPids, owner, dom) {
+				t.Fatalf("the thread-group leader of pid %d moved too: the test needs only a thread there", threaded.Process.Pid)
+			}
+
+			bornSt, err1 := readProcStat(born.Process.Pid)
+			threadedSt, err2 := readProcStat(threaded.Process.Pid)
+			if err := errors.Join(err1, err2); err != nil {
+				t.Fatal(err)
+			}
+
+			cleaned, err := removeLeftovers(context.Background(), tr)
+			if err != nil {
+				t.Fatalf("sweep: %v", err)
+			}
+			if !slices.Contains(cleaned, tr.rel(hPids, owner)) {
+				t.Errorf("sweep cleaned %v, want %s", cleaned, tr.rel(hPids, owner))
+			}
+			for _, h := range hierarchiesOf(mode) {
+				if _, err := os.Stat(tr.abs(h, owner)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s left: %v", tr.abs(h, owner), err)
+				}
+			}
+			for name, c := range map[string]struct {
+				cmd   *exec.Cmd
+				start uint64
+			}{"v1-only process": {born, bornSt.start}, "process with a thread in v1": {threaded, threadedSt.start}} {
+				if how := waitKilled(t, c.cmd, c.start); how != "signal: killed" && how != "reaped by the sweep" {
+					t.Errorf("%s: %s, want killed by SIGKILL", name, how)
+				}
+			}
+		})
+	}
+}
+
+// deadOwner names an owner directory for a process that has exited.
+func deadOwner(t *testing.T) string {
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = []string{helperEnv + "=block", runEnv + "=" + strconv.Itoa(os.Getpid())}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := OwnerName(cmd.Process.Pid)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if OwnerAlive(owner) {
+		t.Fatalf("owner %s alive after its reap", owner)
+	}
+	return owner
+}
+
+// startHelper starts helper h, not a worker, with a report pipe on fd 3 and waits for its first line.
+func startHelper(t *testing.T, h string, env []string) *exec.Cmd {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append([]string{helperEnv + "=" + h, runEnv + "=" + strconv.Itoa(os.Getpid()), "STEWARD_TEST_KIND=" + h}, env...)
+	cmd.ExtraFiles = []*os.File{w}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+		t.Fatalf("helper %s did not report: %v", h, err)
+	}
+	return cmd
+}
+
+// waitKilled reaps cmd (started at start), failing the test if it is still running after 5 s, and says how it
+// ended: its wait status, or "reaped by the sweep" (in v1 mode the sweep's tracker reaps a
+// process it killed that is its own child, as this test's helpers are).
+func waitKilled(t *testing.T, cmd *exec.Cmd, start uint64) string {
+	t.Helper()
+	done := make(chan struct{})
+	timer := time.AfterFunc(5*time.Second, func() {
+		select {
+		case <-done:
+		default:
+			t.Errorf("pid %d still running 5 s after the sweep", cmd.Process.Pid)
+			_ = cmd.Process.Kill()
+		}
+	})
+	defer timer.Stop()
+	err := cmd.Wait()
+	close(done)
+	if cmd.ProcessState != nil {
+		return cmd.ProcessState.String()
+	}
+	if errors.Is(err, syscall.ECHILD) && gone(cmd.Process.Pid, start) {
+		return "reaped by the sweep"
+	}
+	return "wait: " + err.Error()
+}
