@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,7 +52,35 @@ func helperV1Thread() {
 	sleepForever()
 }
 
-func init() { helpers["v1thread"] = helperV1Thread }
+// helperSidecarChurn is a sidecar that launches contained no-op workers through its launcher,
+// one after another, until it is killed; it prints "ready" once its launcher is proven.
+func helperSidecarChurn() {
+	s, err := New(Config{Parent: os.Getenv(parentEnv), Mode: Mode(os.Getenv(modeEnv)), Containment: ContainRequire})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	if s.fork == nil {
+		fmt.Println("ERR no launcher:", launcherCheck(s))
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	env := []string{helperEnv + "=noop-contained", runEnv + "=" + os.Getenv(runEnv)}
+	for {
+		d, err := s.Start(context.Background(), Spec{Env: env})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "churn:", err)
+			continue
+		}
+		_, _ = d.Wait(context.Background())
+		_ = d.Close()
+	}
+}
+
+func init() {
+	helpers["v1thread"] = helperV1Thread
+	helpers["sidecar-churn"] = helperSidecarChurn
+}
 
 // TestLeftoverSweepKillsWhatOnlyV1Holds: a sidecar SIGKILLed in the middle of a launch through
 // its launcher leaves, for a moment, processes that only its domain's v1 groups hold: the
@@ -125,6 +154,78 @@ func TestLeftoverSweepKillsWhatOnlyV1Holds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSweepRightAfterSidecarKill kills a sidecar that keeps launching contained workers through
+// its launcher at a random moment and, as a host restarting it does, starts a successor at
+// once: the successor's sweep must remove the dead sidecar's every directory, whatever the
+// launch was doing (CI's campaign once found a spare's v1 directories left; see
+// TestLeftoverSweepKillsWhatOnlyV1Holds).
+func TestSweepRightAfterSidecarKill(t *testing.T) {
+	needCgroups(t)
+	for _, mode := range realModes(t) {
+		t.Run(string(mode), func(t *testing.T) {
+			newSupervisor(t, mode, nil) // this process is a subreaper before any sidecar dies
+			r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+			for i := range 25 {
+				cmd := exec.Command("/proc/self/exe")
+				cmd.Env = []string{helperEnv + "=sidecar-churn", runEnv + "=" + strconv.Itoa(os.Getpid()), parentEnv + "=" + testParent, modeEnv + "=" + string(mode)}
+				out, _ := cmd.StdoutPipe()
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				line, _ := bufio.NewReader(out).ReadString('\n')
+				if line != "ready\n" {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+					t.Fatalf("churning sidecar: %q", line)
+				}
+				owner, err := OwnerName(cmd.Process.Pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Duration(r.IntN(40_000)) * time.Microsecond)
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				s2 := newSupervisor(t, mode, nil)
+				if reason := s2.Report().Reason; reason != "" {
+					t.Errorf("round %d: successor's report: %s", i, reason)
+				}
+				for _, root := range hierarchyRoots() {
+					if _, err := os.Stat(filepath.Join(root, testParent, owner)); !errors.Is(err, os.ErrNotExist) {
+						t.Errorf("round %d: %s left after the successor's sweep (%v)", i, filepath.Join(root, testParent, owner), err)
+					}
+				}
+				// The dead sidecar's launcher and workers re-parented to us: reap them as a
+				// host would its orphans.
+				waitFor(t, func() bool {
+					for _, z := range zombieChildren() {
+						if fd, err := pidfdOpen(z); err == nil {
+							_, _, _ = pidfdReap(fd)
+							unix.Close(fd)
+						}
+					}
+					return len(markedChildren()) == 0
+				})
+				if t.Failed() {
+					return
+				}
+			}
+		})
+	}
+}
+
+// markedChildren lists this process's children that carry this run's marker or are a
+// launcher (whose environment is the supervisor's, without it).
+func markedChildren() []int {
+	var out []int
+	marked := markedProcesses()
+	for _, c := range childrenOf(os.Getpid()) {
+		if slices.Contains(marked, c) || commOf(c) == launcherComm {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // deadOwner names an owner directory for a process that has exited.
