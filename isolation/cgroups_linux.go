@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 )
 
@@ -157,6 +158,24 @@ func (c *domainCgroups) procs() ([]int, error) {
 		return c.v2.procs()
 	}
 	return c.v1.procs()
+}
+
+// released reports that the domain's pids controller charges nothing: it charges a task from
+// its fork until it is released (reaped), so none of the domain's processes is alive or
+// unreaped anywhere, zombies and those re-parented out of sight included. False when the
+// counter cannot be read.
+func (c *domainCgroups) released() bool {
+	var dir string
+	switch {
+	case c.mode == ModeV2 && c.v2 != nil:
+		dir = c.v2.dir
+	case c.v1 != nil && c.v1.dirs[hPids] != "":
+		dir = c.v1.dirs[hPids]
+	default:
+		return false
+	}
+	n, err := readInt(filepath.Join(dir, "pids.current"))
+	return err == nil && n == 0
 }
 
 // populated: any live task left. Unified has a flag for it; v1 has only the task list.

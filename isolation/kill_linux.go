@@ -36,7 +36,12 @@ func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, er
 		return Outcome{ExitCode: -1}, ErrClosed
 	}
 	stage := "exited"
-	quiet := d.quiet() // once quiet, a domain stays so: nothing of it is left to start a task
+	// released: nothing of the domain is charged to its pids controller, so nothing is left
+	// alive or unreaped (see domainCgroups.released) and there is nothing to signal, kill,
+	// wait for or reap: the outcome is final at once. This is how a worker that exited by
+	// itself (every answer that was not a kill) is found, in one read of one counter.
+	released := d.gone()
+	quiet := released || d.quiet() // once quiet, a domain stays so: nothing of it is left to start a task
 	if graceful && !quiet {
 		stage = "term"
 		d.tr.signal(unix.SIGTERM)
@@ -56,7 +61,10 @@ func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, er
 	// moves tasks into it): it is not read again.
 	empty := quiet
 	survivors := -1 // the last count, when the loop ended on none left
-	done := d.pollUntil(reapCtx, func() bool {
+	if released {
+		survivors = 0
+	}
+	done := released || d.pollUntil(reapCtx, func() bool {
 		if !empty && d.cg.populated() {
 			// Repeat the kill now and then: on v1 each round only kills what the freezer caught.
 			if time.Since(lastKill) > 5*time.Millisecond {
@@ -67,7 +75,14 @@ func (d *Domain) teardownLocked(ctx context.Context, graceful bool) (Outcome, er
 			return false
 		}
 		empty = true
-		if !d.mainExited() || d.tr.reapOnce() > 0 {
+		if !d.mainExited() {
+			return false
+		}
+		if d.gone() {
+			survivors = 0 // the scan of this process's children below would find none
+			return true
+		}
+		if d.tr.reapOnce() > 0 {
 			return false
 		}
 		survivors = d.tr.survivors()
@@ -110,6 +125,13 @@ func (d *Domain) mainExited() bool {
 	default:
 		return false
 	}
+}
+
+// gone: the main process is reaped, no process the tracker pinned is left to reap through it,
+// and the domain's pids controller charges nothing, so no process of the domain is alive or
+// unreaped anywhere: zombies, and escapees re-parented to this process, included.
+func (d *Domain) gone() bool {
+	return d.mainExited() && len(d.tr.members) == 0 && d.cg.released()
 }
 
 // quiet: the main process is reaped and the cgroup holds no live task (as a Wait found it, or
