@@ -312,14 +312,16 @@ func (g *v1Group) zombiesPossible() bool {
 	return int64(len(strings.Fields(string(b)))) != charged
 }
 
-// oomKills reads the oom_kill counter of memory.oom_control (kernel ≥ 4.13).
-func (g *v1Group) oomKills() (int64, error) {
-	return readKey(filepath.Join(g.dirs["memory"], "memory.oom_control"), "oom_kill")
-}
-
-func (g *v1Group) peak() int64 {
-	v, _ := readInt(filepath.Join(g.dirs["memory"], "memory.max_usage_in_bytes"))
-	return v
+// counterFile is the file of counter i (see counterCharge): pids.current, the oom_kill line of
+// memory.oom_control (kernel ≥ 4.13), memory.max_usage_in_bytes.
+func (g *v1Group) counterFile(i int) string {
+	switch i {
+	case counterCharge:
+		return filepath.Join(g.dirs["pids"], "pids.current")
+	case counterOOM:
+		return filepath.Join(g.dirs["memory"], "memory.oom_control")
+	}
+	return filepath.Join(g.dirs["memory"], "memory.max_usage_in_bytes")
 }
 
 // remove deletes the group's directories; already-absent ones are fine.
@@ -504,6 +506,11 @@ func readKey(p, key string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseKey(b, key, p)
+}
+
+// parseKey finds key's value in "key value" lines read from the file p.
+func parseKey(b []byte, key, p string) (int64, error) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if k, v, ok := strings.Cut(line, " "); ok && k == key {
 			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)

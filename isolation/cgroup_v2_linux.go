@@ -159,14 +159,16 @@ func (g *v2Group) populated() (bool, error) {
 
 func (g *v2Group) procs() ([]int, error) { return readPids(filepath.Join(g.dir, "cgroup.procs")) }
 
-// oomKills reads memory.events; memory.events counts kills in the whole subtree.
-func (g *v2Group) oomKills() (int64, error) {
-	return readKey(filepath.Join(g.dir, "memory.events"), "oom_kill")
-}
-
-func (g *v2Group) peak() int64 {
-	v, _ := readInt(filepath.Join(g.dir, "memory.peak"))
-	return v
+// counterFile is the file of counter i (see counterCharge): pids.current, the oom_kill line of
+// memory.events (which counts kills in the whole subtree), memory.peak.
+func (g *v2Group) counterFile(i int) string {
+	switch i {
+	case counterCharge:
+		return filepath.Join(g.dir, "pids.current")
+	case counterOOM:
+		return filepath.Join(g.dir, "memory.events")
+	}
+	return filepath.Join(g.dir, "memory.peak")
 }
 
 func (g *v2Group) remove() error {

@@ -149,6 +149,8 @@ func (d *Domain) CloseHolding() (release func(), err error) {
 		cancel()
 		errs = append(errs, err)
 	}
+	held, counters := release, d.cg.takeCounters()
+	release = func() { held(); counters() }
 	errs = append(errs, d.cg.remove())
 	d.tr.close()
 	if d.lifeline != nil {

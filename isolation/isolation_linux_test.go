@@ -166,6 +166,18 @@ func TestOOMKilledWorker(t *testing.T) {
 			if o.PeakMemory < limit/2 || o.PeakMemory > limit+chargeSlack {
 				t.Fatalf("peak memory %d, want near the %d limit", o.PeakMemory, limit)
 			}
+			// The counters were read through the files the domain opened at its creation: the
+			// files their paths name.
+			for i := range nCounters {
+				if !d.cg.cnt.open[i] {
+					t.Fatalf("counter %d (%s) not open", i, d.cg.counterFile(i))
+				}
+				viaFD, err1 := d.cg.readCounter(i)
+				viaPath, err2 := readFile(d.cg.counterFile(i))
+				if err := errors.Join(err1, err2); err != nil || string(viaFD) != string(viaPath) {
+					t.Fatalf("counter %s: %q through its open file, %q by path (%v)", d.cg.counterFile(i), viaFD, viaPath, err)
+				}
+			}
 			if err := d.Close(); err != nil {
 				t.Fatal(err)
 			}
