@@ -234,7 +234,8 @@ func (c *domainCgroups) readCounter(i int) ([]byte, error) {
 func (c *domainCgroups) closeCounters() { c.takeCounters()() }
 
 // takeCounters hands the counters' open files over to the function it returns, which closes
-// them: a kernfs file's release is work the answer need not wait for (see CloseHolding).
+// them once however often it is called: a kernfs file's release is work the answer need not
+// wait for (see CloseHolding).
 func (c *domainCgroups) takeCounters() (closeAll func()) {
 	c.cnt.mu.Lock()
 	defer c.cnt.mu.Unlock()
@@ -245,10 +246,13 @@ func (c *domainCgroups) takeCounters() (closeAll func()) {
 			c.cnt.open[i] = false
 		}
 	}
+	var once sync.Once
 	return func() {
-		for _, fd := range fds {
-			_ = unix.Close(fd)
-		}
+		once.Do(func() {
+			for _, fd := range fds {
+				_ = unix.Close(fd) // a second close could hit a descriptor reused since
+			}
+		})
 	}
 }
 

@@ -87,3 +87,46 @@ func TestTeardownShortcutWaitsForZombies(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseTwiceClosesNothingOfOthers: CloseHolding's release closes the domain's counter
+// files after the answer, once: called again, it must not close the descriptors their numbers
+// were given to since.
+func TestReleaseTwiceClosesNothingOfOthers(t *testing.T) {
+	needCgroups(t)
+	s := newSupervisor(t, realModes(t)[0], nil)
+	d, err := s.Start(context.Background(), Spec{Env: workerEnv("noop")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-d.Done()
+	var fds []int
+	for i := range nCounters {
+		if d.cg.cnt.open[i] {
+			fds = append(fds, d.cg.cnt.fds[i])
+		}
+	}
+	if len(fds) != int(nCounters) {
+		t.Fatalf("%d of %d counters open", len(fds), nCounters)
+	}
+	release, err := d.CloseHolding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	// The lowest free numbers are the ones just closed: these opens take them again.
+	var reused []*os.File
+	for range fds {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		reused = append(reused, f)
+	}
+	release()
+	for _, f := range reused {
+		if _, err := unix.FcntlInt(f.Fd(), unix.F_GETFD, 0); err != nil {
+			t.Fatalf("descriptor %d, opened after the first release, closed by the second: %v", f.Fd(), err)
+		}
+	}
+}
