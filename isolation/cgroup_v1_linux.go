@@ -224,6 +224,7 @@ func (g *v1Group) procs() ([]int, error) {
 // miss it. Each process is pinned by a pidfd before its thread is proven to be in the group.
 func (g *v1Group) killTaskOwners() bool {
 	listed := false
+	signalled := map[int]bool{} // a task is listed in every hierarchy it entered
 	for _, c := range g.controllers {
 		tids, err := readPids(filepath.Join(g.dirs[c], "tasks"))
 		if err != nil {
@@ -231,6 +232,9 @@ func (g *v1Group) killTaskOwners() bool {
 		}
 		for _, tid := range tids {
 			listed = true
+			if signalled[tid] {
+				continue
+			}
 			tgid, err := tgidOf(tid)
 			if err != nil {
 				continue // exited since the listing
@@ -242,6 +246,7 @@ func (g *v1Group) killTaskOwners() bool {
 			p, ok := cgroupPathIn("/proc/"+strconv.Itoa(tgid)+"/task/"+strconv.Itoa(tid)+"/cgroup", c)
 			if ok && p == "/"+g.rels[c] {
 				_ = pidfdSignal(fd, unix.SIGKILL)
+				signalled[tid] = true
 			}
 			unix.Close(fd)
 		}
