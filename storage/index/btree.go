@@ -65,7 +65,8 @@ type BTreeWriter[K Key] struct {
 	w        *countingWriter
 	perPage  int
 	str      bool     // string keys
-	sk       []uint64 // numbers: the page's keys, order-preserving encoded
+	sk       []uint64 // numbers: the page's keys, order-preserving encoded; coded strings: their codes
+	code     *keyCode // strings: set when they come coded as numbers (see keyCode)
 	keys     []K      // strings: the page's keys
 	ids      []uint64
 	strs     []byte   // addEntries' copy of the page's string keys: a builder reuses its buffers
@@ -128,10 +129,16 @@ func (bw *BTreeWriter[K]) flush() error {
 	off := bw.w.off
 	b := binary.LittleEndian.AppendUint32(bw.page[:0], uint32(n))
 	var lo, hi K
-	if !bw.str {
+	switch {
+	case !bw.str:
 		lo, hi = keyOfSort[K](bw.sk[0]), keyOfSort[K](bw.sk[n-1])
 		b, bw.scratch = appendNumKeys(b, bw.sk, bw.scratch[:0])
-	} else {
+	case bw.code != nil:
+		var err error
+		if b, lo, hi, err = bw.appendCodedKeys(b); err != nil {
+			return err
+		}
+	default:
 		keys := any(bw.keys).([]string)
 		lo, hi = bw.keys[0], bw.keys[n-1]
 		var prev []byte
@@ -188,7 +195,7 @@ func (bw *BTreeWriter[K]) writePage(b []byte, off int64, lo, hi K) error {
 func addEntries[K Key](bw *BTreeWriter[K], es []entry) error {
 	for len(es) > 0 {
 		n := min(len(es), bw.perPage-len(bw.ids))
-		if ks, ok := any(&bw.keys).(*[]string); ok {
+		if ks, ok := any(&bw.keys).(*[]string); ok && bw.code == nil {
 			// e.s points into a merge buffer that is refilled once es is consumed: the page
 			// keeps its own copy. A grown strs leaves the keys before it in the old array.
 			for _, e := range es[:n] {
@@ -198,7 +205,7 @@ func addEntries[K Key](bw *BTreeWriter[K], es []entry) error {
 			}
 		} else {
 			for _, e := range es[:n] {
-				bw.sk = append(bw.sk, e.k) // already the order-preserving encoding
+				bw.sk = append(bw.sk, e.k) // already the order-preserving encoding (or code)
 			}
 		}
 		for _, e := range es[:n] {

@@ -30,7 +30,9 @@ const DefaultStringRunEntries = 1 << 19
 // every core (see bucket.go, finish.go); strings are moved into key ranges of their leading bytes (the same ranges for
 // every run), each range is sorted in cache, and the run is packed front-coded range by range
 // (see memRun.sortStrings); Finish sorts one range of all runs at a time, on every core, and
-// writes the pages in order (see strfinish.go). Input already in order (an id column) is
+// writes the pages in order (see finish.go). String keys that are all short over a small
+// alphabet (hex digests, codes, dates) are coded into one uint64 each and built as numbers
+// are (see keyCode). Input already in order (an id column) is
 // recognised in O(n) and not sorted. Runs stay in memory while they fit MemoryBudget; past
 // it, the runs held are sorted into one spill file in TempDir, and Finish merges spill files
 // with what is in memory. The segment is written as it is merged.
@@ -41,8 +43,15 @@ type BTreeBuilder[K Key] struct {
 	runs    []*memRun     // sorted runs in memory (owned by the background sort while pending)
 	held    int64         // bytes in runs
 	dataCap int           // string arena to allocate for the next run
-	buckets *bucketFunc   // numeric keys: fixed by the first run
-	ranges  *stringRanges // string keys: fixed by the first run
+	buckets *bucketFunc   // numeric (or coded) keys: fixed by the first run
+	ranges  *stringRanges // string keys not coded: fixed by the first run (or the one ending the code)
+	// code: the string keys are coded as numbers (see keyCode), from the first run until a
+	// run's sort meets a key it cannot code; that sort leaves the ranges of that run in
+	// uncoded for the filling side to take once it waited for the sort (see uncode). keyed:
+	// the first run was sealed. noCode (tests) keeps every string build on ranges.
+	code          *keyCode
+	uncoded       *stringRanges
+	keyed, noCode bool
 	// chunkEntries: a string Finish's work unit, in pairs (0: see finishStrings); tests make
 	// it small.
 	chunkEntries int
@@ -194,10 +203,16 @@ func (b *BTreeBuilder[K]) seal() error {
 	r := b.cur
 	b.cur = nil
 	b.dataCap = len(r.data) + len(r.data)/16 // the next run is likely alike
-	if b.str && b.ranges == nil {
+	if b.str && !b.keyed {
 		// Fixed here, before the sort starts, so that the runs filled from now on can
 		// record their ranges as they fill (noteRanges) without racing the sort.
-		b.ranges = newStringRanges(r)
+		b.keyed = true
+		if !b.noCode {
+			b.code = newKeyCode(r)
+		}
+		if b.code == nil {
+			b.ranges = newStringRanges(r)
+		}
 	}
 	b.pending = make(chan error, 1)
 	go func() { b.pending <- b.sortRun(r) }()
@@ -210,6 +225,9 @@ func (b *BTreeBuilder[K]) wait() error {
 	}
 	err := <-b.pending
 	b.pending = nil
+	if b.ranges == nil {
+		b.ranges = b.uncoded // nil, unless the sort ended the key code
+	}
 	return err
 }
 
@@ -221,15 +239,25 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	}
 	b.lastID = r.lastID
 	filling := r.bytes() // what the run being filled meanwhile grows to, about
+	numeric := !b.str
+	if b.code != nil {
+		keys, ok := b.code.encodeRun(r, nil)
+		if ok {
+			b.recycled = fillArena{data: r.data[:0], offs: r.offs[:1], rid: r.rid[:0]}
+			r.keys, r.data, r.offs, r.rid, numeric = keys, nil, nil, nil, true
+		} else if err := b.uncode(r); err != nil {
+			return err
+		}
+	}
 	var sorted bool
 	var or uint64
-	if !b.str && r.idsAscending {
+	if numeric && r.idsAscending {
 		sorted, or = sortedDeltas(r.keys)
 	}
 	switch {
-	case b.str:
+	case !numeric:
 		arena := fillArena{data: r.data[:0], offs: r.offs[:1], rid: r.rid[:0]}
-		r.sortStrings(&b.scratch, b.ranges)
+		r.sortStrings(&b.scratch, b.cutBy())
 		b.recycled = arena
 	case r.idsAscending && sorted:
 		r.sorted = true // an id column: kept as it is, merged at one compare a pair
@@ -254,6 +282,29 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	return b.spillRuns()
 }
 
+// cutBy is the ranges of the build's string runs, for its background sort: those the filling
+// side holds, or those the sort that ended the key code left for it (see uncode).
+func (b *BTreeBuilder[K]) cutBy() *stringRanges {
+	if b.ranges != nil {
+		return b.ranges
+	}
+	return b.uncoded
+}
+
+// uncode ends the build's key code at run r, which holds a key the code cannot take: the coded
+// runs held are spilled (spelled out), and r and every run after it are string runs, cut by
+// the ranges of r. Rare (the first run sets the code: a later one must bring a byte it never
+// held, or a longer key): it costs one spill.
+func (b *BTreeBuilder[K]) uncode(r *memRun) error {
+	if len(b.runs) > 0 {
+		if err := b.spillRuns(); err != nil {
+			return err
+		}
+	}
+	b.code, b.uncoded = nil, newStringRanges(r)
+	return nil
+}
+
 // spillRuns merges every run held in memory into one spill file and lets them go.
 func (b *BTreeBuilder[K]) spillRuns() error {
 	f, err := os.CreateTemp(b.opts.TempDir, "steward-btree-run-*")
@@ -262,12 +313,16 @@ func (b *BTreeBuilder[K]) spillRuns() error {
 	}
 	b.spills = append(b.spills, f)
 	w := bufio.NewWriterSize(f, 1<<20)
-	if b.str {
-		err = spillStrings(w, b.runs, b.ranges.n)
+	if b.str && b.code == nil {
+		err = spillStrings(w, b.runs, b.cutBy().n)
 	} else {
 		var rec []byte
 		err = merge(b.memSources(), mergeBlock, func(es []entry) error {
-			rec = appendSpilled(rec[:0], es, false)
+			if b.code != nil {
+				rec = b.code.appendSpilled(rec[:0], es)
+			} else {
+				rec = appendSpilled(rec[:0], es, false)
+			}
 			_, err := w.Write(rec)
 			return err
 		})
@@ -327,6 +382,9 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if len(b.spills) == 0 {
+		bw.code = b.code // coded runs are written as they are; spilled ones were spelled out
+	}
 	if b.bucketed() {
 		n, err := finishBuckets(bw, b.runs, *b.buckets, b.ascending, b.chunkEntries)
 		if err != nil {
@@ -343,7 +401,7 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 		b.runs, b.held = nil, 0
 		return n, bw.Close()
 	}
-	if b.str && len(b.spills) == 0 && len(b.runs) > 0 {
+	if b.str && b.code == nil && len(b.spills) == 0 && len(b.runs) > 0 {
 		// The fill arenas and sort scratch just let go, and the column's decode buffers
 		// before them, are garbage the pacer would let stand until the heap doubles the
 		// packed runs (~150 MB for 10M keys): collected now, Finish's buffers come on top
@@ -356,9 +414,10 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 		b.runs, b.held = nil, 0
 		return n, bw.Close()
 	}
-	if b.str && len(b.runs) > 0 {
+	if b.str && len(b.runs) > 0 && (b.code == nil || len(b.spills) > 0) {
 		// Beside spill files, the runs in memory join the merge as one more file: a string
-		// run is not sorted as a whole (see memRun.sortStrings).
+		// run is not sorted as a whole (see memRun.sortStrings), and a coded one's keys
+		// would be codes among the files' spelled-out keys.
 		if err := b.spillRuns(); err != nil {
 			return 0, err
 		}
@@ -390,7 +449,7 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 // order and each one starts after the one before ends (an id column), nothing spilled; nil
 // otherwise.
 func (b *BTreeBuilder[K]) numBlocks() blockSource {
-	if b.str || len(b.spills) > 0 || len(b.runs) == 0 {
+	if b.str && b.code == nil || len(b.spills) > 0 || len(b.runs) == 0 {
 		return nil
 	}
 	sorted, chained := 0, true
@@ -415,7 +474,7 @@ func (b *BTreeBuilder[K]) numBlocks() blockSource {
 // bucketed reports whether a numeric build is every run partitioned into buckets, nothing
 // spilled: Finish sorts it bucket by bucket (see finishBuckets).
 func (b *BTreeBuilder[K]) bucketed() bool {
-	if b.str || len(b.spills) > 0 || len(b.runs) == 0 {
+	if b.str && b.code == nil || len(b.spills) > 0 || len(b.runs) == 0 {
 		return false
 	}
 	for _, r := range b.runs {

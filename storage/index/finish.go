@@ -639,7 +639,7 @@ func finishBuckets[K Key](bw *BTreeWriter[K], runs []*memRun, f bucketFunc, asce
 	return writeChunks(bw, chunks, chunkBytes, workers, func() chunkEncoder {
 		sorter := &bucketSorter{runs: runs, f: f, ascending: ascending}
 		blk := &numBlock{}
-		cw := &BTreeWriter[K]{perPage: bw.perPage, track: true}
+		cw := &BTreeWriter[K]{perPage: bw.perPage, track: true, str: bw.str, code: bw.code}
 		return func(c *segChunk, cb *chunkBuf, quit <-chan struct{}) { encodeBuckets(c, sorter, blk, cw, cb, quit) }
 	})
 }

@@ -20,7 +20,10 @@ import (
 // the gathered and sorted ranges (random hex), one range of everything (a shared 8-byte
 // prefix: sorted in cache while small, merged from the runs past maxGather), ties on the whole
 // key decided by row id, empty strings, invalid UTF-8 and NUL bytes, input already in order,
-// and row ids that are not one ascending sequence.
+// and row ids that are not one ascending sequence. Every build runs twice: by ranges (the
+// key code off), and as it comes, where the keys that fit a code (see keyCode) take it: in
+// its fixed and terminated forms, bucketed, chained in order, merged from runs in order and
+// bucketed ones, and ended by a later run (one spill).
 func TestStringFinishMatchesSerialWriter(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 2))
 	hex := func(int) string { return strconv.FormatUint(r.Uint64()|1<<63, 16) }
@@ -28,6 +31,26 @@ func TestStringFinishMatchesSerialWriter(t *testing.T) {
 	words := []string{"", "\x00", "a", "a\x00", "\xff\xfe", "\xc3\x28", "abcdefgh", "abcdefgh\x00", "abcdefghX" + strings.Repeat("y", 70), "b"}
 	few := func(int) string { return words[r.IntN(len(words))] }
 	ordered := func(i int) string { return fmt.Sprintf("k%08d", i) }
+	short := []string{"", "\x00", "a", "a\x00", "ab", "b", "ba", "b\x00\x00"}
+	fewShort := func(int) string { return short[r.IntN(len(short))] }
+	halfOrdered := func(i int) string { // runs in order, then runs out of order, one alphabet
+		if i < 6000 {
+			return ordered(i)
+		}
+		return ordered(r.IntN(1e8))
+	}
+	hexThenZ := func(i int) string { // the code of the first runs has no z
+		if i == 9000 {
+			return "zz"
+		}
+		return hex(i)
+	}
+	const (
+		ranges = iota // not coded: the keys do not fit a code
+		fixed
+		terminated
+		ended // coded, until a later run's key did not fit
+	)
 	type build struct {
 		name              string
 		n                 int
@@ -35,19 +58,24 @@ func TestStringFinishMatchesSerialWriter(t *testing.T) {
 		runEntries, pages int
 		shuffled          bool // batches of row ids out of order
 		oneRange          bool
+		code              int // the path the build takes when its keys may be coded
 	}
 	builds := []build{
-		{"hex", 20000, hex, 1500, 16, false, false},
-		{"hex-shuffled-ids", 20000, hex, 1500, 7, true, false},
-		{"hex-one-run", 5000, hex, 1 << 16, 3, false, false},
-		{"shared-prefix", 20000, url, 2000, 16, false, true},
+		{"hex", 20000, hex, 1500, 16, false, false, fixed},
+		{"hex-shuffled-ids", 20000, hex, 1500, 7, true, false, fixed},
+		{"hex-one-run", 5000, hex, 1 << 16, 3, false, false, fixed},
+		{"shared-prefix", 20000, url, 2000, 16, false, true, ranges},
 		// Runs of 40000 sort their one range before packing (over sortAbove) but for the
 		// last, smaller one: the merge takes sorted pieces and one sorted at Finish.
-		{"shared-prefix-merged", maxGather + 5000, url, 40000, 1024, false, true},
+		{"shared-prefix-merged", maxGather + 5000, url, 40000, 1024, false, true, ranges},
 		// Every piece packed unsorted, the range too large to gather: all sorted at Finish.
-		{"shared-prefix-pieces", maxGather + 5000, url, 20000, 1024, true, true},
-		{"ties", 20000, few, 900, 5, true, false},
-		{"ordered", 12000, ordered, 1000, 16, false, false},
+		{"shared-prefix-pieces", maxGather + 5000, url, 20000, 1024, true, true, ranges},
+		{"ties", 20000, few, 900, 5, true, false, ranges},
+		{"ordered", 12000, ordered, 1000, 16, false, false, terminated},
+		{"short-ties", 20000, fewShort, 900, 5, true, false, terminated},
+		{"short-ties-ascending", 20000, fewShort, 900, 5, false, false, terminated},
+		{"half-ordered", 12000, halfOrdered, 1000, 16, false, false, terminated},
+		{"code-ended", 20000, hexThenZ, 1500, 16, false, false, ended},
 	}
 	for _, bd := range builds {
 		type pair struct {
@@ -75,11 +103,18 @@ func TestStringFinishMatchesSerialWriter(t *testing.T) {
 		}
 		slices.SortFunc(pairs, func(a, b pair) int { return cmp.Or(strings.Compare(a.k, b.k), cmp.Compare(a.id, b.id)) })
 		want := serialSegment(t, bd.pages, len(pairs), func(i int) (string, uint64) { return pairs[i].k, pairs[i].id })
-		for _, chunk := range []int{0, 1, bd.pages * 3, 4999} {
-			t.Run(fmt.Sprintf("%s/chunk-%d", bd.name, chunk), func(t *testing.T) {
+		for _, tc := range []struct {
+			chunk  int
+			noCode bool
+		}{{0, true}, {1, true}, {bd.pages * 3, true}, {4999, true}, {0, false}, {1, false}, {4999, false}} {
+			t.Run(fmt.Sprintf("%s/chunk-%d/coded-%v", bd.name, tc.chunk, !tc.noCode), func(t *testing.T) {
 				b := NewBTreeBuilder[string](BuildOptions{RunEntries: bd.runEntries, PageEntries: bd.pages, TempDir: t.TempDir()})
 				defer b.Close()
-				b.chunkEntries = chunk
+				b.chunkEntries, b.noCode = tc.chunk, tc.noCode
+				path := bd.code
+				if tc.noCode {
+					path = ranges
+				}
 				for i, ks := range batches {
 					if err := b.Add(ks, firsts[i]); err != nil {
 						t.Fatal(err)
@@ -90,10 +125,19 @@ func TestStringFinishMatchesSerialWriter(t *testing.T) {
 				if err != nil || n != uint64(len(pairs)) {
 					t.Fatalf("finish: %d, %v; want %d pairs", n, err, len(pairs))
 				}
-				if b.stats.Spills != 0 {
-					t.Fatalf("%d spills: the build did not stay in memory", b.stats.Spills)
+				// Ending the code spills the coded runs, and the string runs after them join
+				// that file at Finish as one more.
+				if spills := b.stats.Spills; spills != 0 && path != ended || spills != 2 && path == ended {
+					t.Fatalf("%d spills: the build did not stay in memory (or spill twice, ending its code)", spills)
 				}
-				if oneRange := b.ranges.n == 1; oneRange != bd.oneRange {
+				switch {
+				case path == fixed || path == terminated:
+					if b.code == nil || (b.code.fixed >= 0) != (path == fixed) || b.ranges != nil {
+						t.Fatalf("code %+v, ranges %v: the build did not take the path it was made for", b.code, b.ranges != nil)
+					}
+				case b.code != nil:
+					t.Fatal("the keys were left coded")
+				case b.ranges.n == 1 != bd.oneRange:
 					t.Fatalf("%d ranges: the build did not take the path it was made for", b.ranges.n)
 				}
 				if !bytes.Equal(got.Bytes(), want.Bytes()) {
@@ -210,6 +254,7 @@ func TestStringRunWithUnsampledBytes(t *testing.T) {
 	}
 	b := NewBTreeBuilder[string](BuildOptions{RunEntries: n})
 	defer b.Close()
+	b.noCode = true // three bytes of any value fit a key code
 	if err := b.Add(ks, 0); err != nil {
 		t.Fatal(err)
 	}

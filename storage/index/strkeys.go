@@ -49,6 +49,16 @@ func (sp *strPage) add(shared int, suffix []byte) {
 // appendTo appends the page's keys. A page whose keys add up to more than maxSpanLen bytes is
 // refused: a reader would take it for corruption.
 func (sp *strPage) appendTo(b []byte) ([]byte, error) {
+	b, err := sp.appendLens(b)
+	if err != nil {
+		return nil, err
+	}
+	return appendSymbols(b, sp.suffixes), nil
+}
+
+// appendLens appends the page's keys up to their suffixes: the shared prefixes' and the
+// suffixes' lengths.
+func (sp *strPage) appendLens(b []byte) ([]byte, error) {
 	if sp.keyBytes > maxSpanLen {
 		return nil, fmt.Errorf("%w: a page of %d bytes of keys exceeds %d (use fewer entries per page)", ErrTooLarge, sp.keyBytes, maxSpanLen)
 	}
@@ -59,8 +69,7 @@ func (sp *strPage) appendTo(b []byte) ([]byte, error) {
 	}
 	sw, lw := uint(bits.Len64(ors)), uint(bits.Len64(orl))
 	b = appendPacked(append(b, byte(sw)), sp.shared, sw)
-	b = appendPacked(append(b, byte(lw)), sp.lens, lw)
-	return appendSymbols(b, sp.suffixes), nil
+	return appendPacked(append(b, byte(lw)), sp.lens, lw), nil
 }
 
 // appendSymbols appends src coded over its own alphabet, or raw when that saves nothing.

@@ -1,0 +1,284 @@
+package index
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// A string build whose keys are all short over a small alphabet (hex digests, decimal codes,
+// dates, short identifiers) is built as a numeric one: each key becomes one uint64 whose
+// unsigned order is the keys' byte order (keyCode), so its runs are bucketed and radix-sorted
+// as numbers are (bucket.go), with no front-coding at seal and no decoding at Finish, and the
+// keys are spelled out again only as the pages are written. The code is taken from the first
+// run; a later run with a key it cannot code ends it for the rest of the build (see
+// BTreeBuilder.uncode).
+
+// keyCode codes a string as one symbol per byte, width bits each, from the top bit down: the
+// symbols are the bytes of an alphabet in ascending order, so comparing two codes compares
+// the strings. Two forms:
+//
+//   - terminated (fixed < 0): symbol 0 ends the key and the bytes take 1..n, so keys of any
+//     length up to max order like their bytes ("ab" < "ab\x00" < "abc");
+//   - fixed (fixed = every key's length): the bytes take 0..n-1, for keys of one length whose
+//     terminated form would not fit 64 bits (16 hex digits: 4 bits a digit, not 5).
+type keyCode struct {
+	// at[p] maps a byte to its symbol shifted to the place of the p-th of eight (the last
+	// unshifted), or to badCode when the alphabet lacks the byte.
+	at    [8][256]uint64
+	syms  []byte // symbol (less base) to byte, ascending
+	base  uint64 // the first byte's symbol: 1 when terminated, else 0
+	width uint
+	fixed int // every key's length in the fixed form; -1 when terminated
+	max   int // the longest key that fits
+}
+
+// badCode marks a byte outside the alphabet: eight symbols take 56 bits at most, since a
+// symbol takes at most 7 (see newKeyCode).
+const badCode = 1 << 63
+
+// newKeyCode returns the code of the run's keys, or nil when they do not fit one uint64 each.
+// The terminated form is preferred (later runs may hold longer or shorter keys).
+func newKeyCode(r *memRun) *keyCode {
+	var seen [256]bool
+	minLen, maxLen := int(^uint(0)>>1), 0
+	for i := range r.n {
+		s := r.data[r.offs[i]:r.offs[i+1]]
+		minLen, maxLen = min(minLen, len(s)), max(maxLen, len(s))
+		for _, c := range s {
+			seen[c] = true
+		}
+	}
+	if r.n == 0 {
+		return nil
+	}
+	c := &keyCode{}
+	for v := range 256 {
+		if seen[v] {
+			c.syms = append(c.syms, byte(v))
+		}
+	}
+	// A symbol takes at most 7 bits, so that eight of them leave the top bit for badCode: an
+	// alphabet that needs 8 is as wide as the bytes themselves.
+	n := len(c.syms)
+	switch tw := uint(max(1, bits.Len(uint(n)))); {
+	case tw <= 7 && maxLen*int(tw) <= 64:
+		c.width, c.base, c.fixed, c.max = tw, 1, -1, 64/int(tw)
+	case symbolWidth(n) <= 7 && minLen == maxLen && maxLen*int(symbolWidth(n)) <= 64:
+		c.width, c.fixed, c.max = symbolWidth(n), maxLen, maxLen
+	default:
+		return nil
+	}
+	for p := range c.at {
+		for v := range c.at[p] {
+			c.at[p][v] = badCode
+		}
+		for i, v := range c.syms {
+			c.at[p][v] = (uint64(i) + c.base) << (uint(7-p) * c.width)
+		}
+	}
+	return c
+}
+
+// encodeRun codes the run's keys into keys (grown to the run's size) and reports whether every
+// key fits.
+func (c *keyCode) encodeRun(r *memRun, keys []uint64) ([]uint64, bool) {
+	if cap(keys) < r.n {
+		keys = make([]uint64, r.n)
+	}
+	keys = keys[:r.n]
+	var bad uint64
+	for i := range keys {
+		s := r.data[r.offs[i]:r.offs[i+1]]
+		if len(s) > c.max || c.fixed >= 0 && len(s) != c.fixed {
+			return keys, false
+		}
+		k, b := c.encode(s)
+		keys[i], bad = k, bad|b
+	}
+	return keys, bad == 0
+}
+
+// encode codes s (at most max bytes). A byte outside the alphabet sets a bit in bad (the code
+// is garbled then).
+func (c *keyCode) encode(s []byte) (k, bad uint64) {
+	n := uint(len(s))
+	// Eight bytes at a time, each symbol looked up already shifted to its place in the eight:
+	// loads and ors, independent of each other (a chain of shifts through k, a byte at a time,
+	// is several times slower). The symbols go in from the bottom, and the key is moved to the
+	// top once it is complete.
+	for ; len(s) >= 8; s = s[8:] {
+		b := s[:8:8]
+		x := c.at[0][b[0]] | c.at[1][b[1]] | c.at[2][b[2]] | c.at[3][b[3]] |
+			c.at[4][b[4]] | c.at[5][b[5]] | c.at[6][b[6]] | c.at[7][b[7]]
+		bad |= x
+		k = k<<(8*c.width) | x&^badCode // 8 symbols are at most 56 bits (see newKeyCode)
+	}
+	for _, v := range s {
+		x := c.at[7][v]
+		bad |= x
+		k = k<<c.width | x&^badCode
+	}
+	return k << ((64 - n*c.width) & 63), bad & badCode
+}
+
+// keyLen is the length of the key coded as k.
+func (c *keyCode) keyLen(k uint64) int {
+	if c.fixed >= 0 {
+		return c.fixed
+	}
+	// The last symbol that is not 0 holds the lowest set bit.
+	return (64 - bits.TrailingZeros64(k) + int(c.width) - 1) / int(c.width)
+}
+
+// appendKey appends the key coded as k to dst.
+func (c *keyCode) appendKey(dst []byte, k uint64) []byte {
+	for range c.keyLen(k) {
+		dst = append(dst, c.syms[k>>(64-c.width)-c.base])
+		k <<= c.width
+	}
+	return dst
+}
+
+// shared is the length of the prefix the keys coded as a and b have in common.
+func (c *keyCode) shared(a, b uint64) int {
+	if a == b {
+		return c.keyLen(a)
+	}
+	// The first symbol that differs; a key that ends there has symbol 0 against one that
+	// does not, so the shorter key is the prefix.
+	return bits.LeadingZeros64(a^b) / int(c.width)
+}
+
+// appendSpilled is appendSpilled for coded keys (e.k), spelled out.
+func (c *keyCode) appendSpilled(b []byte, es []entry) []byte {
+	for _, e := range es {
+		b = binary.AppendUvarint(b, uint64(c.keyLen(e.k)))
+		b = c.appendKey(b, e.k)
+		b = binary.LittleEndian.AppendUint64(b, e.id)
+	}
+	return b
+}
+
+// appendCodedKeys appends the page's keys, coded in bw.sk, as format 3 string keys: the bytes
+// strPage makes of the same keys spelled out. lo and hi are the first and last keys, kept in
+// bw.strs until the page is written.
+func (bw *BTreeWriter[K]) appendCodedKeys(b []byte) (_ []byte, lo, hi K, _ error) {
+	c, sp, ks := bw.code, &bw.sp, bw.sk
+	prev := ks[0]
+	for i, k := range ks {
+		shared, l := 0, c.keyLen(k)
+		if i > 0 {
+			shared = c.shared(prev, k)
+		}
+		sp.shared = append(sp.shared, uint64(shared))
+		sp.lens = append(sp.lens, uint64(l-shared))
+		sp.keyBytes += l
+		prev = k
+	}
+	b, err := sp.appendLens(b)
+	if err != nil {
+		return nil, lo, hi, err
+	}
+	if c.wholeAlphabet(ks, sp.shared, sp.lens) {
+		b = c.appendSuffixCodes(b, ks, sp.shared, sp.lens)
+	} else {
+		for i, k := range ks {
+			sp.suffixes = c.appendSuffix(sp.suffixes, k, int(sp.shared[i]), int(sp.shared[i]+sp.lens[i]))
+		}
+		b = appendSymbols(b, sp.suffixes)
+	}
+	strs := c.appendKey(bw.strs[:0], ks[0])
+	at := len(strs)
+	strs = c.appendKey(strs, ks[len(ks)-1])
+	bw.strs = strs
+	return b, any(arenaString(strs[:at])).(K), any(arenaString(strs[at:])).(K), nil
+}
+
+// appendSuffix appends symbols from..to-1 of the key coded as k.
+func (c *keyCode) appendSuffix(dst []byte, k uint64, from, to int) []byte {
+	k <<= uint(from) * c.width
+	for range to - from {
+		dst = append(dst, c.syms[k>>(64-c.width)-c.base])
+		k <<= c.width
+	}
+	return dst
+}
+
+// A page's suffixes are coded over the bytes they hold (appendSymbols), each byte as its rank
+// among them at symbolWidth bits. When they hold every byte of the key code's alphabet and
+// that width is the code's, a byte's rank is its symbol less base: the suffixes' codes are
+// the keys' own bits, and are copied from them a key at a time (appendSuffixCodes), which
+// needs the symbols of a key lowest first, as the page packs them: a reversal of its fields,
+// cheap for fields of 1, 2 or 4 bits (hex digits, decimal digits and dates take 4).
+
+// wholeAlphabet reports whether the suffixes of the keys ks (key i shares shared[i] bytes with
+// the one before and adds lens[i]) hold every byte of the alphabet, and their codes can be
+// copied.
+func (c *keyCode) wholeAlphabet(ks, shared, lens []uint64) bool {
+	n := uint(len(c.syms))
+	if c.width > 4 || c.width&(c.width-1) != 0 || symbolWidth(int(n)) != c.width {
+		return false
+	}
+	full := uint64(1)<<(n+uint(c.base)) - 1<<c.base // symbol s present: bit s
+	mask := uint64(1)<<c.width - 1
+	var seen uint64
+	for i, k := range ks {
+		v := c.lowFirst(k) >> (shared[i] * uint64(c.width) & 63)
+		for range lens[i] {
+			seen |= 1 << (v & mask)
+			v >>= c.width
+		}
+		if seen == full {
+			return true // most pages of high-cardinality keys: after a few keys
+		}
+	}
+	return false
+}
+
+// lowFirst reverses the order of k's fields: its first symbol is then its lowest.
+func (c *keyCode) lowFirst(k uint64) uint64 {
+	const m1, m2 = 0x5555555555555555, 0x0f0f0f0f0f0f0f0f
+	switch c.width {
+	case 1:
+		return bits.Reverse64(k)
+	case 2:
+		x := bits.Reverse64(k)
+		return x>>1&m1 | x&m1<<1
+	default: // 4
+		x := bits.ReverseBytes64(k)
+		return x>>4&m2 | x&m2<<4
+	}
+}
+
+// appendSuffixCodes appends the suffixes as appendSymbols codes them, given wholeAlphabet.
+func (c *keyCode) appendSuffixCodes(b []byte, ks, shared, lens []uint64) []byte {
+	w := uint64(c.width)
+	b = append(b, byte(w), byte(len(c.syms)-1))
+	b = append(b, c.syms...)
+	// ones has a 1 in every field: subtracted, it takes base off each symbol (none is 0).
+	ones := ^uint64(0) / (1<<w - 1)
+	var acc uint64
+	var used uint64
+	for i, k := range ks {
+		nb := lens[i] * w
+		if nb == 0 {
+			continue
+		}
+		keep := ^uint64(0) >> (64 - nb) // nb is 1 to 64
+		v := c.lowFirst(k) >> (shared[i] * w & 63)
+		v = (v - ones*c.base) & keep
+		acc |= v << used
+		if used+nb < 64 {
+			used += nb
+			continue
+		}
+		b = binary.LittleEndian.AppendUint64(b, acc)
+		acc = v >> (64 - used) // v >> 64 is 0 in Go
+		used = used + nb - 64
+	}
+	for ; used > 0; used -= min(used, 8) {
+		b = append(b, byte(acc))
+		acc >>= 8
+	}
+	return b
+}
