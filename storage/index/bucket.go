@@ -54,50 +54,79 @@ func (f bucketFunc) low(j int) uint64 { return (f.lo + uint64(j)) << f.shift }
 // their entry numbers in r.endOrder. One array of words instead of keys and entry numbers
 // side by side: the entry numbers would be a fresh array of every run, and fresh memory is
 // dear here (see deltaKeys). Runs whose keys are too wide keep keys and r.order.
+//
+// The two halves of the run are counted and scattered at once, each on a goroutine: the
+// second half's entries of a bucket go after the first half's, so the order is the one a
+// single pass makes. The run being filled meanwhile shares the cores: a run's sort keeps up
+// with the column's decoding instead of holding it back.
 func (r *memRun) partition(f bucketFunc, sc *sortScratch) {
-	var counts [bucketCount + 1]uint32
-	for _, k := range r.keys {
-		counts[f.of(k)+1]++
+	mid := r.n / 2
+	var counts [2][bucketCount + 1]uint32
+	both(func() { countBuckets(f, r.keys[:mid], &counts[0]) }, func() { countBuckets(f, r.keys[mid:], &counts[1]) })
+	bounds := make([]uint32, bucketCount+1)
+	var next [2][bucketCount]uint32 // where each half's next entry of bucket j goes
+	for j := range bucketCount {
+		next[0][j] = bounds[j]
+		next[1][j] = bounds[j] + counts[0][j+1]
+		bounds[j+1] = next[1][j] + counts[1][j+1]
 	}
-	for i := 1; i < len(counts); i++ {
-		counts[i] += counts[i-1]
-	}
-	r.bounds = slices.Clone(counts[:])
+	r.bounds = bounds
 	if cap(sc.a) < r.n {
 		sc.a = make([]uint64, r.n)
 	}
 	out := sc.a[:r.n]
 	sc.a = r.keys[:cap(r.keys)] // the old key array is the next run's scratch
 	ib := uint(bits.Len(uint(r.n - 1)))
-	if f.shift+ib > 64 {
-		order := make([]uint32, r.n)
-		for i, k := range r.keys {
+	const last = bucketCount - 1
+	n0, nl := bounds[1], bounds[last+1]-bounds[last]
+	var order, ends []uint32
+	if wide := f.shift+ib > 64; wide {
+		order = make([]uint32, r.n)
+	} else {
+		ends = make([]uint32, n0+nl)
+	}
+	scatter := func(lo, hi int, next *[bucketCount]uint32) {
+		for i := lo; i < hi; i++ {
+			k := r.keys[i]
 			b := f.of(k)
-			p := counts[b]
-			counts[b]++
-			out[p] = k
-			order[p] = uint32(i)
+			p := next[b]
+			next[b]++
+			switch {
+			case order != nil: // the same for every entry of the run
+				out[p], order[p] = k, uint32(i)
+			case b == 0:
+				out[p], ends[p] = k, uint32(i)
+			case b == last:
+				out[p], ends[n0+p-bounds[last]] = k, uint32(i)
+			default:
+				out[p] = (k-f.low(b))<<ib | uint64(i)
+			}
 		}
+	}
+	both(func() { scatter(0, mid, &next[0]) }, func() { scatter(mid, r.n, &next[1]) })
+	if order != nil {
 		r.keys, r.order = out, order
 		return
 	}
-	const last = bucketCount - 1
-	n0, nl := r.bounds[1], r.bounds[last+1]-r.bounds[last]
-	ends := make([]uint32, n0+nl)
-	for i, k := range r.keys {
-		b := f.of(k)
-		p := counts[b]
-		counts[b]++
-		switch b {
-		case 0:
-			out[p], ends[p] = k, uint32(i)
-		case last:
-			out[p], ends[n0+p-r.bounds[last]] = k, uint32(i)
-		default:
-			out[p] = (k-f.low(b))<<ib | uint64(i)
-		}
-	}
 	r.keys, r.words, r.endOrder, r.idxBits = nil, out, ends, ib
+}
+
+// countBuckets adds the keys of each bucket: counts[j+1] for bucket j.
+func countBuckets(f bucketFunc, keys []uint64, counts *[bucketCount + 1]uint32) {
+	for _, k := range keys {
+		counts[f.of(k)+1]++
+	}
+}
+
+// both runs a on a goroutine of its own and b on this one, and returns once both are done.
+func both(a, b func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a()
+	}()
+	b()
+	<-done
 }
 
 // gather copies bucket j of run r (partitioned by f) to keys and its row ids to ids.

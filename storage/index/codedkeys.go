@@ -80,22 +80,48 @@ func newKeyCode(r *memRun) *keyCode {
 }
 
 // encodeRun codes the run's keys into keys (grown to the run's size) and reports whether every
-// key fits.
+// key fits. Its two halves are coded at once, as partition scatters them (see there).
 func (c *keyCode) encodeRun(r *memRun, keys []uint64) ([]uint64, bool) {
 	if cap(keys) < r.n {
 		keys = make([]uint64, r.n)
 	}
 	keys = keys[:r.n]
+	mid := r.n / 2
+	var ok [2]bool
+	both(func() { ok[0] = c.encodeKeys(r, keys[:mid], 0) }, func() { ok[1] = c.encodeKeys(r, keys[mid:], mid) })
+	return keys, ok[0] && ok[1]
+}
+
+// encodeKeys codes the run's keys from on into keys, and reports whether they all fit.
+func (c *keyCode) encodeKeys(r *memRun, keys []uint64, from int) bool {
+	offs := r.offs[from : from+len(keys)+1]
 	var bad uint64
+	if c.fixed >= 0 {
+		// Once every key is known to have the length, they lie one after the other at a
+		// stride and are coded without their offsets (a tenth faster for 16 hex digits).
+		l := uint32(c.fixed)
+		for i := 1; i < len(offs); i++ {
+			if offs[i]-offs[i-1] != l {
+				return false
+			}
+		}
+		data := r.data[offs[0]:offs[len(keys)]]
+		for i := range keys {
+			k, b := c.encode(data[:l:l])
+			data = data[l:]
+			keys[i], bad = k, bad|b
+		}
+		return bad == 0
+	}
 	for i := range keys {
-		s := r.data[r.offs[i]:r.offs[i+1]]
-		if len(s) > c.max || c.fixed >= 0 && len(s) != c.fixed {
-			return keys, false
+		s := r.data[offs[i]:offs[i+1]]
+		if len(s) > c.max {
+			return false
 		}
 		k, b := c.encode(s)
 		keys[i], bad = k, bad|b
 	}
-	return keys, bad == 0
+	return bad == 0
 }
 
 // encode codes s (at most max bytes). A byte outside the alphabet sets a bit in bad (the code
