@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -178,8 +179,14 @@ func stage(ctx context.Context, tmpd *os.File, r io.Reader, publish func(tmp str
 			unlinkAt(tmpd, tmp, false)
 		}
 	}()
-	if _, err := io.Copy(&writeBehind{f: f}, ctxReader{ctx, r}); err != nil {
+	wb := &writeBehind{f: f}
+	_, err = io.Copy(wb, ctxReader{ctx, r})
+	werr := wb.finish() // its flush is done before anything closes the file
+	if err != nil {
 		return ErrUnavailable, err
+	}
+	if werr != nil {
+		return nil, werr
 	}
 	if err := f.Sync(); err != nil {
 		return nil, err
@@ -194,19 +201,36 @@ func stage(ctx context.Context, tmpd *os.File, r io.Reader, publish func(tmp str
 // disk is started (writeBehind).
 const writebackWindow = 8 << 20
 
+// flushWindow is how many bytes of a staged file are written between the flushes writeBehind
+// starts.
+const flushWindow = 4 * writebackWindow
+
 // writeBehind writes a staged file and starts the disk write of each writebackWindow bytes as
 // soon as they are written, after waiting for the window before: the page cache holds at most
-// two windows of a large object dirty, and the fsync that publishes the object waits for the
-// last one only (without it, a 150 MB index segment took ~80 ms of fsync after its last byte
-// here, on the build's answer; with it ~5 ms). The disk writes while the producer works, so a
-// large Put takes about the longer of the two rather than their sum. Writeback is advice: once
-// it fails it is left to the fsync, which reports what the disk says.
+// two windows of a large object dirty, and the disk writes while the producer works, so a
+// large Put takes about the longer of the two rather than their sum.
+//
+// Written back is not durable yet: a virtual disk may hold it in its host's cache until the
+// cache is flushed, and the fsync that publishes the object flushed everything written since
+// the last flush: ~100 ms for a 90 MB index segment here, after its last byte, on the build's
+// answer. So every flushWindow bytes a flush (fsync) is started on a goroutine of its own, one
+// at a time, while the writes go on; the publishing fsync then flushes the last window or two
+// (a 90 MB segment's build: 0.955 -> 0.87 s, medians of 18 builds alternated).
+//
+// Starting writeback is advice. Waiting for it and the flushes report errors, and finish
+// returns the first: once reported on this file, an error of its writeback is not reported
+// again by the fsync after (Linux reports each to an open file once).
 type writeBehind struct {
 	f *os.File
 	// written is the bytes written so far, started those whose writeback was started, waited
-	// those whose writeback was waited for.
-	written, started, waited int64
-	failed                   bool
+	// those whose writeback was waited for, flushed those written when the last flush began.
+	written, started, waited, flushed int64
+	failed                            bool
+	err                               error // the first error waited for or flushed
+	// flushing is closed when the flush in flight is done; flushErr is its result, read
+	// once flushing is closed.
+	flushing chan struct{}
+	flushErr error
 }
 
 func (w *writeBehind) Write(p []byte) (int, error) {
@@ -229,13 +253,60 @@ func (w *writeBehind) behind() {
 		return
 	}
 	if w.started > w.waited {
-		w.failed = awaitWriteback(w.f, w.waited, w.started-w.waited) != nil
+		w.fail(awaitWriteback(w.f, w.waited, w.started-w.waited))
 		w.waited = w.started
 	}
 	if !w.failed {
 		w.failed = startWriteback(w.f, w.started, w.written-w.started) != nil
 	}
 	w.started = w.written
+	w.flushBehind()
+}
+
+// flushBehind starts a flush once flushWindow bytes were written since the last began, unless
+// one is still in flight or the writeback failed.
+func (w *writeBehind) flushBehind() {
+	if w.failed || w.written-w.flushed < flushWindow {
+		return
+	}
+	if w.flushing != nil {
+		select {
+		case <-w.flushing:
+			w.collect()
+		default:
+			return
+		}
+	}
+	w.flushed = w.written
+	done := make(chan struct{})
+	w.flushing = done
+	go func() {
+		defer close(done)
+		w.flushErr = w.f.Sync()
+	}()
+}
+
+// collect takes the result of the flush that was in flight.
+func (w *writeBehind) collect() {
+	w.flushing = nil
+	w.fail(w.flushErr)
+}
+
+func (w *writeBehind) fail(err error) {
+	if err != nil {
+		w.failed = true
+		w.err = cmp.Or(w.err, err)
+	}
+}
+
+// finish waits for the flush in flight and returns the first error a wait for writeback or a
+// flush reported. It must be called before the file is closed.
+func (w *writeBehind) finish() error {
+	if w.flushing != nil {
+		<-w.flushing
+		w.collect()
+	}
+	return w.err
 }
 
 // open opens key's file for reading; only a regular file reached without a link will do.

@@ -142,8 +142,67 @@ func TestWriteBehindFailureIsAdvice(t *testing.T) {
 	if err := startWriteback(w, 0, 1); !errors.Is(err, unix.ESPIPE) {
 		t.Fatalf("sync_file_range on a pipe: %v, want ESPIPE", err)
 	}
+	if err := wb.finish(); err != nil {
+		t.Fatalf("finish: %v; advice that failed is no error", err)
+	}
 	w.Close()
 	if b := <-got; !wb.failed || !bytes.Equal(b, body) {
 		t.Fatalf("failed %v, %d of %d bytes through (equal %v)", wb.failed, len(b), len(body), bytes.Equal(b, body))
+	}
+}
+
+// A flush that fails (here an fsync of a pipe: EINVAL) is the staged file's error: finish
+// returns it, since the fsync after it on the same file would not report it again.
+func TestWriteBehindFlushErrorIsReported(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	wb := &writeBehind{f: w, written: flushWindow} // as if a flush window went through
+	wb.flushBehind()
+	if wb.flushing == nil {
+		t.Fatal("no flush started after a flush window")
+	}
+	if err := wb.finish(); !errors.Is(err, unix.EINVAL) || !wb.failed {
+		t.Fatalf("finish: %v (failed %v); want the flush's EINVAL", err, wb.failed)
+	}
+}
+
+// Every flushWindow bytes a flush of the staged file is started on a goroutine of its own, one
+// at a time; finish waits for the one in flight, after which everything it flushed is on the
+// disk (clean, no writeback pending), and the content is what was written.
+func TestWriteBehindFlushes(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "staged"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	body := make([]byte, 3*flushWindow/2+12345)
+	for i := range body {
+		body[i] = byte(i*7 + i>>16)
+	}
+	wb := &writeBehind{f: f}
+	for off := 0; off < len(body); off += 1 << 20 {
+		if _, err := wb.Write(body[off:min(off+1<<20, len(body))]); err != nil {
+			t.Fatal(err)
+		}
+		if wb.written < flushWindow && wb.flushing != nil {
+			t.Fatalf("a flush started after %d bytes, before %d", wb.written, flushWindow)
+		}
+	}
+	if wb.flushed != flushWindow {
+		t.Fatalf("the last flush began at %d bytes; want %d (one flush a window)", wb.flushed, flushWindow)
+	}
+	if err := wb.finish(); err != nil || wb.flushing != nil {
+		t.Fatalf("finish: %v (flush in flight: %v)", err, wb.flushing != nil)
+	}
+	if dirty, writing := pageStat(t, f, 0, wb.flushed); dirty != 0 || writing != 0 {
+		t.Fatalf("%d pages dirty and %d under writeback in the %d bytes flushed", dirty, writing, wb.flushed)
+	}
+	got, err := os.ReadFile(f.Name())
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("read back %d bytes (equal %v), %v", len(got), bytes.Equal(got, body), err)
 	}
 }
