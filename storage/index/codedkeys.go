@@ -37,7 +37,13 @@ type keyCode struct {
 const badCode = 1 << 63
 
 // newKeyCode returns the code of the run's keys, or nil when they do not fit one uint64 each.
-// The terminated form is preferred (later runs may hold longer or shorter keys).
+// The first run decides for the build, and a later key the code cannot take costs a spill of
+// every coded run before it (see BTreeBuilder.uncode), so the code is taken only where that is
+// unlikely: the terminated form (which later runs' shorter keys fit) when the run's longest
+// key leaves a quarter of the symbols a key may have spare (words of a few letters, dates,
+// decimal codes; not names that already reach the limit), the fixed form only when every key
+// of the run has one length (digests, padded codes). An alphabet seen over a whole first run
+// (half a million keys by default) rarely meets a new byte after.
 func newKeyCode(r *memRun) *keyCode {
 	var seen [256]bool
 	minLen, maxLen := int(^uint(0)>>1), 0
@@ -61,7 +67,7 @@ func newKeyCode(r *memRun) *keyCode {
 	// alphabet that needs 8 is as wide as the bytes themselves.
 	n := len(c.syms)
 	switch tw := uint(max(1, bits.Len(uint(n)))); {
-	case tw <= 7 && maxLen*int(tw) <= 64:
+	case tw <= 7 && maxLen*int(tw) <= 48:
 		c.width, c.base, c.fixed, c.max = tw, 1, -1, 64/int(tw)
 	case symbolWidth(n) <= 7 && minLen == maxLen && maxLen*int(symbolWidth(n)) <= 64:
 		c.width, c.fixed, c.max = symbolWidth(n), maxLen, maxLen

@@ -95,6 +95,33 @@ func TestKeyCodeOrdersLikeBytes(t *testing.T) {
 	}
 }
 
+// TestKeyCodeLeavesHeadroom: the terminated form is taken only while the first run's longest
+// key leaves a quarter of a code's symbols spare, so that a longer key later (which would end
+// the code and spill every run before it) is unlikely; keys of one length take the fixed form.
+func TestKeyCodeLeavesHeadroom(t *testing.T) {
+	words := func(n, maxLen int) [][]byte {
+		r := rand.New(rand.NewPCG(uint64(n), uint64(maxLen)))
+		keys := make([][]byte, n)
+		for i := range keys {
+			k := make([]byte, 1+r.IntN(maxLen))
+			for j := range k {
+				k[j] = byte('a' + r.IntN(26))
+			}
+			keys[i] = k
+		}
+		keys[0] = bytes.Repeat([]byte("z"), maxLen) // the longest, and every letter is there
+		keys[1] = []byte("abcdefghijklmnopqrstuvwxy")[:min(25, maxLen)]
+		return keys
+	}
+	// 26 letters and the end take 5 bits: 12 fit 64 bits, 9 leave a quarter spare.
+	if c := newKeyCode(runOf(words(5000, 9))); c == nil || c.fixed >= 0 || c.max != 12 {
+		t.Fatalf("words of up to 9 letters: code %+v, want the terminated form up to 12", c)
+	}
+	if c := newKeyCode(runOf(words(5000, 10))); c != nil {
+		t.Fatalf("words of up to 10 letters coded (%d of at most 12 symbols): a longer one would end the code", c.max)
+	}
+}
+
 func cmpCodes(a, b uint64) int {
 	switch {
 	case a < b:
@@ -115,8 +142,8 @@ func TestCodedPageMatchesSpelledOut(t *testing.T) {
 		alphabet string
 		lo, hi   int
 	}{
-		{"a", 0, 40}, {"ab", 0, 20}, {"abc", 1, 20}, {"0123456789", 1, 15}, {"0123456789abcdef", 16, 16},
-		{"0123456789abcdef", 0, 12}, {"0123456789-", 10, 10}, {"abcdefghijklmnopqrstuvwxyz", 0, 12}, {"\x00\xff", 0, 30},
+		{"a", 0, 40}, {"ab", 0, 20}, {"abc", 1, 20}, {"0123456789", 1, 12}, {"0123456789abcdef", 16, 16},
+		{"0123456789abcdef", 0, 9}, {"0123456789-", 10, 10}, {"abcdefghijklmnopqrstuvwxyz", 0, 9}, {"\x00\xff", 0, 24},
 	} {
 		for _, perPage := range []int{1, 2, 5, 64, 300} {
 			keys := make([][]byte, 2000)
