@@ -164,11 +164,7 @@ func (c *keyCode) keyLen(k uint64) int {
 
 // appendKey appends the key coded as k to dst.
 func (c *keyCode) appendKey(dst []byte, k uint64) []byte {
-	for range c.keyLen(k) {
-		dst = append(dst, c.syms[k>>(64-c.width)-c.base])
-		k <<= c.width
-	}
-	return dst
+	return c.appendSuffix(dst, k, 0, c.keyLen(k))
 }
 
 // shared is the length of the prefix the keys coded as a and b have in common.

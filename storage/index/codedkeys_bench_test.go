@@ -11,14 +11,7 @@ import (
 // BenchmarkEncodeRun codes a run of 512K keys of 16 hex digits (the dataset bench's name
 // column) as a string build's background sort does.
 func BenchmarkEncodeRun(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 2))
-	run := newRun(true, 1<<19, 16<<19, fillArena{})
-	for range 1 << 19 {
-		k := strconv.FormatUint(r.Uint64()|1<<63, 16)
-		run.data = append(run.data, k...)
-		run.offs = append(run.offs, uint32(len(run.data)))
-	}
-	run.n = 1 << 19
+	run := hexRun(rand.New(rand.NewPCG(1, 2)), 1<<19)
 	c := newKeyCode(run)
 	keys := make([]uint64, run.n)
 	b.ResetTimer()
@@ -35,12 +28,7 @@ func BenchmarkEncodeRun(b *testing.B) {
 func BenchmarkCodedPages(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const n = 1 << 18
-	run := newRun(true, n, 16*n, fillArena{})
-	for range n {
-		run.data = append(run.data, strconv.FormatUint(r.Uint64()|1<<63, 16)...)
-		run.offs = append(run.offs, uint32(len(run.data)))
-	}
-	run.n = n
+	run := hexRun(r, n)
 	c := newKeyCode(run)
 	keys, _ := c.encodeRun(run, nil)
 	slices.Sort(keys)
@@ -61,4 +49,13 @@ func BenchmarkCodedPages(b *testing.B) {
 		w.lookup = w.lookup[:0]
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
+}
+
+// hexRun is a filled string run of n random keys of 16 hex digits.
+func hexRun(r *rand.Rand, n int) *memRun {
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = strconv.AppendUint(nil, r.Uint64()|1<<63, 16)
+	}
+	return runOf(keys)
 }
