@@ -118,8 +118,31 @@ func enterNamespaces() error {
 		_ = os.Setenv("TMPDIR", tempDir)
 		_ = os.Setenv("HOME", tempDir)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return fail("own cgroup namespace", err)
+	return enterCgroupNamespace()
+}
+
+// enterCgroupNamespace puts every thread of the process in one new cgroup namespace rooted at
+// the domain. unshare(CLONE_NEWCGROUP) moves only the calling thread, and a Go process has
+// several: one thread unshares, then every thread (the first included, a no-op for it) joins
+// that namespace through psx, so the threads the runtime starts later are cloned from threads
+// already inside, and an execve from any thread keeps it.
+func enterCgroupNamespace() error {
+	fail := func(op string, err error) error {
+		return fmt.Errorf("%w: own cgroup namespace: %s: %w", ErrContainment, op, err)
+	}
+	runtime.LockOSThread()
+	err := unix.Unshare(unix.CLONE_NEWCGROUP)
+	var fd int
+	if err == nil {
+		fd, err = unix.Open("/proc/thread-self/ns/cgroup", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	runtime.UnlockOSThread()
+	if err != nil {
+		return fail("unshare", err)
+	}
+	defer unix.Close(fd)
+	if _, _, e := psx.Syscall3(unix.SYS_SETNS, uintptr(fd), unix.CLONE_NEWCGROUP, 0); e != 0 {
+		return fail("join it on every thread", e)
 	}
 	return nil
 }

@@ -206,9 +206,18 @@ func TestContainedWorker(t *testing.T) {
 			}
 			for _, ns := range []string{"user", "pid", "mnt", "ipc", "uts", "cgroup"} {
 				mine, _ := os.Readlink("/proc/self/ns/" + ns)
-				theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", d.Pid(), ns))
-				if err != nil || mine == theirs {
-					t.Errorf("namespace %s shared with the supervisor (%s, %v)", ns, theirs, err)
+				threads := threadNamespaces(t, d.Pid(), ns)
+				leader := threads[d.Pid()]
+				if leader == "" || leader == mine {
+					t.Errorf("namespace %s shared with the supervisor (%q)", ns, leader)
+				}
+				for tid, theirs := range threads {
+					if theirs != leader {
+						t.Errorf("thread %d of the worker is in namespace %s, its leader in %s (the supervisor's: %s)", tid, theirs, leader, mine)
+					}
+				}
+				if len(threads) < 2 {
+					t.Errorf("namespace %s: %d threads seen, a Go worker has several", ns, len(threads))
 				}
 			}
 			if d.WorkerPid() != 1 {
@@ -309,6 +318,32 @@ func listen(t *testing.T) net.Listener {
 		}
 	}()
 	return l
+}
+
+// threadNamespaces names the namespace of kind ns each thread of pid is in, by thread id.
+func threadNamespaces(t *testing.T, pid int, ns string) map[int]string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]string{}
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		link, err := os.Readlink(filepath.Join(dir, e.Name(), "ns", ns))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread ended in between
+		}
+		if err != nil {
+			t.Fatalf("thread %d: %v", tid, err)
+		}
+		got[tid] = link
+	}
+	return got
 }
 
 func procStatus(t *testing.T, pid int) map[string]string {

@@ -204,8 +204,8 @@ func (r *run) namespaces(_ context.Context) {
 		}
 	}
 	for _, k := range nsKinds {
-		name, tried := "ns."+k, "compare /proc/self/ns/"+k+" with the sidecar's"
-		mine, err := os.Readlink("/proc/self/ns/" + k)
+		name, tried := "ns."+k, "compare /proc/self/task/*/ns/"+k+" (every thread's) with the sidecar's"
+		mine, err := threadsNamespace(k, theirs[k])
 		switch {
 		case theirs[k] == "":
 			r.emit(Finding{Attack: name, Tried: tried, Verdict: Inconclusive, Evidence: "the test named no sidecar namespace"})
@@ -217,6 +217,27 @@ func (r *run) namespaces(_ context.Context) {
 		}
 	}
 	r.emit(r.findSidecar())
+}
+
+// threadsNamespace returns the namespace of kind k a thread of this process shares with the
+// sidecar (sidecar), if one does, else the main thread's: a namespace entered by one thread only
+// (unshare and setns act on the caller) leaves the others where they were.
+func threadsNamespace(k, sidecar string) (string, error) {
+	main, err := os.Readlink("/proc/self/ns/" + k)
+	if err != nil {
+		return "", err
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return "", err
+	}
+	for _, task := range tasks {
+		link, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/" + k)
+		if err == nil && nsID(link) == sidecar {
+			return link, nil
+		}
+	}
+	return main, nil
 }
 
 // findSidecar looks for the sidecar without help: the parent process, and any `steward serve`.
