@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,64 @@ func TestEngineRegistry(t *testing.T) {
 	t.Logf("ledger after the toy runs: %+v; objects left under toy prefixes: %v", st.Ledger, left)
 	if st.Ledger.PrefixObjectsDeleted != 2 || st.Ledger.Used != 1 || len(left) != 1 || !strings.Contains(left[0], loose.InvocationID) {
 		t.Errorf("want the toy's two prefixes deleted and only the loose engine's kept: %+v, left %v", st.Ledger, left)
+	}
+}
+
+// TestSettlePrestarted: the settle that confirms an engine's claimed commit runs in a domain
+// launched beside the mutation's own — its process is up while the mutation still works — and
+// gets its request only after the mutation answered and its domain was reaped (docs/ENGINE.md
+// §4.2). The toy claims its slot, holds its answer 400 ms, and records when it answered; its
+// settle records when its process started and when its request came; its NOT_COMMITTED makes
+// the answer INDETERMINATE -23. Every domain's temp dir is gone afterwards.
+func TestSettlePrestarted(t *testing.T) {
+	bin := buildTestEngine(t)
+	tmp := t.TempDir()
+	t.Cleanup(func() {
+		if left, _ := filepath.Glob(filepath.Join(tmp, "steward-*")); len(left) > 0 {
+			t.Errorf("domain temp dirs left: %v", left)
+		}
+	})
+	e := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+tmp), "--state-dir", t.TempDir(), "--engine", "toy="+bin+" --settle claim-fence")
+	e.makeDataset("ds", 100)
+	for round := range 2 {
+		p := e.params(randID("inv-"), "ds", 1, rpc.OpCreate, "ix", "name", "TOY")
+		p.Engine = "toy"
+		p.Index.Params = map[string]string{"claim": "slot", "hold": "400ms"}
+		res := e.mutate(p)
+		if res.Phase != rpc.PhaseIndeterminate || res.Code != rpc.ReasonUnconfirmedCommit || !strings.Contains(res.Message, "settle answers NOT_COMMITTED") {
+			t.Fatalf("a claimed slot the settle denies: %+v", res)
+		}
+		read := func(what string) []int64 {
+			b, err := os.ReadFile(filepath.Join(e.root, "ds", "toy-"+p.InvocationID+"."+what))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []int64
+			for _, f := range strings.Fields(string(b)) {
+				n, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					t.Fatalf("%s record %q", what, b)
+				}
+				out = append(out, n)
+			}
+			return out
+		}
+		answered, settle := read("answered"), read("settle")
+		if len(answered) != 1 || len(settle) != 2 {
+			t.Fatalf("records: answered %v, settle %v", answered, settle)
+		}
+		started, requested := time.Unix(0, settle[0]), time.Unix(0, settle[1])
+		at := time.Unix(0, answered[0])
+		t.Logf("round %d: the settle's process started %v before the mutation answered; its request came %v after", round,
+			at.Sub(started).Round(time.Millisecond), requested.Sub(at).Round(time.Millisecond))
+		if !started.Before(at) {
+			t.Errorf("the settle's process started %v after the mutation answered: not prestarted", started.Sub(at))
+		}
+		if !requested.After(at) {
+			t.Errorf("the settle got its request %v before the mutation answered", at.Sub(requested))
+		}
+	}
+	if strings.Contains(e.logs.String(), "could not prestart") {
+		t.Errorf("a settle domain failed to prestart:\n%s", e.logs.String())
 	}
 }

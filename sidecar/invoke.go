@@ -39,8 +39,9 @@ type session struct {
 	violation  string
 	deadline   bool
 	progress   *progressSender
-	prestarted bool // the domain is the executor's spare
-	logged     bool // "worker assigned" is written
+	prestarted bool         // the domain is the executor's spare
+	settler    *settleSpare // the domain of the settle that will confirm a claimed commit; nil for the built-in engine
+	logged     bool         // "worker assigned" is written
 }
 
 // logAssigned writes the "worker assigned" line once. A prestarted worker's is written right
@@ -295,11 +296,18 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir,
 		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent), prestarted: w == spare}
 	defer ss.progress.stop()
+	// An engine's claimed commit is confirmed by its settle, in a domain of its own, once this one
+	// is reaped: that domain starts now, beside this one, and waits for its request.
+	ss.settler = s.prestartSettle(j)
+	defer ss.settler.close() // gone before the answer, whatever happens
 	if !ss.prestarted {
 		ss.logAssigned()
 	}
 	ss.run()
 	ss.logAssigned() // if no request was written
+	if ss.violation != "" || ss.deadline || !claimsCommit(ss.result) {
+		ss.settler.drop()
+	}
 	out, release := ss.teardown()
 	// The domain is dead and reaped: nothing can still write into its temp dir (lance#8992
 	// leaves IVF shuffle files there even on success). It goes after the answer, behind the
@@ -313,9 +321,16 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 			s.log.Error("removing the domain's temp dir failed", "invocation", j.p.InvocationID, "error", err)
 		}
 	}
-	res := s.confirmed(j, ss.classify(out))
+	res := s.confirmed(j, ss.classify(out), ss.settler)
+	ss.settler.close()
 	res.WallMs = time.Since(start).Milliseconds()
 	return res
+}
+
+// claimsCommit reports whether a worker's result claims a commit, which its answer may pass on
+// only once confirmed (Server.confirmed).
+func claimsCommit(r *workerproto.Result) bool {
+	return r != nil && r.Phase == rpc.PhaseNativeReturn && r.Code == rpc.NativeOK && r.CommittedVersion != 0
 }
 
 func launchFailed(err error) rpc.MutateResult {
@@ -426,6 +441,9 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 		}
 	case f.T == workerproto.TypeResult && ss.requested && ss.result == nil:
 		ss.result = f.Result
+		if !claimsCommit(f.Result) {
+			ss.settler.drop() // no commit to confirm: down while this domain ends
+		}
 		ss.s.log.Debug("worker result", "invocation", ss.j.p.InvocationID, "phase", f.Result.Phase, "code", f.Result.Code, "created", len(f.Result.Created))
 		return false // keep reading: a second result or garbage after it is still a violation
 	default:

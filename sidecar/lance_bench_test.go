@@ -23,8 +23,9 @@ import (
 //     (enginetest.BareOpen: python, import lance, open the dataset). Issue #12 item 8's goal,
 //     ≤ 0.5×, needs the start hidden by a prestarted engine.
 //   - build/<case>: a CREATE through the sidecar (custody, the claimed commit at pinned+1, and
-//     the settle in a fresh domain that confirms it before COMMITTED leaves) against the same
-//     build in a bare pylance process (enginetest.BareBuild).
+//     the settle in a fresh domain that confirms it before COMMITTED leaves, launched beside the
+//     build's and given its request once the build's domain is reaped) against the same build in
+//     a bare pylance process (enginetest.BareBuild).
 func BenchmarkLanceSidecar(b *testing.B) {
 	testenv.NeedRoot(b)
 	// The production default of --worker-memory (1 GiB), not the tests' 256 MiB: the IVF_PQ

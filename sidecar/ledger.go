@@ -154,7 +154,7 @@ func (s *Server) custodySettle(ctx context.Context, engine string, slot custody.
 		return "", err // a fence on a store that ignores put-if-absent would prove nothing
 	}
 	out, err := s.settleIn(ctx, e, workerproto.SettleRequest{InvocationID: slot.Invocation, Dataset: rpc.DatasetRef{Store: slot.Store, Path: slot.Path},
-		PinnedVersion: slot.Pinned, Credentials: creds, DomainReaped: true})
+		PinnedVersion: slot.Pinned, Credentials: creds, DomainReaped: true}, nil)
 	if err != nil {
 		return "", err
 	}

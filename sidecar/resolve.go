@@ -104,7 +104,7 @@ func (s *Server) resolveThrough(ctx context.Context, e *engine, p rpc.ResolvePar
 		return s.unfenceable(res, p.Credentials, err)
 	}
 	out, err := s.settleIn(ctx, e, workerproto.SettleRequest{InvocationID: p.InvocationID, Dataset: p.Dataset,
-		PinnedVersion: p.PinnedVersion, Credentials: p.Credentials})
+		PinnedVersion: p.PinnedVersion, Credentials: p.Credentials}, nil)
 	if err != nil {
 		res.Reason = "engine " + e.name + ": " + s.sanitizeCreds(p.Credentials, err.Error())
 		return res, nil

@@ -19,18 +19,85 @@ import (
 // bound, or broke protocol). The outcome is still unknown.
 var errSettleFailed = errors.New("engine settle failed")
 
-// settleIn runs one settle of engine e in a fresh domain (docs/ENGINE.md §5) and returns its
-// answer. It is bounded by ctx; the domain is always killed, reaped and its temp dir removed
-// before it returns. Settles run at most Executors at a time.
-func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.SettleRequest) (_ workerproto.Settled, retErr error) {
+// settleSpare is a settle domain launched beside a mutation's own (prestartSettle), so that the confirmation of its commit does not wait for a second
+// engine start (a Lance settle's python and `import lance`: ~0.3 s). It gets nothing but its
+// launch until a settle takes it: no request and no credentials, which travel only in the
+// request frame, sent once the mutation's domain is reaped.
+type settleSpare struct {
+	launched chan *warm    // the domain, or nil if its launch failed; received once
+	taken    bool          // a settle received it (that settle tears the domain down), or drop did
+	dropped  chan struct{} // closed once drop has torn the domain down; nil without drop
+}
+
+// prestartSettle launches, in the background, the settle domain that will confirm j's commit:
+// for an engine other than the built-in one with a settle guarantee (confirmCommit). The
+// caller owns the result and must close it, whatever happens.
+func (s *Server) prestartSettle(j *job) *settleSpare {
+	if s.iso == nil || j.eng.builtin() || j.eng.decl.Settle == rpc.SettleNone {
+		return nil
+	}
+	sp := &settleSpare{launched: make(chan *warm, 1)}
+	go func() {
+		w, err := s.launch(j.eng, "settle-"+j.p.InvocationID, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, &j.p.Dataset, false, nil)
+		if err != nil {
+			s.log.Warn("could not prestart the settle domain: the confirmation will launch its own", "invocation", j.p.InvocationID, "error", err)
+			w = nil
+		}
+		sp.launched <- w
+	}()
+	return sp
+}
+
+// take returns the prestarted domain if it is up and still alive (nil otherwise, and a dead one
+// is torn down); the settle that takes it tears it down.
+func (sp *settleSpare) take() *warm {
+	if sp == nil || sp.taken {
+		return nil
+	}
+	sp.taken = true
+	w := <-sp.launched
+	if w != nil && isClosed(w.dom.Done()) {
+		w.discard()
+		return nil
+	}
+	return w
+}
+
+// drop starts tearing the prestarted domain down, beside the mutation's own teardown, once no
+// settle will need it (the mutation answered without claiming a commit); close waits for it.
+func (sp *settleSpare) drop() {
+	if sp == nil || sp.taken {
+		return
+	}
+	sp.taken = true
+	sp.dropped = make(chan struct{})
+	go func() {
+		defer close(sp.dropped)
+		if w := <-sp.launched; w != nil {
+			w.discard()
+		}
+	}()
+}
+
+// close tears the prestarted domain down unless a settle took it, and returns once it is dead,
+// reaped and removed: before the mutation's answer, like the mutation's own domain.
+func (sp *settleSpare) close() {
+	if sp == nil {
+		return
+	}
+	sp.drop()
+	if sp.dropped != nil {
+		<-sp.dropped
+	}
+}
+
+// settleIn runs one settle of engine e in a fresh domain (docs/ENGINE.md §5) — spare's when it
+// has one up, else one launched here — and returns its answer. It is bounded by ctx; the domain
+// is always killed, reaped and its temp dir removed before it returns. Settles run at most
+// Executors at a time (a prestarted domain waits for its slot without a request).
+func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.SettleRequest, spare *settleSpare) (_ workerproto.Settled, retErr error) {
 	if s.iso == nil {
 		return workerproto.Settled{}, fmt.Errorf("%w: %s", rpc.ErrIsolationUnavailable, s.isoReport.Reason)
-	}
-	select {
-	case s.settleSem <- struct{}{}:
-		defer func() { <-s.settleSem }()
-	case <-ctx.Done():
-		return workerproto.Settled{}, fmt.Errorf("%w: waiting for a settle slot: %w", errSettleFailed, ctx.Err())
 	}
 	// The settle's worker gets keys for the slot's store only: the call's own, or the sidecar's
 	// where that store is allowed.
@@ -39,9 +106,20 @@ func (s *Server) settleIn(ctx context.Context, e *engine, req workerproto.Settle
 		return workerproto.Settled{}, err
 	}
 	req.Credentials = creds
-	w, err := s.launch(e, "settle-"+req.InvocationID, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, &req.Dataset, false, nil)
-	if err != nil {
-		return workerproto.Settled{}, fmt.Errorf("%w: launch: %w", errSettleFailed, err)
+	w := spare.take()
+	select {
+	case s.settleSem <- struct{}{}:
+		defer func() { <-s.settleSem }()
+	case <-ctx.Done():
+		if w != nil {
+			w.discard()
+		}
+		return workerproto.Settled{}, fmt.Errorf("%w: waiting for a settle slot: %w", errSettleFailed, ctx.Err())
+	}
+	if w == nil {
+		if w, err = s.launch(e, "settle-"+req.InvocationID, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, &req.Dataset, false, nil); err != nil {
+			return workerproto.Settled{}, fmt.Errorf("%w: launch: %w", errSettleFailed, err)
+		}
 	}
 	w.logw.bind(req.InvocationID, "", req.Credentials, s.ownSecrets()...)
 	defer func() {
@@ -110,9 +188,9 @@ const confirmTimeout = 2 * resolveTimeout
 // confirmCommit checks in storage, with trusted code, that the slot pinned+1 holds this
 // invocation's commit before a NATIVE_RETURN 0 COMMITTED leaves (docs/ENGINE.md §4.2): the
 // built-in engine's by reading the manifest, any other engine's through its settle in a fresh
-// domain (domain_reaped: the invocation's domain is gone). It returns "" when confirmed, else why
-// not.
-func (s *Server) confirmCommit(j *job, res rpc.MutateResult) string {
+// domain (domain_reaped: the invocation's domain is gone), spare's if it was prestarted. It
+// returns "" when confirmed, else why not.
+func (s *Server) confirmCommit(j *job, res rpc.MutateResult, spare *settleSpare) string {
 	slot := j.p.PinnedVersion + 1
 	if res.CommittedVersion != slot {
 		return fmt.Sprintf("the engine claims a commit at version %d; it may commit only at %d", res.CommittedVersion, slot)
@@ -146,7 +224,7 @@ func (s *Server) confirmCommit(j *job, res rpc.MutateResult) string {
 		return why
 	}
 	out, err := s.settleIn(ctx, j.eng, workerproto.SettleRequest{InvocationID: j.p.InvocationID, Dataset: j.p.Dataset,
-		PinnedVersion: j.p.PinnedVersion, Credentials: j.p.Credentials, DomainReaped: true})
+		PinnedVersion: j.p.PinnedVersion, Credentials: j.p.Credentials, DomainReaped: true}, spare)
 	switch {
 	case err != nil:
 		return "the engine's settle could not confirm it: " + s.sanitize(j, err.Error())
@@ -191,11 +269,11 @@ func (s *Server) claimedBy(ctx context.Context, ds rpc.DatasetRef, creds *rpc.Cr
 // confirmed turns a NATIVE_RETURN 0 that claims a commit into the answer the sidecar can stand
 // behind: unchanged when storage confirms it, INDETERMINATE -23 otherwise (index.resolve, and the
 // sidecar's own self-fence, settle it).
-func (s *Server) confirmed(j *job, res rpc.MutateResult) rpc.MutateResult {
+func (s *Server) confirmed(j *job, res rpc.MutateResult, spare *settleSpare) rpc.MutateResult {
 	if res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeOK || res.CommittedVersion == 0 {
 		return res
 	}
-	why := s.confirmCommit(j, res)
+	why := s.confirmCommit(j, res, spare)
 	if why == "" {
 		return res
 	}

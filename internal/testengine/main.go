@@ -8,6 +8,12 @@
 // file into its private TMPDIR, and answers NOT_SUPPORTED (7) — or, with index.params claim=commit,
 // lies: COMMITTED at pinned+1. Its settle answers NOT_COMMITTED (nothing of it is ever in a slot).
 //
+// With index.params claim=slot it also claims the slot pinned+1 for its commit as a claim-fence
+// engine does (file:// stores only), holds its answer for index.params hold (a Go duration), and
+// records when it answered in <dataset>/toy-<invocation>.answered; the settle of such an
+// invocation records when its process started and when its request came in
+// <dataset>/toy-<invocation>.settle ("<started> <requested>", Unix nanoseconds).
+//
 // For the custody and credential tests, index.params select other behaviours, each answering
 // NOT_SUPPORTED with a report in its message: report=credentials (a fingerprint of the keys its
 // request frame carried, or "none"); reserve_keys=a,b/,… (each name, relative to the dataset,
@@ -27,6 +33,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/enginesdk"
@@ -57,7 +64,13 @@ func (toy) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.Mutat
 	}
 	_ = os.WriteFile(filepath.Join(os.Getenv("TMPDIR"), "shuffle.tmp"), []byte("left behind"), 0o644)
 	c.Progress("build", 1, 1)
-	if req.Index.Params["claim"] == "commit" {
+	if req.Index.Params["claim"] == "slot" {
+		claimSlot(req)
+		hold, _ := time.ParseDuration(req.Index.Params["hold"])
+		time.Sleep(hold)
+		writeFile(req.Dataset, toyRecord(req.Dataset.Path, req.InvocationID, "answered"), strconv.FormatInt(time.Now().UnixNano(), 10))
+	}
+	if c := req.Index.Params["claim"]; c == "commit" || c == "slot" {
 		return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeOK, CompletionReason: rpc.CompletionCommitted,
 			CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1}
 	}
@@ -100,7 +113,7 @@ func reserveEach(ctx context.Context, c *enginesdk.Conn, req *workerproto.Mutate
 			out = append(out, n+"=error")
 		default:
 			out = append(out, n+"=granted")
-			writeFile(req, name)
+			writeFile(req.Dataset, name, "toy")
 		}
 	}
 	return strings.Join(out, ";")
@@ -131,20 +144,49 @@ func reserveMany(ctx context.Context, c *enginesdk.Conn, req *workerproto.Mutate
 	return fmt.Sprintf("granted=%d refusal=none", granted)
 }
 
-// writeFile writes the object name on a file:// store (the engine has no S3 client).
-func writeFile(req *workerproto.MutateRequest, name string) {
-	root, ok := strings.CutPrefix(req.Dataset.Store.URL, "file://")
+// writeFile writes the object name, holding content, on a file:// store (the engine has no S3
+// client).
+func writeFile(ds rpc.DatasetRef, name, content string) {
+	p, ok := localPath(ds, name)
 	if !ok || strings.HasSuffix(name, "/") {
 		return
 	}
-	root, _ = url.PathUnescape(root)
-	p := filepath.Join(root, name)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
-		_ = os.WriteFile(p, []byte("toy"), 0o644)
+		_ = os.WriteFile(p, []byte(content), 0o644)
 	}
 }
 
+// localPath is where object name of a file:// store lies.
+func localPath(ds rpc.DatasetRef, name string) (string, bool) {
+	root, ok := strings.CutPrefix(ds.Store.URL, "file://")
+	if !ok {
+		return "", false
+	}
+	root, _ = url.PathUnescape(root)
+	return filepath.Join(root, name), true
+}
+
+// claimSlot writes the commit claim of req's invocation at pinned+1 (docs/ENGINE.md §5.3).
+func claimSlot(req *workerproto.MutateRequest) {
+	name := fmt.Sprintf("%s/_steward/slots/%020d.json", strings.Trim(req.Dataset.Path, "/"), req.PinnedVersion+1)
+	writeFile(req.Dataset, name, fmt.Sprintf(`{"invocation":%q,"kind":"commit"}`, req.InvocationID))
+}
+
+// toyRecord names a record of invocation inv in its dataset.
+func toyRecord(dataset, inv, what string) string {
+	return strings.Trim(dataset, "/") + "/toy-" + inv + "." + what
+}
+
+// started is when this process started (near enough: when its package was initialized).
+var started = time.Now()
+
 func (toy) Settle(_ context.Context, _ *enginesdk.Conn, req *workerproto.SettleRequest) *workerproto.Settled {
+	if p, ok := localPath(req.Dataset, toyRecord(req.Dataset.Path, req.InvocationID, "answered")); ok {
+		if _, err := os.Stat(p); err == nil {
+			writeFile(req.Dataset, toyRecord(req.Dataset.Path, req.InvocationID, "settle"),
+				fmt.Sprintf("%d %d", started.UnixNano(), time.Now().UnixNano()))
+		}
+	}
 	return &workerproto.Settled{Outcome: rpc.OutcomeNotCommitted, Version: req.PinnedVersion + 1,
 		Reason: fmt.Sprintf("the toy engine never commits (domain_reaped=%v)", req.DomainReaped)}
 }
