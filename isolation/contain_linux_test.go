@@ -73,6 +73,7 @@ type probeResult struct {
 	Pid, Ppid, UID, GID int
 	Tmp                 string
 	PidsVisible         int
+	Leader              bool // Contain ran, and main goes on, on the process's first thread
 	Attempts            map[string]string
 }
 
@@ -86,7 +87,8 @@ func helperContained() {
 		fmt.Fprintln(os.Stderr, "Contain:", err)
 		os.Exit(ExitRefused)
 	}
-	res := probeResult{Pid: os.Getpid(), Ppid: os.Getppid(), UID: os.Getuid(), GID: os.Getgid(), Tmp: os.Getenv("TMPDIR"), Attempts: map[string]string{}}
+	res := probeResult{Pid: os.Getpid(), Ppid: os.Getppid(), UID: os.Getuid(), GID: os.Getgid(), Tmp: os.Getenv("TMPDIR"),
+		Leader: unix.Gettid() == unix.Getpid(), Attempts: map[string]string{}}
 	try := func(name string, err error) {
 		res.Attempts[name] = ""
 		if err != nil {
@@ -187,7 +189,7 @@ func TestContainedWorker(t *testing.T) {
 					t.Errorf("%s: error %q, want success=%v", name, got, ok)
 				}
 			}
-			if res.Pid != 1 || res.Ppid != 0 || res.UID != 0 || res.PidsVisible != 1 || res.Tmp != filepath.Join(base, "tmp") {
+			if res.Pid != 1 || res.Ppid != 0 || res.UID != 0 || res.PidsVisible != 1 || res.Tmp != filepath.Join(base, "tmp") || !res.Leader {
 				t.Errorf("inside: %+v", res)
 			}
 			if _, err := os.Stat(filepath.Join(base, "tmp", "t")); err != nil {

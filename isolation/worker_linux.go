@@ -4,11 +4,24 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
+
+// A contained worker's main goroutine runs on the process's first thread, its leader, for good:
+// locked in an init function, main starts there (runtime.LockOSThread). EnterWorker and Contain,
+// called from main, then set up that thread — the one an engine is exec'd from, whose
+// per-thread state (the capability bounding set) is what /proc/<pid>/status shows — whatever
+// system calls in between let the runtime move a goroutine (the cgroup namespace's all-thread
+// setns did, and the bounding set was then dropped on another thread than the leader).
+func init() {
+	if os.Getenv(EnvContain) == "1" {
+		runtime.LockOSThread()
+	}
+}
 
 // EnterWorker must be the first call in the worker's main, before it reads any input. It waits
 // until the supervisor has placed the process in its cgroups (when there is a barrier), makes
