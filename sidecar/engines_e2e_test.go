@@ -179,3 +179,53 @@ func TestSettlePrestarted(t *testing.T) {
 		t.Errorf("a settle domain failed to prestart:\n%s", e.logs.String())
 	}
 }
+
+// TestEngineSpares: executors keep their spares for the engine of the last call. The first toy
+// call starts cold (the spares are the built-in engine's); once the spares have followed it, the
+// next toy calls are served by prestarted toy workers; a built-in call after them starts cold
+// again, and the built-in calls after that find built-in spares. At most one idle spare per
+// executor exists at any time.
+func TestEngineSpares(t *testing.T) {
+	bin := buildTestEngine(t)
+	e := newSidecarWithEnv(t, os.Environ(), "--state-dir", t.TempDir(), "--engine", "toy="+bin+" --settle fence")
+	e.makeDataset("ds", 100)
+	call := func(engine string) string {
+		p := e.params(randID("inv-"), "ds", 1, rpc.OpCreate, "ix", "name", "TOY")
+		if engine == "builtin" {
+			p = e.params(randID("inv-"), "ds", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree)
+			p.IfNotExists = true
+		}
+		p.Engine = engine
+		res := e.mutate(p)
+		if res.Phase != rpc.PhaseNativeReturn {
+			t.Fatalf("%s call: %+v", engine, res)
+		}
+		e.assertDomainGone(p.InvocationID, res)
+		return p.InvocationID
+	}
+	prestarted := func(inv string) bool {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			for _, l := range strings.Split(e.logs.String(), "\n") {
+				if strings.Contains(l, inv) && strings.Contains(l, `"worker assigned"`) {
+					return strings.Contains(l, `"prestarted":true`)
+				}
+			}
+		}
+		t.Fatalf("no \"worker assigned\" line for %s", inv)
+		return false
+	}
+	settle := func() { time.Sleep(300 * time.Millisecond) } // the spares follow the last call
+	for i, step := range []struct {
+		engine     string
+		prestarted bool
+	}{{"toy", false}, {"toy", true}, {"toy", true}, {"builtin", false}, {"builtin", true}} {
+		settle()
+		inv := call(step.engine)
+		if got := prestarted(inv); got != step.prestarted {
+			t.Errorf("call %d (%s): prestarted %v, want %v", i, step.engine, got, step.prestarted)
+		}
+		if n := e.domains(); n > 2 {
+			t.Errorf("call %d: %d domains after the answer, want at most one idle spare per executor", i, n)
+		}
+	}
+}

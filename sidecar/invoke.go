@@ -133,33 +133,46 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 	return w, nil
 }
 
+// spareTarget is what the next spares are born for: the last call's engine and dataset.
+type spareTarget struct {
+	eng *engine
+	ds  rpc.DatasetRef
+}
+
 // prestart launches the executor's next spare worker with the configured limits, for the last
-// call's dataset (nil if the sidecar is stopping, or if the launch fails: the next job then
-// starts cold and reports why).
+// call's engine and dataset (the built-in engine's before any call; nil if the sidecar is
+// stopping, or if the launch fails: the next job then starts cold and reports why).
 //
-// A spare launched while no job waits (idle) will wait for its call: it is born on one CPU,
-// the last of the sidecar's (CPU 0 takes most device interrupts), and widens itself to all of
-// them right before its one call into the engine (isolation.WidenCPUs); reading its request,
+// A built-in spare launched while no job waits (idle) will wait for its call: it is born on one
+// CPU, the last of the sidecar's (CPU 0 takes most device interrupts), and widens itself to all
+// of them right before its one call into the engine (isolation.WidenCPUs); reading its request,
 // opening the store and answering a no-op run on the one. Born there, its runtime starts with
 // GOMAXPROCS 1 and keeps every thread there, and its exit — the unmapping of its address space, on the
 // answer's path — runs on that CPU alone (no TLB-shootdown IPIs to the others, which stay free
 // for the sidecar's answer). A spare launched while jobs queue is taken at once and runs on
 // every CPU: its start-up is the call's, and one CPU for every worker cost a saturated pool
-// 3–25% of its mutations a second (BenchmarkMutateSaturated).
+// 3–25% of its mutations a second (BenchmarkMutateSaturated). Another engine's spare is born
+// on every CPU: it cannot be told to widen itself.
 func (s *Server) prestart(idle bool) *warm {
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
 	if s.sparesClosed {
 		return nil
 	}
-	ds := s.spareFor.Load() // before the first call: nil, with network
+	e, ds := s.engines[workerproto.BuiltinName], (*rpc.DatasetRef)(nil) // before the first call: with network
+	if t := s.spareFor.Load(); t != nil {
+		e = t.eng
+		if s.contained() {
+			ds = &t.ds
+		}
+	}
 	var cpus []int
-	if all := s.iso.CPUs(); idle && len(all) > 1 {
+	if all := s.iso.CPUs(); idle && len(all) > 1 && e.builtin() {
 		cpus = all[len(all)-1:]
 	}
-	w, err := s.launch(s.engines[workerproto.BuiltinName], "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, ds, true, cpus)
+	w, err := s.launch(e, "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, ds, true, cpus)
 	if err != nil {
-		s.log.Warn("could not start a spare worker", "error", err)
+		s.log.Warn("could not start a spare worker", "engine", e.name, "error", err)
 		return nil
 	}
 	s.spares[w] = struct{}{}
@@ -205,17 +218,20 @@ func (w *warm) discard() {
 	_ = os.RemoveAll(w.tempDir)
 }
 
-// spareServes reports whether spare w may serve a call on ds: uncontained, any call; contained,
-// a call with exactly the reach w was born for (it is contained already), or, for a spare born
-// before any call, one that needs the network w was born with (the built-in worker then binds
-// its dataset folder and limits its connections itself once it has read the request).
-func (s *Server) spareServes(w *warm, ds rpc.DatasetRef) bool {
+// spareServes reports whether spare w may serve a call of engine e on ds: a spare of e and,
+// contained, one born for exactly that reach (it is contained already) or, for a built-in spare
+// born before any call, for a call that needs the network w was born with (the built-in worker
+// then binds its dataset folder and limits its connections itself once it has read the request).
+func (s *Server) spareServes(w *warm, e *engine, ds rpc.DatasetRef) bool {
+	if w.eng != e {
+		return false
+	}
 	if !s.contained() {
 		return true
 	}
 	if w.bornFor == nil {
 		network, _ := workerproto.Reach(ds)
-		return w.network == network
+		return e.builtin() && w.network == network
 	}
 	return sameReach(*w.bornFor, ds)
 }
@@ -227,11 +243,12 @@ func sameReach(a, b rpc.DatasetRef) bool {
 	return netA == netB && reflect.DeepEqual(reachA, reachB)
 }
 
-// followCall makes ds the dataset the next spares are born for; when its reach differs from
-// the last call's, executors holding an idle spare born for the old one replace it (spareStale).
-func (s *Server) followCall(ds rpc.DatasetRef) {
-	old := s.spareFor.Swap(&ds)
-	if old != nil && sameReach(*old, ds) {
+// followCall makes j's engine and dataset what the next spares are born for; when the engine
+// or (contained) the reach differs from the last call's, executors holding an idle spare born
+// for the old one replace it (spareStale).
+func (s *Server) followCall(j *job) {
+	old := s.spareFor.Swap(&spareTarget{eng: j.eng, ds: j.p.Dataset})
+	if old != nil && old.eng == j.eng && (!s.contained() || sameReach(old.ds, j.p.Dataset)) {
 		return
 	}
 	s.spareMu.Lock()
@@ -247,10 +264,11 @@ func (s *Server) reachMovedCh() <-chan struct{} {
 	return s.reachMoved
 }
 
-// spareStale reports whether idle spare w was born for a reach the recent calls no longer have.
+// spareStale reports whether idle spare w was born for an engine or a reach the recent calls no
+// longer have.
 func (s *Server) spareStale(w *warm) bool {
-	ds := s.spareFor.Load()
-	return ds != nil && !s.spareServes(w, *ds)
+	t := s.spareFor.Load()
+	return t != nil && !s.spareServes(w, t.eng, t.ds)
 }
 
 // contained reports whether worker domains are born contained.
@@ -264,14 +282,12 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	j.launched = start
 	memory := lower(s.cfg.Isolation.MemoryLimit, limit(j.p.Limits, true))
 	pids := lower(s.cfg.Isolation.PidsLimit, limit(j.p.Limits, false))
-	if s.contained() { // the next spares are born for calls like this one
-		s.followCall(j.p.Dataset)
-	}
+	s.followCall(j) // the next spares are born for calls like this one
 	w := spare
 	if w != nil && !s.take(w) {
 		w = nil // discarded by shutdown
 	}
-	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j.p.Dataset)) {
+	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j.eng, j.p.Dataset)) {
 		w.discard()
 		w = nil
 	}

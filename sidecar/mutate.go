@@ -223,11 +223,6 @@ func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) 
 	}
 	s.metrics.workers.Inc()
 	defer s.metrics.workers.Dec()
-	if !j.eng.builtin() {
-		// Spares are the built-in engine's only (Config.Executors of them): another engine starts
-		// cold and leaves the spare for the next built-in job.
-		return s.invoke(j, nil), false
-	}
 	return s.invoke(j, spare), true
 }
 

@@ -59,13 +59,14 @@ type Server struct {
 	spareMu      sync.Mutex
 	spares       map[*warm]struct{} // idle prestarted workers
 	sparesClosed bool
-	// spareFor: the dataset of the last call, which the next spare is born for (its network,
-	// writable folder and mounts: a contained domain's network is chosen at its birth and the
-	// built-in worker contains itself before hello when its reach is known); spares follow the
-	// recent calls and serve calls with the same reach. nil before the first call.
-	spareFor atomic.Pointer[rpc.DatasetRef]
-	// reachMoved is closed (and replaced, under spareMu) when a call's reach differs from the
-	// previous one's: executors then replace idle spares born for the old reach.
+	// spareFor: the engine and dataset of the last call, which the next spare is born for (the
+	// engine it runs; its network, writable folder and mounts: a contained domain's network is
+	// chosen at its birth and a worker contains itself before hello when its reach is known);
+	// spares follow the recent calls and serve calls of the same engine with the same reach.
+	// nil before the first call (spares of the built-in engine, born with network).
+	spareFor atomic.Pointer[spareTarget]
+	// reachMoved is closed (and replaced, under spareMu) when a call's engine or reach differs
+	// from the previous one's: executors then replace idle spares born for the old one.
 	reachMoved chan struct{}
 
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
