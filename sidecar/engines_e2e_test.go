@@ -14,6 +14,7 @@ import (
 
 	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage/dataset"
 )
 
 // buildTestEngine builds internal/testengine, a toy engine written against the Go SDK.
@@ -180,29 +181,23 @@ func TestSettlePrestarted(t *testing.T) {
 	}
 }
 
-// TestEngineSpares: executors keep their spares for the engine of the last call. The first toy
-// call starts cold (the spares are the built-in engine's); once the spares have followed it, the
-// next toy calls are served by prestarted toy workers; a built-in call after them starts cold
-// again, and the built-in calls after that find built-in spares. At most one idle spare per
-// executor exists at any time.
+// TestEngineSpares: executors keep their spares for the engine of the last call, when it may
+// wait for calls: on an s3:// store (its keys come with the request). The first toy call starts
+// cold (the spares are the built-in engine's); once the spares have followed it, the next toy
+// calls are served by prestarted toy workers, with the keys of each call; a built-in call after
+// them starts cold again, and the built-in calls after that find built-in spares. On a file://
+// dataset the toy engine gets no spare — one would wait with the dataset's folder writable — and
+// the spares are built-in workers born for that dataset (a built-in call on the s3:// dataset
+// then starts cold). At most one idle spare per executor exists at any time.
 func TestEngineSpares(t *testing.T) {
 	bin := buildTestEngine(t)
-	e := newSidecarWithEnv(t, os.Environ(), "--state-dir", t.TempDir(), "--engine", "toy="+bin+" --settle fence")
-	e.makeDataset("ds", 100)
-	call := func(engine string) string {
-		p := e.params(randID("inv-"), "ds", 1, rpc.OpCreate, "ix", "name", "TOY")
-		if engine == "builtin" {
-			p = e.params(randID("inv-"), "ds", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree)
-			p.IfNotExists = true
-		}
-		p.Engine = engine
-		res := e.mutate(p)
-		if res.Phase != rpc.PhaseNativeReturn {
-			t.Fatalf("%s call: %+v", engine, res)
-		}
-		e.assertDomainGone(p.InvocationID, res)
-		return p.InvocationID
+	e := newLedgerEnv(t, "--engine", "toy="+bin+" --settle fence")
+	ctx := context.Background()
+	if _, _, err := dataset.Create(ctx, e.store, "ds", dataset.NewGenerator(100, 1), dataset.WriteOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	s3 := rpc.DatasetRef{Store: e.spec, Path: "ds"}
+	local := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + t.TempDir()}, Path: "ds"}
 	prestarted := func(inv string) bool {
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 			for _, l := range strings.Split(e.logs.String(), "\n") {
@@ -214,17 +209,36 @@ func TestEngineSpares(t *testing.T) {
 		t.Fatalf("no \"worker assigned\" line for %s", inv)
 		return false
 	}
-	settle := func() { time.Sleep(300 * time.Millisecond) } // the spares follow the last call
 	for i, step := range []struct {
 		engine     string
+		ds         rpc.DatasetRef
 		prestarted bool
-	}{{"toy", false}, {"toy", true}, {"toy", true}, {"builtin", false}, {"builtin", true}} {
-		settle()
-		inv := call(step.engine)
-		if got := prestarted(inv); got != step.prestarted {
-			t.Errorf("call %d (%s): prestarted %v, want %v", i, step.engine, got, step.prestarted)
+	}{
+		{"toy", s3, false}, {"toy", s3, true}, {"toy", s3, true}, {"builtin", s3, false}, {"builtin", s3, true},
+		{"toy", local, false}, {"toy", local, false}, {"builtin", s3, false}, {"builtin", s3, true},
+	} {
+		time.Sleep(300 * time.Millisecond) // the spares follow the last call
+		p := rpc.MutateParams{InvocationID: randID("inv-"), DeadlineUnixMs: time.Now().Add(45 * time.Second).UnixMilli(),
+			Dataset: step.ds, PinnedVersion: 1, Op: rpc.OpCreate, Engine: step.engine,
+			Index: rpc.IndexSpec{Name: "ix", Columns: []string{"name"}, Type: "TOY", Params: map[string]string{"report": "credentials"}}}
+		want := rpc.NativeNotSupported
+		if step.engine == "builtin" {
+			latest, err := dataset.LatestVersion(ctx, e.store, "ds")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.PinnedVersion, p.IfNotExists = latest, true
+			p.Index = rpc.IndexSpec{Name: "ix", Columns: []string{"id"}, Type: rpc.IndexBTree}
+			want = rpc.NativeOK
 		}
-		if n := e.domains(); n > 2 {
+		res, err := e.c.Mutate(ctx, p)
+		if err != nil || res.Phase != rpc.PhaseNativeReturn || res.Code != want {
+			t.Fatalf("call %d (%s): %+v %v", i, step.engine, res, err)
+		}
+		if got := prestarted(p.InvocationID); got != step.prestarted {
+			t.Errorf("call %d (%s on %s): prestarted %v, want %v", i, step.engine, step.ds.Store.URL, got, step.prestarted)
+		}
+		if n := domainsIn(e.sc.Parent); n > 2 {
 			t.Errorf("call %d: %d domains after the answer, want at most one idle spare per executor", i, n)
 		}
 	}

@@ -40,7 +40,7 @@ type session struct {
 	deadline   bool
 	progress   *progressSender
 	prestarted bool         // the domain is the executor's spare
-	settler    *settleSpare // the domain of the settle that will confirm a claimed commit; nil for the built-in engine
+	settler    *settleSpare // the domain of the settle that may confirm a claimed commit; nil until launched, or for the built-in engine
 	logged     bool         // "worker assigned" is written
 }
 
@@ -140,8 +140,8 @@ type spareTarget struct {
 }
 
 // prestart launches the executor's next spare worker with the configured limits, for the last
-// call's engine and dataset (the built-in engine's before any call; nil if the sidecar is
-// stopping, or if the launch fails: the next job then starts cold and reports why).
+// call's engine (spareEngine) and dataset (the built-in engine's before any call; nil if the
+// sidecar is stopping, or if the launch fails: the next job then starts cold and reports why).
 //
 // A built-in spare launched while no job waits (idle) will wait for its call: it is born on one
 // CPU, the last of the sidecar's (CPU 0 takes most device interrupts), and widens itself to all
@@ -161,7 +161,7 @@ func (s *Server) prestart(idle bool) *warm {
 	}
 	e, ds := s.engines[workerproto.BuiltinName], (*rpc.DatasetRef)(nil) // before the first call: with network
 	if t := s.spareFor.Load(); t != nil {
-		e = t.eng
+		e = s.spareEngine(t)
 		if s.contained() {
 			ds = &t.ds
 		}
@@ -218,6 +218,29 @@ func (w *warm) discard() {
 	_ = os.RemoveAll(w.tempDir)
 }
 
+// spareEngine is the engine the spares for t run: t's, if it is the built-in engine or if
+// another engine's worker may wait there (idleSafe), else the built-in engine's.
+func (s *Server) spareEngine(t *spareTarget) *engine {
+	if t.eng.builtin() || s.idleSafe(t.ds) {
+		return t.eng
+	}
+	return s.engines[workerproto.BuiltinName]
+}
+
+// idleSafe reports whether a worker of an engine other than the built-in one may wait,
+// prestarted, for calls on ds. A spare waits outside any invocation, where no engine code may
+// be able to change a dataset: only a contained one may wait, and only for a store it cannot
+// write to before its request brings the keys (s3://). A file:// dataset's folder would be
+// writable to it from its birth (its Landlock rules), and uncontained it could write wherever
+// its uid may.
+func (s *Server) idleSafe(ds rpc.DatasetRef) bool {
+	if !s.contained() {
+		return false
+	}
+	_, reach := workerproto.Reach(ds)
+	return len(reach.Write) == 0 && len(reach.Mount) == 0
+}
+
 // spareServes reports whether spare w may serve a call of engine e on ds: a spare of e and,
 // contained, one born for exactly that reach (it is contained already) or, for a built-in spare
 // born before any call, for a call that needs the network w was born with (the built-in worker
@@ -268,7 +291,7 @@ func (s *Server) reachMovedCh() <-chan struct{} {
 // longer have.
 func (s *Server) spareStale(w *warm) bool {
 	t := s.spareFor.Load()
-	return t != nil && !s.spareServes(w, t.eng, t.ds)
+	return t != nil && !s.spareServes(w, s.spareEngine(t), t.ds)
 }
 
 // contained reports whether worker domains are born contained.
@@ -313,9 +336,14 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent), prestarted: w == spare}
 	defer ss.progress.stop()
 	// An engine's claimed commit is confirmed by its settle, in a domain of its own, once this one
-	// is reaped: that domain starts now, beside this one, and waits for its request.
-	ss.settler = s.prestartSettle(j)
-	defer ss.settler.close() // gone before the answer, whatever happens
+	// is reaped: that domain starts beside this one and waits for its request. Beside a
+	// prestarted worker it starts now; beside a cold one, whose own start-up would share the
+	// CPUs with it, at the worker's first reservation (handle), when it is about to write: a
+	// cold no-op then never pays for it (measured, a local Lance no-op paid 10-25%).
+	if ss.prestarted {
+		ss.settler = s.prestartSettle(j)
+	}
+	defer func() { ss.settler.close() }() // gone before the answer, whatever happens
 	if !ss.prestarted {
 		ss.logAssigned()
 	}
@@ -454,6 +482,9 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 		if err := workerproto.Write(ss.toW, answer, workerproto.MaxRequestFrame); err != nil {
 			ss.violation = "reserve answer write failed: " + err.Error()
 			return true
+		}
+		if ss.settler == nil { // it is about to write, so it may commit (see invoke)
+			ss.settler = ss.s.prestartSettle(ss.j)
 		}
 	case f.T == workerproto.TypeResult && ss.requested && ss.result == nil:
 		ss.result = f.Result

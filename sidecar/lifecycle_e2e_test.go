@@ -16,13 +16,16 @@ import (
 
 // domains counts the worker domains of the sidecar in the unified hierarchy (v2 and hybrid
 // place every domain there; on v1 the memory hierarchy).
-func (e *sidecarEnv) domains() int {
+func (e *sidecarEnv) domains() int { return domainsIn(e.parent) }
+
+// domainsIn counts the worker domains under cgroup parent (see sidecarEnv.domains).
+func domainsIn(parent string) int {
 	n := 0
 	for _, h := range []string{"unified", "memory"} {
-		owners, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h, e.parent))
+		owners, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h, parent))
 		c := 0
 		for _, o := range owners {
-			ds, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h, e.parent, o.Name()))
+			ds, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", h, parent, o.Name()))
 			for _, d := range ds {
 				if d.IsDir() {
 					c++

@@ -156,21 +156,21 @@ func (s *Server) executor() {
 		}
 	}()
 	for {
+		// A spare born for an engine or a reach the calls have left (another executor's call, or
+		// this one's) would only be discarded by the next call, a cold start: it is replaced now.
+		if spare != nil && s.spareStale(spare) {
+			if s.take(spare) {
+				spare.discard()
+			}
+			spare = nil
+		}
 		if spare == nil {
 			spare = s.prestart(len(s.queue) == 0) // nil once the sidecar stops
 		}
 		var j *job
 		select {
 		case <-s.reachMovedCh():
-			// Another executor's call had a new reach: a spare born for the old one would only
-			// be discarded by the next call (a cold start), so it is replaced now.
-			if spare != nil && s.spareStale(spare) {
-				if s.take(spare) {
-					spare.discard()
-				}
-				spare = nil
-			}
-			continue
+			continue // see above
 		case next, ok := <-s.queue:
 			if !ok {
 				return
@@ -223,6 +223,11 @@ func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) 
 	}
 	s.metrics.workers.Inc()
 	defer s.metrics.workers.Dec()
+	if spare != nil && spare.eng != j.eng {
+		// A spare of another engine is left for the next job (or replaced once the spares follow
+		// this one's engine, spareStale); this one starts cold.
+		return s.invoke(j, nil), false
+	}
 	return s.invoke(j, spare), true
 }
 
