@@ -19,19 +19,20 @@ import (
 // bound, or broke protocol). The outcome is still unknown.
 var errSettleFailed = errors.New("engine settle failed")
 
-// settleSpare is a settle domain launched beside a mutation's own (prestartSettle), so that the confirmation of its commit does not wait for a second
-// engine start (a Lance settle's python and `import lance`: ~0.3 s). It gets nothing but its
-// launch until a settle takes it: no request and no credentials, which travel only in the
-// request frame, sent once the mutation's domain is reaped.
+// settleSpare is a settle domain launched beside a mutation's own (prestartSettle), so that the
+// confirmation of its commit does not wait for a second engine start (a Lance settle's python
+// and `import lance`: ~0.3 s). It gets nothing but its launch until a settle takes it: no
+// request and no credentials, which travel only in the request frame, sent once the mutation's
+// domain is reaped.
 type settleSpare struct {
 	launched chan *warm    // the domain, or nil if its launch failed; received once
 	taken    bool          // a settle received it (that settle tears the domain down), or drop did
 	dropped  chan struct{} // closed once drop has torn the domain down; nil without drop
 }
 
-// prestartSettle launches, in the background, the settle domain that will confirm j's commit:
-// for an engine other than the built-in one with a settle guarantee (confirmCommit). The
-// caller owns the result and must close it, whatever happens.
+// prestartSettle launches, in the background, the settle domain that would confirm a commit j
+// claims: for an engine other than the built-in one with a settle guarantee (confirmCommit).
+// The caller owns the result and must close it, whatever happens.
 func (s *Server) prestartSettle(j *job) *settleSpare {
 	if s.iso == nil || j.eng.builtin() || j.eng.decl.Settle == rpc.SettleNone {
 		return nil
