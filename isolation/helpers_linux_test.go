@@ -51,6 +51,13 @@ var helpers = map[string]func(){
 		sleepForever()
 	},
 	"ignoreterm-no": func() { enter(); report("ready"); sleepForever() },
+	"spin": func() {
+		enter()
+		report("ready")
+		for x := 0; ; x++ { // burns a CPU until killed (or frozen)
+			spinSink = x
+		}
+	},
 	"envcheck":      helperEnvCheck,
 	"cpus":          helperCPUs,
 	"sidecar":       helperSidecar,
@@ -68,6 +75,9 @@ var helpers = map[string]func(){
 	},
 	"escape": func() { spawn("block", "escapee", true); os.Exit(0) },
 }
+
+// spinSink keeps the spin helper's loop from being optimized away.
+var spinSink int
 
 func enter() {
 	if err := EnterWorker(); err != nil {

@@ -61,6 +61,10 @@ func (d *Domain) Kill(ctx context.Context) (Outcome, error) {
 }
 func (d *Domain) Close() error { return nil }
 
+// Freeze and Thaw are unsupported off Linux.
+func (d *Domain) Freeze(ctx context.Context) error { return errUnsupported }
+func (d *Domain) Thaw(ctx context.Context) error   { return errUnsupported }
+
 // CloseHolding does nothing.
 func (d *Domain) CloseHolding() (release func(), err error) { return func() {}, nil }
 

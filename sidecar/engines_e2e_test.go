@@ -188,7 +188,8 @@ func TestSettlePrestarted(t *testing.T) {
 // them starts cold again, and the built-in calls after that find built-in spares. On a file://
 // dataset the toy engine gets no spare — one would wait with the dataset's folder writable — and
 // the spares are built-in workers born for that dataset (a built-in call on the s3:// dataset
-// then starts cold). At most one idle spare per executor exists at any time.
+// then starts cold). At most one idle spare per executor exists at any time. An idle toy spare is
+// frozen once its start-up has had 2 s (the built-in ones never are), and thawed to serve.
 func TestEngineSpares(t *testing.T) {
 	bin := buildTestEngine(t)
 	e := newLedgerEnv(t, "--engine", "toy="+bin+" --settle fence")
@@ -209,15 +210,41 @@ func TestEngineSpares(t *testing.T) {
 		t.Fatalf("no \"worker assigned\" line for %s", inv)
 		return false
 	}
+	// spares lists the idle spares' domains in the unified hierarchy with their frozen flag.
+	spares := func() map[string]bool {
+		out := map[string]bool{}
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/unified", e.sc.Parent, "*", "spare-*"))
+		for _, d := range dirs {
+			b, err := os.ReadFile(filepath.Join(d, "cgroup.events"))
+			if err == nil {
+				out[filepath.Base(d)] = strings.Contains(string(b), "frozen 1")
+			}
+		}
+		return out
+	}
 	for i, step := range []struct {
 		engine     string
 		ds         rpc.DatasetRef
 		prestarted bool
+		idle       bool // wait past spareFreezeAfter first: the toy spares are frozen, and thawed to serve
 	}{
-		{"toy", s3, false}, {"toy", s3, true}, {"toy", s3, true}, {"builtin", s3, false}, {"builtin", s3, true},
-		{"toy", local, false}, {"toy", local, false}, {"builtin", s3, false}, {"builtin", s3, true},
+		{"toy", s3, false, false}, {"toy", s3, true, false}, {"toy", s3, true, true}, {"builtin", s3, false, true},
+		{"builtin", s3, true, false}, {"toy", local, false, false}, {"toy", local, false, false},
+		{"builtin", s3, false, false}, {"builtin", s3, true, false},
 	} {
 		time.Sleep(300 * time.Millisecond) // the spares follow the last call
+		if step.idle {
+			time.Sleep(2500 * time.Millisecond)
+			idle := spares()
+			if len(idle) == 0 {
+				t.Fatalf("call %d: no idle spare to look at", i)
+			}
+			for name, frozen := range idle {
+				if !frozen {
+					t.Errorf("call %d: idle toy spare %s is not frozen after %v", i, name, 2500*time.Millisecond)
+				}
+			}
+		}
 		p := rpc.MutateParams{InvocationID: randID("inv-"), DeadlineUnixMs: time.Now().Add(45 * time.Second).UnixMilli(),
 			Dataset: step.ds, PinnedVersion: 1, Op: rpc.OpCreate, Engine: step.engine,
 			Index: rpc.IndexSpec{Name: "ix", Columns: []string{"name"}, Type: "TOY", Params: map[string]string{"report": "credentials"}}}

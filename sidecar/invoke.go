@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cba1309c/steward/isolation"
@@ -73,6 +74,7 @@ type warm struct {
 	network bool            // born in the host's network namespace (or uncontained)
 	bornFor *rpc.DatasetRef // the dataset whose reach the domain was born with; nil: none yet
 	tempDir string          // the domain's private TMPDIR and HOME, removed once the domain is reaped
+	idle    *idleFreeze     // a spare of another engine than the built-in one: frozen while it waits
 }
 
 // launch starts one domain of engine e with the given limits and a fresh private temp dir; its
@@ -175,8 +177,70 @@ func (s *Server) prestart(idle bool) *warm {
 		s.log.Warn("could not start a spare worker", "engine", e.name, "error", err)
 		return nil
 	}
+	if !e.builtin() {
+		w.idle = s.freezeIdle(w)
+	}
 	s.spares[w] = struct{}{}
 	return w
+}
+
+// spareFreezeAfter is how long a spare of another engine than the built-in one runs before it is
+// frozen: its start-up (the Lance engine: python and `import lance`, ~0.3 s on an idle machine).
+const spareFreezeAfter = 2 * time.Second
+
+// idleFreeze freezes a waiting spare once its start-up is done, until wake: engine code must not
+// run outside an invocation, and an idle engine, which has no deadline, must not take the host's
+// CPUs (the domain's cgroups bound its memory and tasks, not its CPU time).
+type idleFreeze struct {
+	mu     sync.Mutex
+	timer  *time.Timer
+	frozen bool
+	over   bool // woken or discarded: it is not frozen again
+}
+
+// freezeIdle arranges for spare w to be frozen spareFreezeAfter from now (see idleFreeze).
+func (s *Server) freezeIdle(w *warm) *idleFreeze {
+	f := &idleFreeze{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.timer = time.AfterFunc(spareFreezeAfter, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.over {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := w.dom.Freeze(ctx); err != nil {
+			s.log.Warn("could not freeze an idle spare: it waits running", "engine", w.eng.name, "domain", w.dom.ID(), "error", err)
+			return
+		}
+		f.frozen = true
+	})
+	return f
+}
+
+// wake ends f: no freeze from now on, and a frozen spare is thawed. A spare that cannot be thawed
+// must not serve.
+func (w *warm) wake() error {
+	f := w.idle
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.over = true
+	f.timer.Stop()
+	if !f.frozen {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.dom.Thaw(ctx); err != nil {
+		return err
+	}
+	f.frozen = false
+	return nil
 }
 
 // take removes w from the idle spares; false if shutdown already discarded it.
@@ -207,8 +271,15 @@ func (s *Server) closeSpares() {
 	}
 }
 
-// discard tears down a spare that will not serve (it died idle, or the sidecar is stopping).
+// discard tears down a spare that will not serve (it died idle, or the sidecar is stopping); a
+// frozen one is killed where it stands.
 func (w *warm) discard() {
+	if f := w.idle; f != nil {
+		f.mu.Lock()
+		f.over = true
+		f.timer.Stop()
+		f.mu.Unlock()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, _ = w.dom.Kill(ctx)
@@ -313,6 +384,13 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j.eng, j.p.Dataset)) {
 		w.discard()
 		w = nil
+	}
+	if w != nil {
+		if err := w.wake(); err != nil {
+			s.log.Error("could not thaw the spare worker: it is discarded", "invocation", j.p.InvocationID, "error", err)
+			w.discard()
+			w = nil
+		}
 	}
 	if w == nil {
 		var err error
