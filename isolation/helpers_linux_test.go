@@ -58,9 +58,9 @@ var helpers = map[string]func(){
 			spinSink = x
 		}
 	},
-	"envcheck":      helperEnvCheck,
-	"cpus":          helperCPUs,
-	"sidecar":       helperSidecar,
+	"envcheck": helperEnvCheck,
+	"cpus":     helperCPUs,
+	"sidecar":  helperSidecar,
 	// descendants (no EnterWorker: their parent is a worker, not the supervisor)
 	"block": func() {
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
