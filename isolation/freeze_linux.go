@@ -1,11 +1,10 @@
 package isolation
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -31,52 +30,46 @@ func (d *Domain) freeze(ctx context.Context, on bool) error {
 var errNoFreezer = errors.New("no freezer for this domain")
 
 // freeze writes the freezer state and polls until the kernel reports it (frozen: every task has
-// reached the refrigerator; the v1 freezer may pass through FREEZING while tasks fork).
+// reached the refrigerator; the v1 freezer may pass through FREEZING while tasks fork, so its
+// state is written again each round).
 func (c *domainCgroups) freeze(ctx context.Context, on bool) error {
-	var file, value, want, key string
+	op, v2Value, v1Value := "thaw", "0", "THAWED"
+	if on {
+		op, v2Value, v1Value = "freeze", "1", "FROZEN"
+	}
+	var file, value string
+	var reached func() (bool, error)
 	switch {
 	case c.v2 != nil:
-		file, key = filepath.Join(c.v2.dir, "cgroup.freeze"), filepath.Join(c.v2.dir, "cgroup.events")
-		value, want = "0", "frozen 0"
-		if on {
-			value, want = "1", "frozen 1"
+		file, value = filepath.Join(c.v2.dir, "cgroup.freeze"), v2Value
+		reached = func() (bool, error) {
+			v, err := readKey(filepath.Join(c.v2.dir, "cgroup.events"), "frozen")
+			return (v == 1) == on, err
 		}
 	case c.v1 != nil && c.v1.dirs[hFreezer] != "":
-		file = filepath.Join(c.v1.dirs[hFreezer], "freezer.state")
-		key, value = file, "THAWED"
-		if on {
-			value = "FROZEN"
+		file, value = filepath.Join(c.v1.dirs[hFreezer], "freezer.state"), v1Value
+		reached = func() (bool, error) {
+			b, err := readFile(file)
+			return strings.TrimSpace(string(b)) == value, err
 		}
-		want = value
 	default:
-		return withMode(opErr("freeze", "", "", nil, errNoFreezer), c.mode)
+		return withMode(opErr(op, "", "", nil, errNoFreezer), c.mode)
 	}
-	op := map[bool]string{true: "freeze", false: "thaw"}[on]
 	for pause := 50 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
-		if err := writeFile(file, value); err != nil { // v1: re-written for tasks forked meanwhile
+		if err := writeFile(file, value); err != nil {
 			return withMode(opErr(op, "", file, nil, err), c.mode)
 		}
-		b, err := readFile(key)
+		done, err := reached()
 		if err != nil {
-			return withMode(opErr(op, "", key, nil, err), c.mode)
+			return withMode(opErr(op, "", file, nil, err), c.mode)
 		}
-		if hasLine(b, want) {
+		if done {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return withMode(opErr(op, "", key, nil, fmt.Errorf("not %s: %w", want, ctx.Err())), c.mode)
+			return withMode(opErr(op, "", file, nil, ctx.Err()), c.mode)
 		case <-time.After(pause):
 		}
 	}
-}
-
-// hasLine reports whether b has the line want.
-func hasLine(b []byte, want string) bool {
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if string(bytes.TrimSpace(l)) == want {
-			return true
-		}
-	}
-	return false
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage/dataset"
 )
@@ -36,11 +37,7 @@ func buildTestEngine(t *testing.T) string {
 func TestEngineRegistry(t *testing.T) {
 	bin := buildTestEngine(t)
 	tmp := t.TempDir()
-	t.Cleanup(func() {
-		if left, _ := filepath.Glob(filepath.Join(tmp, "steward-*")); len(left) > 0 {
-			t.Errorf("domain temp dirs left: %v", left)
-		}
-	})
+	noTempDirsLeft(t, tmp)
 	// Its own state dir: the loose engine's ticket stays in this journal (a person's to settle),
 	// and no later sidecar of this test process should adopt it.
 	e := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+tmp), "--state-dir", t.TempDir(),
@@ -131,11 +128,7 @@ func TestEngineRegistry(t *testing.T) {
 func TestSettlePrestarted(t *testing.T) {
 	bin := buildTestEngine(t)
 	tmp := t.TempDir()
-	t.Cleanup(func() {
-		if left, _ := filepath.Glob(filepath.Join(tmp, "steward-*")); len(left) > 0 {
-			t.Errorf("domain temp dirs left: %v", left)
-		}
-	})
+	noTempDirsLeft(t, tmp)
 	e := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+tmp), "--state-dir", t.TempDir(), "--engine", "toy="+bin+" --settle claim-fence")
 	e.makeDataset("ds", 100)
 	for round := range 2 {
@@ -199,29 +192,6 @@ func TestEngineSpares(t *testing.T) {
 	}
 	s3 := rpc.DatasetRef{Store: e.spec, Path: "ds"}
 	local := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + t.TempDir()}, Path: "ds"}
-	prestarted := func(inv string) bool {
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			for _, l := range strings.Split(e.logs.String(), "\n") {
-				if strings.Contains(l, inv) && strings.Contains(l, `"worker assigned"`) {
-					return strings.Contains(l, `"prestarted":true`)
-				}
-			}
-		}
-		t.Fatalf("no \"worker assigned\" line for %s", inv)
-		return false
-	}
-	// spares lists the idle spares' domains in the unified hierarchy with their frozen flag.
-	spares := func() map[string]bool {
-		out := map[string]bool{}
-		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/unified", e.sc.Parent, "*", "spare-*"))
-		for _, d := range dirs {
-			b, err := os.ReadFile(filepath.Join(d, "cgroup.events"))
-			if err == nil {
-				out[filepath.Base(d)] = strings.Contains(string(b), "frozen 1")
-			}
-		}
-		return out
-	}
 	for i, step := range []struct {
 		engine     string
 		ds         rpc.DatasetRef
@@ -235,7 +205,7 @@ func TestEngineSpares(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // the spares follow the last call
 		if step.idle {
 			time.Sleep(2500 * time.Millisecond)
-			idle := spares()
+			idle := idleSpares(e.sc.Parent)
 			if len(idle) == 0 {
 				t.Fatalf("call %d: no idle spare to look at", i)
 			}
@@ -262,11 +232,48 @@ func TestEngineSpares(t *testing.T) {
 		if err != nil || res.Phase != rpc.PhaseNativeReturn || res.Code != want {
 			t.Fatalf("call %d (%s): %+v %v", i, step.engine, res, err)
 		}
-		if got := prestarted(p.InvocationID); got != step.prestarted {
+		if got := servedBySpare(t, e.logs, p.InvocationID); got != step.prestarted {
 			t.Errorf("call %d (%s on %s): prestarted %v, want %v", i, step.engine, step.ds.Store.URL, got, step.prestarted)
 		}
 		if n := domainsIn(e.sc.Parent); n > 2 {
 			t.Errorf("call %d: %d domains after the answer, want at most one idle spare per executor", i, n)
 		}
 	}
+}
+
+// servedBySpare reports, from the sidecar's "worker assigned" line for inv (waited for up to 5 s:
+// another goroutine than the answer's writes it), whether a prestarted worker served inv.
+func servedBySpare(t *testing.T, logs *testsidecar.Logs, inv string) bool {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, inv) && strings.Contains(l, `"worker assigned"`) {
+				return strings.Contains(l, `"prestarted":true`)
+			}
+		}
+	}
+	t.Fatalf("no \"worker assigned\" line for %s", inv)
+	return false
+}
+
+// idleSpares lists the idle spares' domains under cgroup parent, each with whether it is frozen:
+// by its cgroup2 group (hybrid's unified hierarchy, or pure v2), else its v1 freezer group.
+func idleSpares(parent string) map[string]bool {
+	out := map[string]bool{}
+	for _, h := range []struct{ root, file, frozen string }{
+		{"/sys/fs/cgroup/unified", "cgroup.events", "frozen 1"},
+		{"/sys/fs/cgroup", "cgroup.events", "frozen 1"},
+		{"/sys/fs/cgroup/freezer", "freezer.state", "FROZEN"},
+	} {
+		dirs, _ := filepath.Glob(filepath.Join(h.root, parent, "*", "spare-*"))
+		for _, d := range dirs {
+			if b, err := os.ReadFile(filepath.Join(d, h.file)); err == nil {
+				out[filepath.Base(d)] = strings.Contains(string(b), h.frozen)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	return out
 }

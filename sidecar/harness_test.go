@@ -231,3 +231,14 @@ func sigkill(t testing.TB, c *host.Client) {
 	}
 	<-c.Exited()
 }
+
+// noTempDirsLeft registers a cleanup that fails t if a domain's private temp dir (steward-*) is
+// left in dir. Registered before the sidecar starts, it runs after the sidecar exited (its spares
+// too).
+func noTempDirsLeft(t testing.TB, dir string) {
+	t.Cleanup(func() {
+		if left, _ := filepath.Glob(filepath.Join(dir, "steward-*")); len(left) > 0 {
+			t.Errorf("domain temp dirs left after the sidecar exited: %v", left)
+		}
+	})
+}

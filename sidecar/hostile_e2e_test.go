@@ -90,11 +90,7 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	// Registered before the sidecar starts, so it runs after the sidecar exited: an escaped
 	// process killed earlier (killSurvivors) is a zombie of the sidecar until then.
 	t.Cleanup(h.removeLeftovers)
-	t.Cleanup(func() {
-		if left, _ := filepath.Glob(filepath.Join(h.tmp, "steward-*")); len(left) > 0 {
-			t.Errorf("domain temp dirs left after the sidecar exited: %v", left)
-		}
-	})
+	noTempDirsLeft(t, h.tmp)
 	stateDir, hostDir := t.TempDir(), t.TempDir()
 	env := append(os.Environ(), "TMPDIR="+h.tmp)
 	var callCreds *rpc.Credentials

@@ -58,7 +58,14 @@ func BenchmarkLanceSidecar(b *testing.B) {
 		return took, nil
 	}
 	mutate := func(p rpc.MutateParams, want string) (time.Duration, error) { return mutateOn(l, p, want) }
-	var openLocal func() (time.Duration, error) // a bare engine start on the local dataset of noop
+	// bareStart is a bare engine start (python, import lance, open) on local dataset path.
+	bareStart := func(path string) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			r, err := enginetest.BareOpen(ctx, l.python, l.uri(path))
+			return r.Wall, err
+		}
+	}
+	var openLocal func() (time.Duration, error) // bareStart of noop's dataset
 
 	b.Run("noop", func(b *testing.B) {
 		src, err := enginetest.CachedLanceDataset(l.python, l.dir, 1_000_000, 0)
@@ -74,10 +81,7 @@ func BenchmarkLanceSidecar(b *testing.B) {
 			p.IfNotExists = true
 			return mutate(p, rpc.CompletionIfNotExistsNoop)
 		}
-		openLocal = func() (time.Duration, error) {
-			r, err := enginetest.BareOpen(ctx, l.python, l.uri(path))
-			return r.Wall, err
-		}
+		openLocal = bareStart(path)
 		enginetest.BenchABBA(b, "noop", "start", noop, openLocal)
 	})
 
@@ -90,11 +94,7 @@ func BenchmarkLanceSidecar(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			path := fresh(src)
-			openLocal = func() (time.Duration, error) {
-				r, err := enginetest.BareOpen(ctx, l.python, l.uri(path))
-				return r.Wall, err
-			}
+			openLocal = bareStart(fresh(src))
 		}
 		m := newLanceSidecar(b, true, "--worker-memory", "1073741824")
 		m.create("ds", 100_000)

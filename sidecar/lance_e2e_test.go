@@ -54,11 +54,7 @@ func newLanceSidecar(t testing.TB, onMinIO bool, extra ...string) *lanceSidecar 
 	py, dir := lancePython(t)
 	l := &lanceSidecar{python: py, dir: dir, tmp: testenv.GuestDir(t)}
 	// Registered before the sidecar starts, so it runs after the sidecar is closed (spares too).
-	t.Cleanup(func() {
-		if left, _ := filepath.Glob(filepath.Join(l.tmp, "steward-*")); len(left) > 0 {
-			t.Errorf("domain temp dirs left after the sidecar exited: %v", left)
-		}
-	})
+	noTempDirsLeft(t, l.tmp)
 	env := append(os.Environ(), "TMPDIR="+l.tmp)
 	if onMinIO {
 		srv := testminio.Shared(t)
