@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testminio"
 	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
@@ -41,8 +43,9 @@ func TestDelegatedUnprivileged(t *testing.T) {
 	if err := chownTree(home, nobody); err != nil {
 		t.Fatal(err)
 	}
+	toy := buildTestEngine(t)
 	sc := testsidecar.Start(t, testsidecar.Options{Parent: parent, User: nobody, Enter: dirs,
-		Args: []string{"--cgroup-parent", "auto", "--executors", "1"},
+		Args: []string{"--cgroup-parent", "auto", "--executors", "1", "--engine", "toy=" + toy + " --settle fence"},
 		Env:  []string{"HOME=" + home, "PATH=/usr/bin:/bin", "STEWARD_STATE_DIR=" + filepath.Join(home, "state")}})
 	e.c, e.parent, e.logs = sc.Client, parent, sc.Logs
 
@@ -131,6 +134,28 @@ func TestDelegatedUnprivileged(t *testing.T) {
 		t.Fatalf("fork bomb: %s/%d (%s), want INDETERMINATE -22 or -21", res.Phase, res.Code, res.Message)
 	}
 	logAnswer(t, "fork_bomb", res)
+
+	// Another engine's spare, for an s3:// dataset, is frozen while it waits and thawed to serve:
+	// the cgroup freezer of a domain the uid-65534 sidecar made itself.
+	srv := testminio.Shared(t)
+	ref := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://" + strings.ToLower(randID("deleg-")), Endpoint: srv.Endpoint}, Path: "ds"}
+	creds := &rpc.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	report := map[string]string{"report": "credentials"}
+	first, err := toyMutate(t, e.c, ref, creds, report)
+	if err != nil || first.Code != rpc.NativeNotSupported {
+		t.Fatalf("toy call on MinIO: %+v %v", first, err)
+	}
+	time.Sleep(3 * time.Second) // the spare that follows it: launched, then frozen 2 s later
+	if idle := idleSpares(parent); len(idle) != 1 || slices.Contains(slices.Collect(maps.Values(idle)), false) {
+		t.Fatalf("idle spares of the uid-%d sidecar after a toy call on MinIO: %v, want one, frozen", nobody, idle)
+	}
+	second, err := toyMutate(t, e.c, ref, creds, report)
+	if err != nil || second.Code != rpc.NativeNotSupported {
+		t.Fatalf("toy call on the thawed spare: %+v %v", second, err)
+	}
+	if !servedBySpare(t, e.logs, second.InvocationID) {
+		t.Fatalf("the second toy call was not served by the spare")
+	}
 
 	// The sidecar removes its own directories; only the leaf it lives in stays (it cannot move
 	// back out), and whoever delegated the subtree removes it, as systemd does with the unit.
