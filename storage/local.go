@@ -179,9 +179,9 @@ func stage(ctx context.Context, tmpd *os.File, r io.Reader, publish func(tmp str
 			unlinkAt(tmpd, tmp, false)
 		}
 	}()
-	wb := &writeBehind{f: f}
-	_, err = io.Copy(wb, ctxReader{ctx, r})
-	werr := wb.finish() // its flush is done before anything closes the file
+	w := newDirectStage(f)
+	_, err = io.Copy(w, ctxReader{ctx, r})
+	werr := w.finish() // its flush is done before anything closes the file
 	if err != nil {
 		return ErrUnavailable, err
 	}

@@ -31,3 +31,33 @@ func controlFd(f *os.File, fn func(fd int) error) error {
 	}
 	return ferr
 }
+
+// directAlign is the alignment direct I/O on f needs of offsets, lengths and memory (the larger
+// of statx(2)'s two), or 0 where f's filesystem does not do direct I/O or does not say.
+func directAlign(f *os.File) int {
+	var st unix.Statx_t
+	err := controlFd(f, func(fd int) error {
+		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &st)
+	})
+	if err != nil || st.Mask&unix.STATX_DIOALIGN == 0 || st.Dio_offset_align == 0 {
+		return 0
+	}
+	return int(max(st.Dio_offset_align, st.Dio_mem_align))
+}
+
+// setDirect turns O_DIRECT on or off for f's writes from now on.
+func setDirect(f *os.File, on bool) error {
+	return controlFd(f, func(fd int) error {
+		fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		if err != nil {
+			return err
+		}
+		if on {
+			fl |= unix.O_DIRECT
+		} else {
+			fl &^= unix.O_DIRECT
+		}
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl)
+		return err
+	})
+}

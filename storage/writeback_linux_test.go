@@ -17,6 +17,13 @@ func pageStat(t *testing.T, f *os.File, off, n int64) (dirty, writeback uint64) 
 	if n == 0 {
 		return 0, 0 // cachestat's length 0 is "to the end of the file"
 	}
+	cs := cachestat(t, f, off, n)
+	return cs.Dirty, cs.Writeback
+}
+
+// cachestat is cachestat(2) over [off, off+n) of f (n > 0).
+func cachestat(t *testing.T, f *os.File, off, n int64) unix.Cachestat_t {
+	t.Helper()
 	var cs unix.Cachestat_t
 	err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: uint64(off), Len: uint64(n)}, &cs, 0)
 	switch {
@@ -25,7 +32,7 @@ func pageStat(t *testing.T, f *os.File, off, n int64) (dirty, writeback uint64) 
 	case err != nil:
 		t.Fatalf("cachestat: %v", err)
 	}
-	return cs.Dirty, cs.Writeback
+	return cs
 }
 
 // A staged file written through writeBehind holds at most two windows dirty: every window
@@ -118,20 +125,27 @@ func TestWriteBehindCutsLargeWrites(t *testing.T) {
 	}
 }
 
-// Writeback is advice: where it fails (here a pipe, which has no pages to write back) the
-// writes go on and the rest is left to the fsync.
-func TestWriteBehindFailureIsAdvice(t *testing.T) {
+// pipeSink is a pipe whose reader collects everything written until w is closed, then sends
+// it on got.
+func pipeSink(t *testing.T) (w *os.File, got <-chan []byte) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	got := make(chan []byte, 1)
+	t.Cleanup(func() { r.Close() })
+	c := make(chan []byte, 1)
 	go func() {
 		var b bytes.Buffer
 		b.ReadFrom(r)
-		got <- b.Bytes()
+		c <- b.Bytes()
 	}()
+	return w, c
+}
+
+// Writeback is advice: where it fails (here a pipe, which has no pages to write back) the
+// writes go on and the rest is left to the fsync.
+func TestWriteBehindFailureIsAdvice(t *testing.T) {
+	w, got := pipeSink(t)
 	wb := &writeBehind{f: w}
 	body := bytes.Repeat([]byte("steward"), 3*writebackWindow/7)
 	for off := 0; off < len(body); off += 1 << 20 {

@@ -92,6 +92,7 @@ BenchmarkMutateNoop/sidecar-noop-mutation-prestarted-2  100  5000000 ns/op
 BenchmarkIndexBuild/local/btree-id-2  1  1 ns/op  1.0 read-s  1.6 build-s  1.6 build/read  120 peak-heap-MB
 BenchmarkIndexBuild/local/btree-name-2  1  1 ns/op  1.0 read-s  1.9 build-s  1.9 build/read  300 peak-heap-MB
 BenchmarkCleanupThroughput-2  1  5 ns/op  1000 raw-obj/s  930 ledger-obj/s  0.93 ratio
+BenchmarkStage90MB-2  20  1 ns/op  80 buffered-cpu-ms  90 buffered-ms  24 direct-cpu-ms  55 direct-ms
 BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  11000 ledger-µs  1000 added-µs  10.0 added%
 `
 	rows := parse(bufio.NewScanner(strings.NewReader(in))).rows()
@@ -111,6 +112,7 @@ BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  1100
 		{"index build peak heap", "local/btree-id", want{"0.47×", "≤ 1×", "ok"}},
 		{"index build peak heap", "local/btree-name", want{"1.17×", "≤ 1×", "MISS"}},
 		{"cleanup throughput", "via ledger", want{"0.93×", "≥ 0.95×", "MISS"}},
+		{"local put of 90 MB, machine CPU", "direct I/O", want{"0.30×", "< 1×", "ok"}},
 		{"ledger on the upload path (1MiB)", "reserve+put+accept", want{"+10.0%", "≤ +1%", "MISS"}},
 		{"journal disk cost to a put (1MiB)", "unguarded commit", want{"+9.0%", "—", ""}},
 		{"ledger on the upload path net of the disk (1MiB)", "1000 µs added − 900 µs disk", want{"+1.0%", "≤ +1%", "ok"}},
