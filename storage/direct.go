@@ -1,9 +1,9 @@
 package storage
 
 import (
+	"cmp"
 	"errors"
 	"os"
-	"sync"
 	"unsafe"
 )
 
@@ -28,20 +28,50 @@ type directStage struct {
 	n     int     // bytes of *buf filled
 	// refused: direct I/O was tried and not available; writeBehind takes everything.
 	refused bool
+	// While direct, a writer goroutine (started by startDirect, ended by finish) writes the full
+	// windows handed to it on full, one after the other, and hands each back on free with the
+	// write's error: the producer fills one window while the other is on its way to the disk.
+	// It owns wb until finish has waited for it (done).
+	full chan window
+	free chan window
+	done chan struct{}
+	err  error // the first write error the producer has seen
+}
+
+// window is a buffer of directStage and how many of its bytes to write (or, back on free, the
+// error writing them).
+type window struct {
+	buf *[]byte
+	n   int
+	err error
 }
 
 func newDirectStage(f *os.File) *directStage { return &directStage{wb: &writeBehind{f: f}} }
 
-// maxDirectAlign bounds the alignment direct I/O may ask for (a page: what the window's
-// buffer is aligned to).
+// maxDirectAlign bounds the alignment direct I/O may ask for (a page: what the windows'
+// buffers are aligned to).
 const maxDirectAlign = 4096
 
-// directBufs holds windows (writebackWindow bytes, maxDirectAlign aligned) between stages.
-var directBufs sync.Pool
+// directBufs keeps the two windows (writebackWindow bytes, maxDirectAlign aligned) of the last
+// stage for the next: 16 MiB held for good once a process has staged a large object. Not a
+// sync.Pool, which a collection empties: a build collects between its puts, and two fresh
+// windows (allocated, zeroed, faulted in) cost a local build 10-30 ms, measured.
+var directBufs = make(chan *[]byte, 2)
 
+// putDirectBuf keeps b for the next stage, unless two are kept already.
+func putDirectBuf(b *[]byte) {
+	select {
+	case directBufs <- b:
+	default:
+	}
+}
+
+// getDirectBuf returns a kept window or a new one.
 func getDirectBuf() *[]byte {
-	if b, ok := directBufs.Get().(*[]byte); ok {
+	select {
+	case b := <-directBufs:
 		return b
+	default:
 	}
 	raw := make([]byte, writebackWindow+maxDirectAlign)
 	skip := (maxDirectAlign - int(uintptr(unsafe.Pointer(&raw[0]))%maxDirectAlign)) % maxDirectAlign
@@ -66,22 +96,29 @@ func (d *directStage) Write(p []byte) (int, error) {
 		n, err := d.Write(p[k:])
 		return k + n, err
 	}
+	if d.err != nil {
+		return 0, d.err
+	}
 	n := 0
 	for len(p) > 0 {
 		c := copy((*d.buf)[d.n:], p)
 		d.n, n, p = d.n+c, n+c, p[c:]
-		if d.n == len(*d.buf) {
-			if err := d.writeDirect(d.n); err != nil {
-				return n, err
-			}
-			d.n = 0
+		if d.n < len(*d.buf) {
+			continue
+		}
+		d.full <- window{buf: d.buf, n: d.n}
+		w := <-d.free
+		d.buf, d.n = w.buf, 0
+		if w.err != nil {
+			d.err = w.err
+			return n, w.err
 		}
 	}
 	return n, nil
 }
 
-// startDirect turns direct I/O on once the first window is written (an aligned offset), or
-// records that it is refused.
+// startDirect turns direct I/O on once the first window is written (an aligned offset) and
+// starts the writer, or records that direct I/O is refused.
 func (d *directStage) startDirect() {
 	d.refused = true
 	a := directAlign(d.wb.f)
@@ -92,15 +129,31 @@ func (d *directStage) startDirect() {
 		return
 	}
 	d.align, d.buf, d.refused = a, getDirectBuf(), false
+	d.full, d.free, d.done = make(chan window, 1), make(chan window, 2), make(chan struct{})
+	d.free <- window{buf: getDirectBuf()}
+	go d.writer()
 }
 
-// writeDirect writes the first n bytes of the window (a multiple of the alignment) and lets
-// writeBehind count them and start its flush when one is due.
-func (d *directStage) writeDirect(n int) error {
-	if n == 0 {
+// writer writes the windows handed to it until full is closed; after a failed write it only
+// hands the rest back (with the error).
+func (d *directStage) writer() {
+	defer close(d.done)
+	var err error
+	for w := range d.full {
+		if err == nil {
+			err = d.writeDirect((*w.buf)[:w.n])
+		}
+		d.free <- window{buf: w.buf, err: err}
+	}
+}
+
+// writeDirect writes b (a multiple of the alignment) and lets writeBehind count it and start
+// its flush when one is due.
+func (d *directStage) writeDirect(b []byte) error {
+	if len(b) == 0 {
 		return nil
 	}
-	m, err := d.wb.f.Write((*d.buf)[:n])
+	m, err := d.wb.f.Write(b)
 	d.wb.written += int64(m)
 	d.wb.started, d.wb.waited = d.wb.written, d.wb.written // nothing of it is in the page cache
 	if err != nil {
@@ -110,23 +163,38 @@ func (d *directStage) writeDirect(n int) error {
 	return nil
 }
 
-// finish writes what is left of the window, its aligned part direct and the rest through the
-// page cache, returns the window to the pool, then waits for writeBehind's flush (finish).
+// finish hands the writer what is left of the window's aligned part and waits for it, writes
+// the rest through the page cache, keeps the windows for the next stage, then waits for
+// writeBehind's flush (finish).
 func (d *directStage) finish() error {
-	var err error
-	if d.buf != nil {
-		whole := d.n &^ (d.align - 1)
-		err = d.writeDirect(whole)
-		if err == nil {
-			err = setDirect(d.wb.f, false)
-		}
-		if err == nil && whole < d.n {
-			var m int
-			m, err = d.wb.f.Write((*d.buf)[whole:d.n])
-			d.wb.written += int64(m)
-		}
-		directBufs.Put(d.buf)
-		d.buf, d.n = nil, 0
+	if d.buf == nil {
+		return d.wb.finish()
 	}
+	tail, whole := d.buf, d.n&^(d.align-1)
+	back := 1 // windows the writer holds or handed back: the one not being filled
+	if d.err == nil && whole > 0 {
+		d.full <- window{buf: tail, n: whole}
+		back++
+	}
+	close(d.full)
+	<-d.done
+	err := d.err
+	for range back {
+		w := <-d.free
+		err = cmp.Or(err, w.err)
+		if w.buf != tail {
+			putDirectBuf(w.buf)
+		}
+	}
+	if err == nil {
+		err = setDirect(d.wb.f, false)
+	}
+	if err == nil && whole < d.n {
+		var m int
+		m, err = d.wb.f.Write((*tail)[whole:d.n])
+		d.wb.written += int64(m)
+	}
+	putDirectBuf(tail)
+	d.buf, d.n = nil, 0
 	return errors.Join(err, d.wb.finish())
 }

@@ -2,6 +2,8 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -121,5 +123,45 @@ func TestDirectStageRefused(t *testing.T) {
 	w.Close()
 	if b := <-got; !bytes.Equal(b, body) {
 		t.Fatalf("the pipe got %d bytes of %d (equal %v)", len(b), len(body), bytes.Equal(b, body))
+	}
+}
+
+// A direct write that fails (here past RLIMIT_FSIZE: EFBIG, SIGXFSZ being ignored by Go) is
+// reported by the Write after it or by finish, the writes after it fail too, and finish
+// still ends the writer: nothing hangs and O_DIRECT is not left half way.
+func TestDirectStageWriteError(t *testing.T) {
+	f := directFile(t)
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = 3*writebackWindow + 4096
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_FSIZE, &old)
+	d := newDirectStage(f)
+	chunk := bytes.Repeat([]byte{7}, 1<<20)
+	var werr error
+	for i := 0; i < 8*writebackWindow>>20 && werr == nil; i++ {
+		_, werr = d.Write(chunk)
+	}
+	if werr != nil {
+		if _, err := d.Write(chunk); err == nil {
+			t.Fatal("a Write after a failed one succeeded")
+		}
+	}
+	ferr := d.finish()
+	if err := cmp.Or(werr, ferr); !errors.Is(err, unix.EFBIG) {
+		t.Fatalf("write error %v, finish %v: want EFBIG from one of them", werr, ferr)
+	}
+	select {
+	case <-d.done:
+	default:
+		t.Fatal("finish left the writer running")
+	}
+	if d.buf != nil {
+		t.Fatal("finish left the window behind")
 	}
 }
