@@ -297,10 +297,6 @@ type segmentBuilder interface {
 	Close() error
 }
 
-type bitmapBuilder[K index.Key] struct{ *index.BitmapBuilder[K] }
-
-func (bitmapBuilder[K]) Close() error { return nil }
-
 // buildSegment feeds every fragment's column to a new builder. The builder is returned (to
 // be closed) even on error.
 func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ IndexType, p buildParams, opts MutateOptions) (segmentBuilder, error) {
@@ -318,7 +314,7 @@ func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ Ind
 	} else {
 		bm := index.NewBitmapBuilder[K]()
 		bm.MaxKeys = p.maxKeys
-		add, b = bm.Add, bitmapBuilder[K]{bm}
+		add, b = bm.Add, bm
 		if f.Type == String {
 			addRaw = bm.AddStrings
 		}

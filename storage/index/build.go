@@ -30,19 +30,42 @@ type BuildOptions struct {
 // BitmapBuilder collects one roaring bitmap per distinct key. Memory grows with the number of
 // distinct keys and the compressed size of their bitmaps, which is what BITMAP is meant for
 // (low-cardinality columns); MaxKeys stops a build on a high-cardinality column early.
+//
+// The row ids of a key are gathered in batches, and a full batch is added to the key's bitmap
+// by a goroutine of the builder's (the adder, started with the first full batch and ended by
+// Finish or Close) while the caller goes on looking keys up: the two halves of the work on
+// two cores (a 10M-row category build: ~60 ms of map lookups, ~70 ms of bitmap adds).
 type BitmapBuilder[K Key] struct {
 	// MaxKeys fails the build once more distinct keys than this appear. Default (0): 1<<20.
 	MaxKeys int
 	maps    map[K]*bitmapAcc
 	nan     *bitmapAcc // NaN keys: a map cannot find a NaN again, so they get one slot
+	// adds carries full batches to the adder, which hands their buffers back on spare and
+	// closes added when adds is closed and drained. nil until the first full batch.
+	adds  chan bitmapBatch
+	spare chan []uint64
+	added chan struct{}
 }
+
+// bitmapBatch is row ids (ascending) to add to a bitmap.
+type bitmapBatch struct {
+	bm  *roaring64.Bitmap
+	ids []uint64
+}
+
+// bitmapBatchLen is the row ids of a batch, and bitmapBatches how many full batches may wait
+// for the adder (2 MiB of ids).
+const (
+	bitmapBatchLen = 4096
+	bitmapBatches  = 64
+)
 
 // ErrTooManyKeys: a BITMAP build saw more distinct keys than BitmapBuilder.MaxKeys.
 var ErrTooManyKeys = errors.New("index: too many distinct keys for a BITMAP index")
 
 type bitmapAcc struct {
-	bm  *roaring64.Bitmap
-	buf []uint64
+	bm  *roaring64.Bitmap // the adder's until Finish has stopped it
+	buf []uint64          // the batch being gathered
 }
 
 // NewBitmapBuilder returns an empty builder.
@@ -69,7 +92,7 @@ func (b *BitmapBuilder[K]) Add(keys []K, firstRowID uint64) error {
 			}
 			b.maps[k] = acc
 		}
-		acc.add(firstRowID + uint64(i))
+		b.add(acc, firstRowID+uint64(i))
 	}
 	return nil
 }
@@ -95,7 +118,7 @@ func (b *BitmapBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uin
 			}
 			m[string(v)] = acc
 		}
-		acc.add(firstRowID + uint64(i))
+		b.add(acc, firstRowID+uint64(i))
 	}
 	return nil
 }
@@ -112,13 +135,55 @@ func (b *BitmapBuilder[K]) newAcc() (*bitmapAcc, error) {
 	return &bitmapAcc{bm: roaring64.New()}, nil
 }
 
-// add records row id id, in batches of 4096 into the bitmap.
-func (a *bitmapAcc) add(id uint64) {
+// add records row id id for a's key: into its batch, which goes to the adder once full.
+func (b *BitmapBuilder[K]) add(a *bitmapAcc, id uint64) {
 	a.buf = append(a.buf, id)
-	if len(a.buf) == 4096 {
-		a.bm.AddMany(a.buf)
-		a.buf = a.buf[:0]
+	if len(a.buf) == bitmapBatchLen {
+		b.hand(a)
 	}
+}
+
+// hand gives a's full batch to the adder (starting it the first time) and gives a an empty one.
+func (b *BitmapBuilder[K]) hand(a *bitmapAcc) {
+	if b.adds == nil {
+		b.adds, b.spare, b.added = make(chan bitmapBatch, bitmapBatches), make(chan []uint64, bitmapBatches+1), make(chan struct{})
+		go b.adder(b.adds, b.spare, b.added)
+	}
+	b.adds <- bitmapBatch{bm: a.bm, ids: a.buf}
+	select {
+	case buf := <-b.spare:
+		a.buf = buf[:0]
+	default:
+		a.buf = make([]uint64, 0, bitmapBatchLen)
+	}
+}
+
+// adder adds the batches of adds to their bitmaps until adds is closed.
+func (b *BitmapBuilder[K]) adder(adds <-chan bitmapBatch, spare chan<- []uint64, added chan<- struct{}) {
+	defer close(added)
+	for bt := range adds {
+		bt.bm.AddMany(bt.ids)
+		select {
+		case spare <- bt.ids:
+		default:
+		}
+	}
+}
+
+// stopAdder waits for the adder to add every batch handed to it, and ends it.
+func (b *BitmapBuilder[K]) stopAdder() {
+	if b.adds == nil {
+		return
+	}
+	close(b.adds)
+	<-b.added
+	b.adds, b.spare, b.added = nil, nil, nil
+}
+
+// Close ends the adder of a build that will not be finished (Finish ends it too).
+func (b *BitmapBuilder[K]) Close() error {
+	b.stopAdder()
+	return nil
 }
 
 func (b *BitmapBuilder[K]) nanOr(i int, k K) *bitmapAcc {
@@ -130,6 +195,7 @@ func (b *BitmapBuilder[K]) nanOr(i int, k K) *bitmapAcc {
 
 // Finish writes the segment and returns the number of row ids indexed.
 func (b *BitmapBuilder[K]) Finish(w io.Writer) (uint64, error) {
+	b.stopAdder()
 	keys := make([]K, 0, len(b.maps)+1)
 	for k := range b.maps {
 		keys = append(keys, k)

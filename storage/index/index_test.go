@@ -8,8 +8,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
 
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/index"
@@ -314,4 +318,66 @@ func Example() {
 	ids, _ := bt.Search(ctx, index.Point[int64](10))
 	fmt.Println(ids)
 	// Output: [101 103]
+}
+
+// TestBitmapManyRowsPerKey: keys with many times a batch of row ids each (the batches go into
+// the bitmaps on the builder's adder goroutine) get exactly their rows, NaN included, fed in
+// calls of odd sizes; a builder closed unfinished ends its adder.
+func TestBitmapManyRowsPerKey(t *testing.T) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(21, 22))
+	vals := []float64{math.NaN(), -1, 0.5, 7}
+	keys := make([]float64, 200_000)
+	want := make([]*roaring64.Bitmap, len(vals))
+	for i := range want {
+		want[i] = roaring64.New()
+	}
+	const first = 1 << 33 // row ids past 32 bits
+	for i := range keys {
+		v := r.IntN(len(vals))
+		keys[i] = vals[v]
+		want[v].Add(first + uint64(i))
+	}
+	b := index.NewBitmapBuilder[float64]()
+	for lo := 0; lo < len(keys); {
+		n := min(1+r.IntN(9000), len(keys)-lo)
+		if err := b.Add(keys[lo:lo+n], first+uint64(lo)); err != nil {
+			t.Fatal(err)
+		}
+		lo += n
+	}
+	var seg bytes.Buffer
+	if n, err := b.Finish(&seg); err != nil || n != uint64(len(keys)) {
+		t.Fatalf("finish: %d, %v", n, err)
+	}
+	br, err := index.OpenBitmap[float64](ctx, index.BytesReader(seg.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vals {
+		got, err := br.Equal(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Equals(want[i]) {
+			t.Errorf("key %v: %d rows, want %d", v, got.GetCardinality(), want[i].GetCardinality())
+		}
+	}
+
+	before := runtime.NumGoroutine()
+	unfinished := index.NewBitmapBuilder[float64]()
+	if err := unfinished.Add(keys, 0); err != nil {
+		t.Fatal(err)
+	}
+	if runtime.NumGoroutine() <= before {
+		t.Fatal("no adder goroutine running for a builder with full batches")
+	}
+	if err := unfinished.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before the build", runtime.NumGoroutine(), before)
+		}
+	}
 }
