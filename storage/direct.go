@@ -8,8 +8,8 @@ import (
 )
 
 // directStage writes a staged file: its first writebackWindow bytes through the page cache
-// (writeBehind), the rest with direct I/O (O_DIRECT) in whole windows copied into an aligned
-// buffer, and the last bytes that do not fill an aligned block through the page cache again.
+// (writeBehind), the rest with direct I/O (O_DIRECT) in whole windows copied into aligned
+// buffers, and the last bytes that do not fill an aligned block through the page cache again.
 // An object smaller than a window never leaves writeBehind, nor does one on a filesystem
 // that refuses direct I/O.
 //
@@ -30,7 +30,7 @@ type directStage struct {
 	refused bool
 	// While direct, a writer goroutine (started by startDirect, ended by finish) writes the full
 	// windows handed to it on full, one after the other, and hands each back on free with the
-	// write's error: the producer fills one window while the other is on its way to the disk.
+	// write's error: the producer fills one window while the others are on their way to the disk.
 	// It owns wb until finish has waited for it (done).
 	full chan window
 	free chan window
@@ -52,13 +52,23 @@ func newDirectStage(f *os.File) *directStage { return &directStage{wb: &writeBeh
 // buffers are aligned to).
 const maxDirectAlign = 4096
 
-// directBufs keeps the two windows (writebackWindow bytes, maxDirectAlign aligned) of the last
-// stage for the next: 16 MiB held for good once a process has staged a large object. Not a
-// sync.Pool, which a collection empties: a build collects between its puts, and two fresh
-// windows (allocated, zeroed, faulted in) cost a local build 10-30 ms, measured.
-var directBufs = make(chan *[]byte, 2)
+// directWindow is the size of a direct write, and directWindows how many windows a stage
+// has: one being filled, the others on their way to the disk. Small windows, because they are
+// new memory in a fresh process (a worker builds once): 4 MiB of them cost less to fault in and
+// zero than two 8 MiB ones (measured: a local price build 10-20 ms slower with those), and a
+// 1 MiB write is still a large request for a disk.
+const (
+	directWindow  = 1 << 20
+	directWindows = 4
+)
 
-// putDirectBuf keeps b for the next stage, unless two are kept already.
+// directBufs keeps the windows (directWindow bytes, maxDirectAlign aligned) of the last stage
+// for the next: 4 MiB held for good once a process has staged a large object. Not a sync.Pool,
+// which a collection empties: a build collects between its puts, and fresh windows (allocated,
+// zeroed, faulted in) cost a local build 10-30 ms, measured.
+var directBufs = make(chan *[]byte, directWindows)
+
+// putDirectBuf keeps b for the next stage, unless a stage's worth is kept already.
 func putDirectBuf(b *[]byte) {
 	select {
 	case directBufs <- b:
@@ -73,9 +83,9 @@ func getDirectBuf() *[]byte {
 		return b
 	default:
 	}
-	raw := make([]byte, writebackWindow+maxDirectAlign)
+	raw := make([]byte, directWindow+maxDirectAlign)
 	skip := (maxDirectAlign - int(uintptr(unsafe.Pointer(&raw[0]))%maxDirectAlign)) % maxDirectAlign
-	b := raw[skip : skip+writebackWindow : skip+writebackWindow]
+	b := raw[skip : skip+directWindow : skip+directWindow]
 	return &b
 }
 
@@ -129,8 +139,10 @@ func (d *directStage) startDirect() {
 		return
 	}
 	d.align, d.buf, d.refused = a, getDirectBuf(), false
-	d.full, d.free, d.done = make(chan window, 1), make(chan window, 2), make(chan struct{})
-	d.free <- window{buf: getDirectBuf()}
+	d.full, d.free, d.done = make(chan window, directWindows-1), make(chan window, directWindows), make(chan struct{})
+	for range directWindows - 1 {
+		d.free <- window{buf: getDirectBuf()}
+	}
 	go d.writer()
 }
 
@@ -171,7 +183,7 @@ func (d *directStage) finish() error {
 		return d.wb.finish()
 	}
 	tail, whole := d.buf, d.n&^(d.align-1)
-	back := 1 // windows the writer holds or handed back: the one not being filled
+	back := directWindows - 1 // windows the writer holds or handed back: all but the one being filled
 	if d.err == nil && whole > 0 {
 		d.full <- window{buf: tail, n: whole}
 		back++
