@@ -15,6 +15,7 @@ It refuses everything else: multi-column indexes, unknown parameters, session to
 
 import os
 import sys
+import time
 import traceback
 import uuid
 from contextlib import contextmanager
@@ -172,18 +173,28 @@ def commit(target, pinned, ds, operation, invocation, kind, txn_uuid):
 
 
 def holder_of(target, version):
-    """Who holds `version`: ("commit"|"fence"|"foreign", invocation) or None if it does not exist."""
-    try:
-        ds = target.open(version)
-    except Exception:
-        ds = None
-    if ds is not None:
-        tx = ds.read_transaction(version)
+    """Who holds `version`: ("commit"|"fence"|"foreign", invocation) or None if it does not exist.
+    A version that opens but whose transaction cannot be read is read again (the dataset opened
+    anew) a few times, then reported as Unreachable: the settle answers UNKNOWN, it does not die
+    (a CI run once saw Lance fail one such read on MinIO with "Invalid range 0..557 for object of
+    size 556 bytes", cause not found)."""
+    err = None
+    for attempt in range(3):
+        try:
+            ds = target.open(version)
+        except Exception:
+            return None
+        try:
+            tx = ds.read_transaction(version)
+        except OSError as e:
+            err = e
+            time.sleep(0.05 * (attempt + 1))
+            continue
         props = (tx.transaction_properties if tx else None) or {}
         if PROP_INV in props:
             return props.get(PROP_KIND, "commit"), props[PROP_INV]
         return "foreign", ""
-    return None
+    raise slots.Unreachable(f"the transaction of version {version} could not be read: {err}")
 
 
 # -- mutate ----------------------------------------------------------------------------------
