@@ -52,6 +52,11 @@ type BTreeBuilder[K Key] struct {
 	code          *keyCode
 	uncoded       *stringRanges
 	keyed, noCode bool
+	// fillCode is code as the filling side holds it: the runs after the first are coded as
+	// they fill, straight from the caller's bytes (no arena, and the coding is done by the
+	// goroutine that reads the column rather than the sort's), until a key does not fit (see
+	// addCoded) or the sort ended the code.
+	fillCode *keyCode
 	// chunkEntries: a string Finish's work unit, in pairs (0: see finishStrings); tests make
 	// it small.
 	chunkEntries int
@@ -106,8 +111,10 @@ func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
 			b.cur = b.newRun()
 		}
 		n := min(len(keys), b.opts.RunEntries-b.cur.n)
-		addToRun(b.cur, keys[:n], firstRowID)
-		b.noteRanges()
+		if ks, ok := any(keys[:n]).([]string); !ok || !b.addCoded(n, firstRowID, func(dst []uint64) bool { return b.fillCode.encodeStrings(dst, ks) }) {
+			addToRun(b.cur, keys[:n], firstRowID)
+			b.noteRanges()
+		}
 		keys, firstRowID = keys[n:], firstRowID+uint64(n)
 		// A run of long strings is sealed early: its arena must fit uint32 offsets and a
 		// fraction of the budget.
@@ -153,8 +160,10 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 			b.cur = b.newRun()
 		}
 		take := min(n, b.opts.RunEntries-b.cur.n)
-		addBytesToRun(b.cur, data, offs[:take+1], firstRowID)
-		b.noteRanges()
+		if !b.addCoded(take, firstRowID, func(dst []uint64) bool { return b.fillCode.encodeBytes(dst, data, offs[:take+1]) }) {
+			addBytesToRun(b.cur, data, offs[:take+1], firstRowID)
+			b.noteRanges()
+		}
 		offs, firstRowID, n = offs[take:], firstRowID+uint64(take), n-take
 		if b.cur.n == b.opts.RunEntries || int64(len(b.cur.data)) >= min(maxArena/2, b.opts.MemoryBudget/8) {
 			if err := b.seal(); err != nil {
@@ -163,6 +172,27 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 		}
 	}
 	return nil
+}
+
+// addCoded adds n keys at row ids first, first+1, ... to the run being filled when it is a
+// coded one (encode codes them into dst, reporting whether they all fit), and reports whether
+// it did. A key that does not fit ends coding as the runs fill: the run's keys so far are
+// spelled out into its arena, the rest of the build fills string runs, and the run's sort
+// ends the build's code (encodeRun meets the same key: see uncode).
+func (b *BTreeBuilder[K]) addCoded(n int, first uint64, encode func(dst []uint64) bool) bool {
+	r := b.cur
+	if !r.coded {
+		return false
+	}
+	at := len(r.keys)
+	if encode(r.extend(n)) {
+		r.addIDs(n, first)
+		return true
+	}
+	r.keys = r.keys[:at]
+	r.spellOut(b.fillCode)
+	b.fillCode = nil
+	return false
 }
 
 // noteRanges records the range of each string key added to the run being filled since the
@@ -188,7 +218,9 @@ type fillArena struct {
 
 // newRun starts the next run, in a recycled arena when one is free.
 func (b *BTreeBuilder[K]) newRun() *memRun {
-	r := newRun(b.str, b.opts.RunEntries, b.dataCap, b.reuse)
+	coded := b.fillCode != nil
+	r := newRun(b.str && !coded, b.opts.RunEntries, b.dataCap, b.reuse)
+	r.coded = coded
 	b.reuse = fillArena{}
 	return r
 }
@@ -202,13 +234,16 @@ func (b *BTreeBuilder[K]) seal() error {
 	b.reuse, b.recycled = b.recycled, fillArena{}
 	r := b.cur
 	b.cur = nil
-	b.dataCap = len(r.data) + len(r.data)/16 // the next run is likely alike
+	if !r.coded {
+		b.dataCap = len(r.data) + len(r.data)/16 // the next run is likely alike
+	}
 	if b.str && !b.keyed {
 		// Fixed here, before the sort starts, so that the runs filled from now on can
 		// record their ranges as they fill (noteRanges) without racing the sort.
 		b.keyed = true
 		if !b.noCode {
 			b.code = newKeyCode(r)
+			b.fillCode = b.code
 		}
 		if b.code == nil {
 			b.ranges = newStringRanges(r)
@@ -228,6 +263,9 @@ func (b *BTreeBuilder[K]) wait() error {
 	if b.ranges == nil {
 		b.ranges = b.uncoded // nil, unless the sort ended the key code
 	}
+	if b.code == nil {
+		b.fillCode = nil
+	}
 	return err
 }
 
@@ -239,8 +277,8 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	}
 	b.lastID = r.lastID
 	filling := r.bytes() // what the run being filled meanwhile grows to, about
-	numeric := !b.str
-	if b.code != nil {
+	numeric := !b.str || r.coded
+	if b.code != nil && !r.coded {
 		keys, ok := b.code.encodeRun(r, nil)
 		if ok {
 			b.recycled = fillArena{data: r.data[:0], offs: r.offs[:1], rid: r.rid[:0]}

@@ -100,7 +100,13 @@ func (c *keyCode) encodeRun(r *memRun, keys []uint64) ([]uint64, bool) {
 
 // encodeKeys codes the run's keys from on into keys, and reports whether they all fit.
 func (c *keyCode) encodeKeys(r *memRun, keys []uint64, from int) bool {
-	offs := r.offs[from : from+len(keys)+1]
+	return c.encodeBytes(keys, r.data, r.offs[from:from+len(keys)+1])
+}
+
+// encodeBytes codes the keys data[offs[i]:offs[i+1]] (len(offs)-1 of them, as a Parquet
+// page's byte-array values come) into keys, and reports whether they all fit.
+func (c *keyCode) encodeBytes(keys []uint64, data []byte, offs []uint32) bool {
+	keys = keys[:len(offs)-1]
 	var bad uint64
 	if c.fixed >= 0 {
 		// Once every key is known to have the length, they lie one after the other at a
@@ -111,7 +117,7 @@ func (c *keyCode) encodeKeys(r *memRun, keys []uint64, from int) bool {
 				return false
 			}
 		}
-		data := r.data[offs[0]:offs[len(keys)]]
+		data := data[offs[0]:offs[len(keys)]]
 		for i := range keys {
 			k, b := c.encode(data[:l:l])
 			data = data[l:]
@@ -120,11 +126,24 @@ func (c *keyCode) encodeKeys(r *memRun, keys []uint64, from int) bool {
 		return bad == 0
 	}
 	for i := range keys {
-		s := r.data[offs[i]:offs[i+1]]
+		s := data[offs[i]:offs[i+1]]
 		if len(s) > c.max {
 			return false
 		}
 		k, b := c.encode(s)
+		keys[i], bad = k, bad|b
+	}
+	return bad == 0
+}
+
+// encodeStrings is encodeBytes for keys given as strings.
+func (c *keyCode) encodeStrings(keys []uint64, ks []string) bool {
+	var bad uint64
+	for i, s := range ks {
+		if len(s) > c.max || c.fixed >= 0 && len(s) != c.fixed {
+			return false
+		}
+		k, b := c.encode(stringBytes(s))
 		keys[i], bad = k, bad|b
 	}
 	return bad == 0

@@ -46,8 +46,10 @@ type memRun struct {
 	endOrder []uint32
 	idxBits  uint
 	// bounds: a numeric run's bucket j is keys (or words) [bounds[j]:bounds[j+1]] (see partition).
-	bounds  []uint32
-	sorted  bool // a numeric run that was in (key, row id) order as added
+	bounds []uint32
+	sorted bool // a numeric run that was in (key, row id) order as added
+	// coded: a string run whose keys were coded as they came (BTreeBuilder.addCoded), in keys.
+	coded   bool
 	firstID uint64
 }
 
@@ -125,6 +127,17 @@ func addBytesToRun(r *memRun, data []byte, offs []uint32, first uint64) {
 	for _, o := range offs[1:] {
 		r.offs = append(r.offs, at+(o-lo))
 	}
+}
+
+// spellOut turns a coded run being filled into a string run: its keys, spelled out, become
+// its arena.
+func (r *memRun) spellOut(c *keyCode) {
+	r.offs = make([]uint32, 1, cap(r.keys)+1)
+	for _, k := range r.keys {
+		r.data = c.appendKey(r.data, k)
+		r.offs = append(r.offs, uint32(len(r.data)))
+	}
+	r.keys, r.coded = nil, false
 }
 
 // addIDs accounts for n keys at row ids first, first+1, ...
