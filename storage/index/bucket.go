@@ -265,14 +265,21 @@ const bucketDigit = 11
 //
 // When the bucket's key span and its size fit 64 bits together, each entry becomes one word,
 // (key-min)<<pos | position (see numBlock), and the words are split on their top digit (one
-// counting pass while gathering, one scatter); the pieces, a few dozen words each and often
-// one key, are finished by a comparison sort. The words are distinct, so no sort here can
-// reorder equal keys. Other buckets (the end buckets, which may hold any key, or ids out of
-// order) take a radix sort of keys and row ids side by side.
+// counting pass while gathering, one scatter); the pieces, a few words each and often one
+// key, are finished by an insertion sort. The words are distinct, so no sort here can reorder
+// equal keys. A middle bucket's keys lie in [low(j), low(j+1)), so its words are made as the
+// runs are read (gatherPacked); the end buckets, which may hold any key, are gathered first
+// to find their span. Other buckets (too wide, or ids out of order) take a radix sort of keys
+// and row ids side by side.
 func (s *bucketSorter) sort(j int, blk *numBlock) {
 	n := 0
 	for _, r := range s.runs {
 		n += int(r.bounds[j+1] - r.bounds[j])
+	}
+	pos := uint(bits.Len(uint(n - 1)))
+	if n >= 2 && s.ascending && j > 0 && j < bucketCount-1 && s.f.shift+pos <= 64 {
+		s.gatherPacked(j, n, s.f.shift, pos, blk)
+		return
 	}
 	keys, ids := grow64(&blk.bk, n), grow64(&blk.bi, n)
 	x := 0
@@ -287,7 +294,7 @@ func (s *bucketSorter) sort(j int, blk *numBlock) {
 		sorted = sorted && prev <= k
 		prev = k
 	}
-	span, pos := uint(bits.Len64(hi-lo)), uint(bits.Len(uint(n-1)))
+	span := uint(bits.Len64(hi - lo))
 	*blk = numBlock{v: keys, ids: ids, bk: blk.bk, bi: blk.bi, bt: blk.bt, bu: blk.bu}
 	if n >= 2 && s.ascending && !sorted && span+pos <= 64 {
 		s.sortPacked(blk, lo, span, pos)
@@ -312,6 +319,46 @@ func (s *bucketSorter) sort(j int, blk *numBlock) {
 	}
 }
 
+// gatherPacked is sort for middle bucket j (n entries, keys in [low(j), low(j)+2^span)):
+// each run's entries become words and are counted on their top digit as they are read, with
+// their row ids.
+func (s *bucketSorter) gatherPacked(j, n int, span, pos uint, blk *numBlock) {
+	v, ids := grow64(&blk.bk, n), grow64(&blk.bi, n)
+	w := min(span, bucketDigit)
+	top := pos + span - w
+	counts := s.counts[:1<<w+1]
+	clear(counts)
+	low := s.f.low(j)
+	x := 0
+	for _, r := range s.runs {
+		a, e := r.bounds[j], r.bounds[j+1]
+		m := int(e - a)
+		vs, is := v[x:x+m], ids[x:x+m]
+		switch {
+		case r.words == nil:
+			order := r.order[a:e]
+			for p, k := range r.keys[a:e] {
+				u := (k-low)<<pos | uint64(x+p)
+				vs[p] = u
+				counts[u>>top+1]++
+				is[p] = r.id(order[p])
+			}
+		default:
+			ib, mask := r.idxBits, uint64(1)<<r.idxBits-1
+			for p, wd := range r.words[a:e] {
+				u := wd>>ib<<pos | uint64(x+p)
+				vs[p] = u
+				counts[u>>top+1]++
+				is[p] = r.id(uint32(wd & mask))
+			}
+		}
+		x += m
+	}
+	*blk = numBlock{v: v, ids: ids, bk: blk.bk, bi: blk.bi, bt: blk.bt, bu: blk.bu}
+	s.scatterPieces(blk, counts, w, top)
+	blk.packed, blk.keyBase, blk.shift = true, low, pos
+}
+
 // sortPacked is sort for the n keys in blk.v, which lie in [lo, lo+2^span) and fit a word
 // each with their position (pos bits).
 func (s *bucketSorter) sortPacked(blk *numBlock, lo uint64, span, pos uint) {
@@ -325,37 +372,48 @@ func (s *bucketSorter) sortPacked(blk *numBlock, lo uint64, span, pos uint) {
 		v[i] = u
 		counts[u>>top+1]++
 	}
+	s.scatterPieces(blk, counts, w, top)
+	blk.packed, blk.keyBase, blk.shift = true, lo, pos
+}
+
+// scatterPieces sorts the distinct words in blk.v, counted on their top digit (w bits from
+// bit top: counts[d+1] words have digit d), into blk.bt: one scatter by digit, then an
+// insertion sort over the whole, which only moves a word within its piece (the pieces are in
+// order); pieces of more than a few words are sorted first, so that it stays linear.
+func (s *bucketSorter) scatterPieces(blk *numBlock, counts []uint32, w, top uint) {
+	most := uint32(0)
 	for i := 1; i < len(counts); i++ {
+		most = max(most, counts[i])
 		counts[i] += counts[i-1]
 	}
 	next := s.next[:1<<w]
 	copy(next, counts)
+	v := blk.v
 	out := grow64(&blk.bt, len(v))
 	for _, u := range v {
 		d := u >> top
 		out[next[d]] = u
 		next[d]++
 	}
-	for d := range 1 << w {
-		if piece := out[counts[d]:counts[d+1]]; len(piece) > 1 {
-			sortWords(piece)
+	if most > 8 {
+		for d := range 1 << w {
+			if piece := out[counts[d]:counts[d+1]]; len(piece) > 8 {
+				slices.Sort(piece) // linear on a piece already in order, the common case of one key
+			}
 		}
 	}
-	blk.v, blk.packed, blk.keyBase, blk.shift = out, true, lo, pos
-}
-
-// sortWords sorts a piece of distinct words: insertion sort while it is short, else pdqsort
-// (which is linear on a piece already in order, the common case of one key).
-func sortWords(v []uint64) {
-	if len(v) > 24 {
-		slices.Sort(v)
-		return
-	}
-	for i := 1; i < len(v); i++ {
-		for j := i; j > 0 && v[j] < v[j-1]; j-- {
-			v[j], v[j-1] = v[j-1], v[j]
+	for i := 1; i < len(out); i++ {
+		u := out[i]
+		if u >= out[i-1] {
+			continue
 		}
+		k := i
+		for ; k > 0 && out[k-1] > u; k-- {
+			out[k] = out[k-1]
+		}
+		out[k] = u
 	}
+	blk.v = out
 }
 
 func grow64(s *[]uint64, n int) []uint64 {
