@@ -3,6 +3,7 @@ package index
 import (
 	"encoding/binary"
 	"math/bits"
+	"slices"
 )
 
 // A string build whose keys are all short over a small alphabet (hex digests, decimal codes,
@@ -304,28 +305,31 @@ func (c *keyCode) appendSuffixCodes(b []byte, ks, shared, lens []uint64) []byte 
 	b = append(b, c.syms...)
 	// ones has a 1 in every field: subtracted, it takes base off each symbol (none is 0).
 	ones := ^uint64(0) / (1<<w - 1)
-	var acc uint64
-	var used uint64
+	// The stream is written without a branch on where a suffix falls: acc (used bits) is
+	// stored whole at out[at:] after every suffix and at moves on a word once it is full.
+	// A suffix's length is random, and a branch on it was mispredicted about every other key.
+	at := len(b)
+	b = slices.Grow(b, 8*len(ks)+8)
+	out := b[:cap(b)]
+	var acc, used uint64
 	for i, k := range ks {
-		nb := lens[i] * w
-		if nb == 0 {
-			continue
-		}
-		keep := ^uint64(0) >> (64 - nb) // nb is 1 to 64
+		nb := lens[i] * w // 0 to 64
 		v := c.lowFirst(k) >> (shared[i] * w & 63)
-		v = (v - ones*c.base) & keep
+		v = (v - ones*c.base) & (^uint64(0) >> (64 - nb)) // Go defines ^0 >> 64 as 0
 		acc |= v << used
-		if used+nb < 64 {
-			used += nb
-			continue
+		binary.LittleEndian.PutUint64(out[at:at+8], acc)
+		next := used + nb
+		carry := v >> (64 - used) // the bits past the full word; 0 when used is 0
+		if next >= 64 {
+			acc = carry
 		}
-		b = binary.LittleEndian.AppendUint64(b, acc)
-		acc = v >> (64 - used) // v >> 64 is 0 in Go
-		used = used + nb - 64
+		at += int(next>>6) * 8
+		used = next & 63
 	}
 	for ; used > 0; used -= min(used, 8) {
-		b = append(b, byte(acc))
+		out[at] = byte(acc)
 		acc >>= 8
+		at++
 	}
-	return b
+	return out[:at]
 }
