@@ -31,6 +31,11 @@ type keyCode struct {
 	width uint
 	fixed int // every key's length in the fixed form; -1 when terminated
 	max   int // the longest key that fits
+	// symbolsIn[z] is z/width, the symbols z leading zero bits cover; lenAbove[z] is
+	// ceil((64-z)/width), the symbols down to the last set bit of a key with z trailing zero
+	// bits. Looked up: a division by a width known only at run time costs tens of cycles,
+	// and a page's writer takes two a key.
+	symbolsIn, lenAbove [65]uint8
 }
 
 // badCode marks a byte outside the alphabet: eight symbols take 56 bits at most, since a
@@ -74,6 +79,10 @@ func newKeyCode(r *memRun) *keyCode {
 		c.width, c.fixed, c.max = symbolWidth(n), maxLen, maxLen
 	default:
 		return nil
+	}
+	for z := range c.symbolsIn {
+		c.symbolsIn[z] = uint8(uint(z) / c.width)
+		c.lenAbove[z] = uint8((64 - uint(z) + c.width - 1) / c.width)
 	}
 	for p := range c.at {
 		for v := range c.at[p] {
@@ -179,7 +188,7 @@ func (c *keyCode) keyLen(k uint64) int {
 		return c.fixed
 	}
 	// The last symbol that is not 0 holds the lowest set bit.
-	return (64 - bits.TrailingZeros64(k) + int(c.width) - 1) / int(c.width)
+	return int(c.lenAbove[bits.TrailingZeros64(k)])
 }
 
 // appendKey appends the key coded as k to dst.
@@ -194,7 +203,7 @@ func (c *keyCode) shared(a, b uint64) int {
 	}
 	// The first symbol that differs; a key that ends there has symbol 0 against one that
 	// does not, so the shorter key is the prefix.
-	return bits.LeadingZeros64(a^b) / int(c.width)
+	return int(c.symbolsIn[bits.LeadingZeros64(a^b)])
 }
 
 // appendSpilled is appendSpilled for coded keys (e.k), spelled out.
