@@ -128,6 +128,9 @@ func (c *keyCode) encodeBytes(keys []uint64, data []byte, offs []uint32) bool {
 			}
 		}
 		data := data[offs[0]:offs[len(keys)]]
+		if l == 16 {
+			return c.encode16(keys, data)
+		}
 		for i := range keys {
 			k, b := c.encode(data[:l:l])
 			data = data[l:]
@@ -157,6 +160,26 @@ func (c *keyCode) encodeStrings(keys []uint64, ks []string) bool {
 		keys[i], bad = k, bad|b
 	}
 	return bad == 0
+}
+
+// encode16 codes keys of 16 bytes each (hex digests, the commonest fixed length), one after
+// the other in data, into keys, and reports whether they all fit: encode with its two groups
+// of eight written out, in the loop (a call a key, and its loop, cost as much as the lookups).
+func (c *keyCode) encode16(keys []uint64, data []byte) bool {
+	at := &c.at
+	g := (8 * c.width) & 63       // a group's bits: 32 for hex digits
+	end := (64 - 16*c.width) & 63 // 0 for hex digits
+	var bad uint64
+	for i := range keys {
+		b := data[16*i : 16*i+16 : 16*i+16]
+		x := at[0][b[0]] | at[1][b[1]] | at[2][b[2]] | at[3][b[3]] |
+			at[4][b[4]] | at[5][b[5]] | at[6][b[6]] | at[7][b[7]]
+		y := at[0][b[8]] | at[1][b[9]] | at[2][b[10]] | at[3][b[11]] |
+			at[4][b[12]] | at[5][b[13]] | at[6][b[14]] | at[7][b[15]]
+		bad |= x | y
+		keys[i] = ((x&^badCode)<<g | y&^badCode) << end
+	}
+	return bad&badCode == 0
 }
 
 // encode codes s (at most max bytes). A byte outside the alphabet sets a bit in bad (the code
