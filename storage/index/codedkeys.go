@@ -288,25 +288,26 @@ func (c *keyCode) appendSuffix(dst []byte, k uint64, from, to int) []byte {
 // among them at symbolWidth bits. When they hold every byte of the key code's alphabet and
 // that width is the code's, a byte's rank is its symbol less base: the suffixes' codes are
 // the keys' own bits, and are copied from them a key at a time (appendSuffixCodes), which
-// needs the symbols of a key lowest first, as the page packs them: a reversal of its fields,
-// cheap for fields of 1, 2 or 4 bits (hex digits, decimal digits and dates take 4).
+// needs the symbols of a key lowest first, as the page packs them: a reversal of its 4-bit
+// fields. Only codes of 4 bits a symbol are copied (9 to 16 symbols, or 8 to 15 and the
+// terminator: hex and decimal digits, dates, most codes of a few letters); narrower ones,
+// alphabets of two to four bytes, are spelled out and coded as any other page's suffixes.
 
 // wholeAlphabet reports whether the suffixes of the keys ks (key i shares shared[i] bytes with
 // the one before and adds lens[i]) hold every byte of the alphabet, and their codes can be
 // copied.
 func (c *keyCode) wholeAlphabet(ks, shared, lens []uint64) bool {
 	n := uint(len(c.syms))
-	if c.width > 4 || c.width&(c.width-1) != 0 || symbolWidth(int(n)) != c.width {
+	if c.width != 4 || symbolWidth(int(n)) != 4 {
 		return false
 	}
 	full := uint64(1)<<(n+uint(c.base)) - 1<<c.base // symbol s present: bit s
-	mask := uint64(1)<<c.width - 1
 	var seen uint64
 	for i, k := range ks {
-		v := c.lowFirst(k) >> (shared[i] * uint64(c.width) & 63)
+		v := lowFirst(k) >> (shared[i] * 4 & 63)
 		for range lens[i] {
-			seen |= 1 << (v & mask)
-			v >>= c.width
+			seen |= 1 << (v & 15)
+			v >>= 4
 		}
 		if seen == full {
 			return true // most pages of high-cardinality keys: after a few keys
@@ -315,43 +316,35 @@ func (c *keyCode) wholeAlphabet(ks, shared, lens []uint64) bool {
 	return false
 }
 
-// lowFirst reverses the order of k's fields: its first symbol is then its lowest.
-func (c *keyCode) lowFirst(k uint64) uint64 {
-	const m1, m2 = 0x5555555555555555, 0x0f0f0f0f0f0f0f0f
-	switch c.width {
-	case 1:
-		return bits.Reverse64(k)
-	case 2:
-		x := bits.Reverse64(k)
-		return x>>1&m1 | x&m1<<1
-	default: // 4
-		x := bits.ReverseBytes64(k)
-		return x>>4&m2 | x&m2<<4
-	}
+// lowFirst reverses the order of k's 4-bit fields: its first symbol is then its lowest.
+func lowFirst(k uint64) uint64 {
+	const m = 0x0f0f0f0f0f0f0f0f
+	x := bits.ReverseBytes64(k)
+	return x>>4&m | x&m<<4
 }
 
 // appendSuffixCodes appends the suffixes as appendSymbols codes them, given wholeAlphabet.
 func (c *keyCode) appendSuffixCodes(b []byte, ks, shared, lens []uint64) []byte {
-	w := uint64(c.width)
-	b = append(b, byte(w), byte(len(c.syms)-1))
+	b = append(b, 4, byte(len(c.syms)-1))
 	b = append(b, c.syms...)
-	// ones has a 1 in every field: subtracted, it takes base off each symbol (none is 0).
-	ones := ^uint64(0) / (1<<w - 1)
+	// base in every field: subtracted, it takes base off each symbol (none is 0).
+	base := 0x1111111111111111 * c.base
 	// The stream is written without a branch on where a suffix falls: acc (used bits) is
 	// stored whole at out[at:] after every suffix and at moves on a word once it is full.
 	// A suffix's length is random, and a branch on it was mispredicted about every other key.
 	at := len(b)
 	b = slices.Grow(b, 8*len(ks)+8)
 	out := b[:cap(b)]
+	shared, lens = shared[:len(ks)], lens[:len(ks)]
 	var acc, used uint64
 	for i, k := range ks {
-		nb := lens[i] * w // 0 to 64
-		v := c.lowFirst(k) >> (shared[i] * w & 63)
-		v = (v - ones*c.base) & (^uint64(0) >> (64 - nb)) // Go defines ^0 >> 64 as 0
-		acc |= v << used
-		binary.LittleEndian.PutUint64(out[at:at+8], acc)
+		nb := lens[i] * 4 // 0 to 64
+		v := lowFirst(k) >> (shared[i] * 4 & 63)
+		v = (v - base) & (1<<nb - 1) // Go defines 1<<64 as 0
+		acc |= v << (used & 63)
+		binary.LittleEndian.PutUint64(out[at:], acc)
 		next := used + nb
-		carry := v >> (64 - used) // the bits past the full word; 0 when used is 0
+		carry := v >> 1 >> (63 - used&63) // the bits past the full word; 0 when used is 0
 		if next >= 64 {
 			acc = carry
 		}
