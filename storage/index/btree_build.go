@@ -157,6 +157,12 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 	}
 	for n := len(offs) - 1; n > 0; {
 		if b.cur == nil {
+			if b.dataCap == 0 {
+				// The first run: its arena sized after this batch's keys, instead of grown
+				// from nothing by doubling (16 MB of copies for 8 MB of hex digests).
+				per := int64(offs[n]-offs[0])/int64(n) + 1
+				b.dataCap = int(min(per*int64(b.opts.RunEntries)*17/16, maxArena/2, b.opts.MemoryBudget/8))
+			}
 			b.cur = b.newRun()
 		}
 		take := min(n, b.opts.RunEntries-b.cur.n)
