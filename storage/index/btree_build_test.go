@@ -300,10 +300,18 @@ func TestNumericBuildPaths(t *testing.T) {
 			checkOrder(t, batches(ints(12000, func(int) int64 { return int64(r.Uint64()) }), 500, 0), mode.o)
 		})
 		t.Run(mode.name+"/uniform-int64-long-runs", func(t *testing.T) {
-			// 52 bits under a bucket and 13 bits of entry number: too wide to pack a word.
+			// 52 bits under a bucket and 13 bits of entry number: one bit too wide to pack a
+			// word, so a word and a byte (idxHi) hold each entry.
 			o := mode.o
 			o.RunEntries = 5000
 			checkOrder(t, batches(ints(23000, func(int) int64 { return int64(r.Uint64()) }), 700, 1<<40), o)
+		})
+		t.Run(mode.name+"/uniform-int64-huge-runs", func(t *testing.T) {
+			// 52 bits and 21 of entry number: too wide for a word and a byte, so keys and
+			// entry numbers side by side; the short last run takes a word and a byte.
+			o := mode.o
+			o.RunEntries = 1<<20 + 1
+			checkOrder(t, batches(ints(1<<20+30000, func(int) int64 { return int64(r.Uint64()) }), 4096, 1<<40), o)
 		})
 		t.Run(mode.name+"/few-keys-many-dups", func(t *testing.T) {
 			checkOrder(t, batches(ints(20000, func(int) int64 { return r.Int64N(3) * 1e15 }), 333, 7), mode.o)

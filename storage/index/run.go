@@ -41,8 +41,9 @@ type memRun struct {
 
 	// order maps position to entry once keys were reordered; nil when they were not.
 	order []uint32
-	// words, endOrder, idxBits: a partitioned run's entries packed (see partition).
+	// words, idxHi, endOrder, idxBits: a partitioned run's entries packed (see partition).
 	words    []uint64
+	idxHi    []uint8
 	endOrder []uint32
 	idxBits  uint
 	// bounds: a numeric run's bucket j is keys (or words) [bounds[j]:bounds[j+1]] (see partition).
@@ -81,7 +82,7 @@ func (r *memRun) bytes() int64 {
 	if r.deltas != nil {
 		d = cap(r.deltas.words)
 	}
-	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds) + 8*cap(r.words) + 4*cap(r.endOrder) + 4*(cap(r.rangeAt)+cap(r.rangeOff)) + cap(r.rangeSorted) + 2*cap(r.rid))
+	return int64(8*(cap(r.keys)+d) + cap(r.data) + 4*cap(r.offs) + cap(r.packed) + 8*cap(r.ids) + 4*cap(r.order) + 4*cap(r.bounds) + 8*cap(r.words) + cap(r.idxHi) + 4*cap(r.endOrder) + 4*(cap(r.rangeAt)+cap(r.rangeOff)) + cap(r.rangeSorted) + 2*cap(r.rid))
 }
 
 // maxArena keeps string offsets within uint32.
