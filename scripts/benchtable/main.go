@@ -152,6 +152,15 @@ func (r results) rows() []row {
 			}
 			out = append(out, row{"index build vs column read", fmt.Sprintf("%.2f s  %s", build, what),
 				fmt.Sprintf("%.2f s read", read), fmt.Sprintf("%.2f×", v), goal})
+			// Reading the column and storing the segment one after the other: a build can
+			// overlap neither with the other (its first byte depends on every row).
+			if rp, ok := r.get(name, "read+put/read"); ok {
+				put, _ := r.get(name, "put-s")
+				out = append(out, row{"column read + segment put vs column read", fmt.Sprintf("%.2f s put  %s", put, what),
+					fmt.Sprintf("%.2f s read", read), fmt.Sprintf("%.2f×", rp), "—"})
+				out = append(out, row{"index build vs column read + segment put", fmt.Sprintf("%.2f s  %s", build, what),
+					fmt.Sprintf("%.2f s read+put", read+put), fmt.Sprintf("%.2f×", build/(read+put)), "—"})
+			}
 			out = append(out, row{"index build peak heap", fmt.Sprintf("%.0f MiB  %s", peak, what),
 				"256 MiB budget", fmt.Sprintf("%.2f×", peak/256), "≤ 1×"})
 			// Process CPU (GC included) of the same pair: what load hardly moves; a build that

@@ -91,6 +91,7 @@ BenchmarkKillTree50/bare-v1-2  30  10000000 ns/op
 BenchmarkMutateNoop/sidecar-noop-mutation-prestarted-2  100  5000000 ns/op
 BenchmarkIndexBuild/local/btree-id-2  1  1 ns/op  1.0 read-s  1.6 build-s  1.6 build/read  120 peak-heap-MB
 BenchmarkIndexBuild/local/btree-name-2  1  1 ns/op  1.0 read-s  1.9 build-s  1.9 build/read  300 peak-heap-MB
+BenchmarkIndexBuild/minio/btree-name-2  1  1 ns/op  2.0 read-s  5.0 build-s  2.5 build/read  300 peak-heap-MB  2.2 put-s  2.1 read+put/read
 BenchmarkCleanupThroughput-2  1  5 ns/op  1000 raw-obj/s  930 ledger-obj/s  0.93 ratio
 BenchmarkStage90MB-2  20  1 ns/op  80 buffered-cpu-ms  90 buffered-ms  24 direct-cpu-ms  55 direct-ms
 BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  11000 ledger-µs  1000 added-µs  10.0 added%
@@ -109,6 +110,9 @@ BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  1100
 		{"static floor spaced vs back to back", "static-floor-spaced", want{"1.56×", "—", ""}},
 		{"index build vs column read", "local/btree-id", want{"1.60×", "≤ 1.5×", "MISS"}},
 		{"index build vs column read", "local/btree-name", want{"1.90×", "≤ 2×", "ok"}},
+		{"index build vs column read", "minio/btree-name", want{"2.50×", "≤ 2×", "MISS"}},
+		{"column read + segment put vs column read", "minio/btree-name", want{"2.10×", "—", ""}},
+		{"index build vs column read + segment put", "minio/btree-name", want{"1.19×", "—", ""}},
 		{"index build peak heap", "local/btree-id", want{"0.47×", "≤ 1×", "ok"}},
 		{"index build peak heap", "local/btree-name", want{"1.17×", "≤ 1×", "MISS"}},
 		{"cleanup throughput", "via ledger", want{"0.93×", "≥ 0.95×", "MISS"}},
