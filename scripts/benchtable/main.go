@@ -152,8 +152,8 @@ func (r results) rows() []row {
 			}
 			out = append(out, row{"index build vs column read", fmt.Sprintf("%.2f s  %s", build, what),
 				fmt.Sprintf("%.2f s read", read), fmt.Sprintf("%.2f×", v), goal})
-			// Reading the column and storing the segment one after the other: a build can
-			// overlap neither with the other (its first byte depends on every row).
+			// Reading the column and storing the segment one after the other: a build cannot
+			// overlap the two (its first byte depends on every row).
 			if rp, ok := r.get(name, "read+put/read"); ok {
 				put, _ := r.get(name, "put-s")
 				out = append(out, row{"column read + segment put vs column read", fmt.Sprintf("%.2f s put  %s", put, what),

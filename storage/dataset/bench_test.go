@@ -213,7 +213,7 @@ func putSegment(b *testing.B, s storage.Store, name string) time.Duration {
 		if err != nil || int64(len(seg)) != f.Size {
 			b.Fatalf("read segment %s: %d of %d bytes: %v", f.Path, len(seg), f.Size, err)
 		}
-		key := "bench/floor-" + path.Base(f.Path)
+		key := "bench/put-" + path.Base(f.Path)
 		start := time.Now()
 		err = s.Put(ctx, key, bytes.NewReader(seg), -1)
 		total += time.Since(start)
