@@ -189,21 +189,12 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// putSegment reads the segments of the named index at the latest version into memory and
-// times a streamed Put (length unknown, as a build's upload) of their bytes to a scratch key
-// of the same store, deleted afterwards.
-func putSegment(b *testing.B, s storage.Store, name string) time.Duration {
+// putSegment reads the segment files into memory and times a streamed Put (length unknown,
+// as a build's upload) of their bytes to a scratch key of the same store, deleted afterwards.
+func putSegment(b *testing.B, s storage.Store, files []dataset.IndexFile) time.Duration {
 	ctx := context.Background()
-	d, err := dataset.Open(ctx, s, "bench", 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ix, err := d.FindIndex(name)
-	if err != nil {
-		b.Fatal(err)
-	}
 	var total time.Duration
-	for _, f := range ix.Files {
+	for _, f := range files {
 		rc, err := s.Get(ctx, "bench/"+f.Path)
 		if err != nil {
 			b.Fatal(err)
@@ -229,8 +220,8 @@ func putSegment(b *testing.B, s storage.Store, name string) time.Duration {
 	return total
 }
 
-// indexBytes is the size of the segments of the named index at the latest version.
-func indexBytes(b *testing.B, s storage.Store, name string) int64 {
+// indexFiles is the segments of the named index at the latest version.
+func indexFiles(b *testing.B, s storage.Store, name string) []dataset.IndexFile {
 	d, err := dataset.Open(context.Background(), s, "bench", 0)
 	if err != nil {
 		b.Fatal(err)
@@ -239,11 +230,7 @@ func indexBytes(b *testing.B, s storage.Store, name string) int64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var n int64
-	for _, f := range ix.Files {
-		n += f.Size
-	}
-	return n
+	return ix.Files
 }
 
 // BenchmarkIndexBuild measures each index build against a plain full read of the same column
@@ -298,8 +285,12 @@ func BenchmarkIndexBuild(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					segBytes = indexBytes(b, s, "bench_"+tc.name)
-					putDur += putSegment(b, s, "bench_"+tc.name)
+					files := indexFiles(b, s, "bench_"+tc.name)
+					segBytes = 0
+					for _, f := range files {
+						segBytes += f.Size
+					}
+					putDur += putSegment(b, s, files)
 				}
 				n := float64(b.N)
 				b.ReportMetric(float64(segBytes)/(1<<20), "segment-MB")

@@ -6,8 +6,8 @@ import (
 )
 
 // BenchmarkBucketSort sorts every bucket of 20 partitioned runs of 512K random 64-bit keys
-// (a 10M-key string build of hex digests, coded: the runs keep keys and entry numbers side by
-// side) and unpacks its pairs, as a coded Finish does before the pages are written, on one
+// (a 10M-key string build of hex digests, coded: the runs keep a word and a byte an entry, see
+// partition) and unpacks its pairs, as a coded Finish does before the pages are written, on one
 // goroutine.
 func BenchmarkBucketSort(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
