@@ -46,3 +46,34 @@ func TestPackRoundTrip(t *testing.T) {
 		t.Fatal("width 65 accepted")
 	}
 }
+
+// TestPackFromMatchesBitByBit checks appendPackedFrom (both of its loops: widths up to 32 and
+// over) against a bit-at-a-time packing, with a base taken off every value and bytes before
+// the packed ones that must be kept.
+func TestPackFromMatchesBitByBit(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	for width := uint(1); width <= 64; width++ {
+		for _, n := range []int{1, 3, 8, 31, 32, 33, 1000, 1024} {
+			base := r.Uint64() >> 1
+			vs := make([]uint64, n)
+			for i := range vs {
+				vs[i] = base + r.Uint64()>>(64-width)>>1
+			}
+			vs[r.IntN(n)] = base + ^uint64(0)>>(64-width) // the widest value
+			want := []byte{1, 2, 3}
+			want = append(want, make([]byte, packedLen(n, width))...)
+			for i, v := range vs {
+				for bit := range width {
+					if (v-base)>>bit&1 == 1 {
+						p := uint(i)*width + bit
+						want[3+p/8] |= 1 << (p % 8)
+					}
+				}
+			}
+			got := appendPackedFrom([]byte{1, 2, 3}, vs, base, width)
+			if !slices.Equal(got, want) {
+				t.Fatalf("width %d n %d: packed bytes differ", width, n)
+			}
+		}
+	}
+}
