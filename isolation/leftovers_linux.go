@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var ownerRE = regexp.MustCompile(`^[0-9]+-[0-9]+$`)
@@ -28,17 +30,38 @@ func removeLeftovers(ctx context.Context, t tree) ([]string, error) {
 	var cleaned []string
 	var errs []error
 	for owner := range dead {
-		if err := killOwnerTree(ctx, t, owner); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := removeOwnerDirs(t, owner); err != nil {
+		if err := cleanOwner(ctx, t, owner); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		cleaned = append(cleaned, t.rel(hPids, owner))
 	}
 	return cleaned, errors.Join(errs...)
+}
+
+// cleanOwner kills what owner's directories hold and removes them. A directory can turn busy
+// again after the kill found it empty: the dead owner's launcher dies soon after it
+// (PDEATHSIG), but until then it may still be placing a child it had just forked, one v1
+// hierarchy at a time (seen in CI: a v1 memory directory busy right after a sidecar was killed
+// mid-launch, its other hierarchies removed). Until the directories go or 5 s have passed, the
+// kill and the rmdirs are tried again.
+func cleanOwner(ctx context.Context, t tree, owner string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		if err := killOwnerTree(ctx, t, owner); err != nil {
+			return err
+		}
+		err := removeOwnerDirs(t, owner)
+		if err == nil || !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // killOwnerTree kills every process in each domain directory of owner (its workers died with

@@ -300,3 +300,38 @@ func waitKilled(t *testing.T, cmd *exec.Cmd, start uint64) string {
 	}
 	return "wait: " + err.Error()
 }
+
+// TestLeftoverSweepWaitsForAGroupToEmpty: a dead sidecar's launcher, dying but not yet dead,
+// may place a child it just forked into a v1 group after the sweep's kill found the domain
+// empty, so that group's rmdir fails busy once (CI: the memory directory left, the others
+// removed). Planted here as a process in a v1 memory directory the sweep cannot kill through
+// (no freezer or unified group beside it) that exits by itself 300 ms later: the sweep must try
+// again until the directory can go, not report it busy.
+func TestLeftoverSweepWaitsForAGroupToEmpty(t *testing.T) {
+	needCgroups(t)
+	tr := fixedTree(testParent)
+	owner := deadOwner(t)
+	dir := tr.abs(hMemory, owner, "w3")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = removeOwnerDirs(tr, owner) })
+	child := exec.Command("sleep", "0.3")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Wait()
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(child.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	cleaned, err := removeLeftovers(context.Background(), tr)
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if !slices.Contains(cleaned, tr.rel(hPids, owner)) {
+		t.Errorf("sweep cleaned %v, want %s", cleaned, tr.rel(hPids, owner))
+	}
+	if _, err := os.Stat(tr.abs(hMemory, owner)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left: %v", tr.abs(hMemory, owner), err)
+	}
+}
