@@ -132,18 +132,7 @@ func TestLeftoverSweepKillsWhatOnlyV1Holds(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			cleaned, err := removeLeftovers(context.Background(), tr)
-			if err != nil {
-				t.Fatalf("sweep: %v", err)
-			}
-			if !slices.Contains(cleaned, tr.rel(hPids, owner)) {
-				t.Errorf("sweep cleaned %v, want %s", cleaned, tr.rel(hPids, owner))
-			}
-			for _, h := range hierarchiesOf(mode) {
-				if _, err := os.Stat(tr.abs(h, owner)); !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("%s left: %v", tr.abs(h, owner), err)
-				}
-			}
+			sweepOwner(t, tr, owner, hierarchiesOf(mode))
 			for name, c := range map[string]struct {
 				cmd   *exec.Cmd
 				start uint64
@@ -324,6 +313,13 @@ func TestLeftoverSweepWaitsForAGroupToEmpty(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(child.Process.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
+	sweepOwner(t, tr, owner, []string{hMemory})
+}
+
+// sweepOwner runs the leftover sweep over tr and checks that it cleaned owner and left none of
+// its directories in hierarchies hs.
+func sweepOwner(t *testing.T, tr tree, owner string, hs []string) {
+	t.Helper()
 	cleaned, err := removeLeftovers(context.Background(), tr)
 	if err != nil {
 		t.Fatalf("sweep: %v", err)
@@ -331,7 +327,9 @@ func TestLeftoverSweepWaitsForAGroupToEmpty(t *testing.T) {
 	if !slices.Contains(cleaned, tr.rel(hPids, owner)) {
 		t.Errorf("sweep cleaned %v, want %s", cleaned, tr.rel(hPids, owner))
 	}
-	if _, err := os.Stat(tr.abs(hMemory, owner)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s left: %v", tr.abs(hMemory, owner), err)
+	for _, h := range hs {
+		if _, err := os.Stat(tr.abs(h, owner)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left: %v", tr.abs(h, owner), err)
+		}
 	}
 }
