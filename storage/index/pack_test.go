@@ -47,9 +47,9 @@ func TestPackRoundTrip(t *testing.T) {
 	}
 }
 
-// TestPackFromMatchesBitByBit checks appendPackedFrom (both of its loops: widths up to 32 and
-// over) against a bit-at-a-time packing, with a base taken off every value and bytes before
-// the packed ones that must be kept.
+// TestPackFromMatchesBitByBit checks appendPackedFrom at every width against a bit-at-a-time
+// packing, with a base taken off every value (the sums may wrap: only v-base must fit) and
+// bytes before the packed ones that must be kept.
 func TestPackFromMatchesBitByBit(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
 	for width := uint(1); width <= 64; width++ {
