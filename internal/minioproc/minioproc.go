@@ -74,6 +74,18 @@ func Start(bin, dir string) (*Server, error) {
 // Dir is the directory holding the server's data and log.
 func (s *Server) Dir() string { return s.dir }
 
+// CPU is the user and system CPU time the running server has taken so far, to the clock tick
+// (10 ms): a benchmark's measure of the work a request cost the server, whose CPUs on a test
+// machine are the client's too.
+func (s *Server) CPU() (time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0, errors.New("minio is not running")
+	}
+	return cpuOf(s.cmd.Process.Pid)
+}
+
 // URL returns the server as an http URL.
 func (s *Server) URL() string { return "http://" + s.Endpoint }
 

@@ -2,8 +2,11 @@ package minioproc_test
 
 import (
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,5 +49,48 @@ func TestStopStartKeepsAddressAndCredentials(t *testing.T) {
 	}
 	if s.Endpoint != ep || s.AccessKey != key || !s.Running() {
 		t.Fatalf("restart changed the server: %s %s running=%t", s.Endpoint, s.AccessKey, s.Running())
+	}
+}
+
+// TestCPUCountsTheServersWork: the server's CPU time grows while it answers requests back to
+// back for half a second, by at least two clock ticks and by no more than its CPUs could give
+// it in that time (a wrong field reads 0, a wrong unit ten or more times too much); a stopped
+// server has none to report.
+func TestCPUCountsTheServersWork(t *testing.T) {
+	s, err := minioproc.Start(binary(t), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	before, err := s.CPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for time.Since(start) < 500*time.Millisecond {
+				resp, err := http.Get(s.URL() + "/minio/health/live")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	after, err := s.CPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used, most := after-before, wall*time.Duration(runtime.NumCPU())+20*time.Millisecond; used < 20*time.Millisecond || used > most {
+		t.Fatalf("server CPU %v → %v over %v of requests: want 20ms to %v more", before, after, wall, most)
+	}
+	s.Stop()
+	if _, err := s.CPU(); err == nil {
+		t.Fatal("a stopped server reported its CPU time")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cba1309c/steward/internal/minioproc"
 	"github.com/cba1309c/steward/internal/testbin"
@@ -85,6 +86,9 @@ func start(dir string) (*Server, error) {
 
 // Start (re)starts a stopped server on the same address, data and credentials.
 func (s *Server) Start() error { return s.p.Start() }
+
+// CPU is the CPU time the running server has taken so far (see minioproc.Server.CPU).
+func (s *Server) CPU() (time.Duration, error) { return s.p.CPU() }
 
 // Stop kills the server (SIGKILL: tests use it to simulate an outage) and waits for its port to close.
 func (s *Server) Stop() { s.p.Stop() }
