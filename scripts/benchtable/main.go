@@ -161,6 +161,14 @@ func (r results) rows() []row {
 				out = append(out, row{"index build vs column read + segment put", fmt.Sprintf("%.2f s  %s", build, what),
 					fmt.Sprintf("%.2f s read+put", read+put), fmt.Sprintf("%.2f×", build/(read+put)), "—"})
 			}
+			// A store server on the same machine (MinIO) takes CPU from the build: the build's
+			// and the server's CPU time over the CPUs' time in the build's wall time.
+			if busy, ok := r.get(name, "build-busy"); ok {
+				cpu, _ := r.get(name, "build-cpu-s")
+				srv, _ := r.get(name, "build-server-cpu-s")
+				out = append(out, row{"index build, CPUs busy (build + store server)", fmt.Sprintf("%.2f + %.2f s CPU  %s", cpu, srv, what),
+					fmt.Sprintf("%.2f s × CPUs", build), fmt.Sprintf("%.2f×", busy), "—"})
+			}
 			out = append(out, row{"index build peak heap", fmt.Sprintf("%.0f MiB  %s", peak, what),
 				"256 MiB budget", fmt.Sprintf("%.2f×", peak/256), "≤ 1×"})
 			// Process CPU (GC included) of the same pair: what load hardly moves; a build that

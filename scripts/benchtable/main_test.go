@@ -91,7 +91,7 @@ BenchmarkKillTree50/bare-v1-2  30  10000000 ns/op
 BenchmarkMutateNoop/sidecar-noop-mutation-prestarted-2  100  5000000 ns/op
 BenchmarkIndexBuild/local/btree-id-2  1  1 ns/op  1.0 read-s  1.6 build-s  1.6 build/read  120 peak-heap-MB
 BenchmarkIndexBuild/local/btree-name-2  1  1 ns/op  1.0 read-s  1.9 build-s  1.9 build/read  300 peak-heap-MB
-BenchmarkIndexBuild/minio/btree-name-2  1  1 ns/op  2.0 read-s  5.0 build-s  2.5 build/read  300 peak-heap-MB  2.2 put-s  2.1 read+put/read
+BenchmarkIndexBuild/minio/btree-name-2  1  1 ns/op  2.0 read-s  5.0 build-s  2.5 build/read  300 peak-heap-MB  2.2 put-s  2.1 read+put/read  3.0 build-cpu-s  6.0 build-server-cpu-s  0.9 build-busy
 BenchmarkCleanupThroughput-2  1  5 ns/op  1000 raw-obj/s  930 ledger-obj/s  0.93 ratio
 BenchmarkStage90MB-2  20  1 ns/op  80 buffered-cpu-ms  90 buffered-ms  24 direct-cpu-ms  55 direct-ms
 BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  11000 ledger-µs  1000 added-µs  10.0 added%
@@ -113,6 +113,7 @@ BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  1100
 		{"index build vs column read", "minio/btree-name", want{"2.50×", "≤ 2×", "MISS"}},
 		{"column read + segment put vs column read", "minio/btree-name", want{"2.10×", "—", ""}},
 		{"index build vs column read + segment put", "minio/btree-name", want{"1.19×", "—", ""}},
+		{"index build, CPUs busy (build + store server)", "3.00 + 6.00 s CPU  minio/btree-name", want{"0.90×", "—", ""}},
 		{"index build peak heap", "local/btree-id", want{"0.47×", "≤ 1×", "ok"}},
 		{"index build peak heap", "local/btree-name", want{"1.17×", "≤ 1×", "MISS"}},
 		{"cleanup throughput", "via ledger", want{"0.93×", "≥ 0.95×", "MISS"}},
@@ -134,6 +135,11 @@ BenchmarkUploadPath/size=1MiB-2  200  1 ns/op  900 disk-µs  10000 put-µs  1100
 		}
 		if !found {
 			t.Errorf("no row %q for %s in %+v", w.headline, w.figure, rows)
+		}
+	}
+	for _, r := range rows { // a local build has no server beside it
+		if strings.HasPrefix(r.headline, "index build, CPUs busy") && strings.Contains(r.figure, "local/") {
+			t.Errorf("a CPUs-busy row for a local build: %+v", r)
 		}
 	}
 }

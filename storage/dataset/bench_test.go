@@ -192,9 +192,10 @@ func processCPU() time.Duration {
 
 // putSegment reads the segment files into memory and times a streamed Put (length unknown,
 // as a build's upload) of their bytes to a scratch key of the same store, deleted afterwards.
-func putSegment(b *testing.B, s storage.Store, files []dataset.IndexFile) time.Duration {
+// It also returns the CPU time this process and the server took during the Puts (see
+// serverCPU).
+func putSegment(b *testing.B, s storage.Store, files []dataset.IndexFile, server func() time.Duration) (total, clientCPU, serverCPU time.Duration) {
 	ctx := context.Background()
-	var total time.Duration
 	for _, f := range files {
 		rc, err := s.Get(ctx, "bench/"+f.Path)
 		if err != nil {
@@ -214,9 +215,11 @@ func putSegment(b *testing.B, s storage.Store, files []dataset.IndexFile) time.D
 			b.Fatalf("read segment %s: %d of %d bytes: %v", f.Path, n, f.Size, err)
 		}
 		key := "bench/put-" + path.Base(f.Path)
-		start := time.Now()
+		scpu, cpu, start := server(), processCPU(), time.Now()
 		err = s.Put(ctx, key, bytes.NewReader(seg), -1)
 		total += time.Since(start)
+		clientCPU += processCPU() - cpu
+		serverCPU += server() - scpu
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -226,7 +229,23 @@ func putSegment(b *testing.B, s storage.Store, files []dataset.IndexFile) time.D
 			}
 		}
 	}
-	return total
+	return total, clientCPU, serverCPU
+}
+
+// serverCPU returns a function that reads the CPU time the store's server has taken so far:
+// MinIO's, whose CPUs are the benchmark's too, or none (0) for the local store.
+func serverCPU(b *testing.B, kind string) func() time.Duration {
+	if kind != "minio" {
+		return func() time.Duration { return 0 }
+	}
+	srv := testminio.Shared(b)
+	return func() time.Duration {
+		d, err := srv.CPU()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
 }
 
 // indexFiles is the segments of the named index at the latest version.
@@ -265,6 +284,7 @@ func BenchmarkIndexBuild(b *testing.B) {
 		for _, tc := range cases {
 			b.Run(kind+"/"+tc.name, func(b *testing.B) {
 				s := benchStore(b, kind)
+				server := serverCPU(b, kind)
 				ctx := context.Background()
 				open := func() *dataset.Dataset {
 					d, err := dataset.Open(ctx, s, "bench", 0)
@@ -281,7 +301,8 @@ func BenchmarkIndexBuild(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				var readDur, buildDur, putDur, readCPU, buildCPU time.Duration
+				var readDur, buildDur, putDur, readCPU, buildCPU, putCPU time.Duration
+				var readServer, buildServer, putServer time.Duration // the server's CPU in each
 				var segBytes int64
 				b.ResetTimer()
 				for range b.N {
@@ -289,23 +310,27 @@ func BenchmarkIndexBuild(b *testing.B) {
 					// Each timed part starts on a collected heap, as a worker's build does in
 					// a new process (the segment read back below leaves ~100 MB of garbage).
 					runtime.GC()
-					start, cpu := time.Now(), processCPU()
+					// The clock is read last before and first after each timed part.
+					scpu, cpu, start := server(), processCPU(), time.Now()
 					if _, err := d.Scan(ctx, dataset.Eq(tc.column, tc.probe)); err != nil {
 						b.Fatal(err)
 					}
 					readDur += time.Since(start)
 					readCPU += processCPU() - cpu
+					readServer += server() - scpu
 					runtime.GC()
-					start, cpu = time.Now(), processCPU()
+					scpu, cpu, start = server(), processCPU(), time.Now()
 					build(d)
 					buildDur += time.Since(start)
 					buildCPU += processCPU() - cpu
+					buildServer += server() - scpu
 					files := indexFiles(b, s, "bench_"+tc.name)
 					segBytes = 0
 					for _, f := range files {
 						segBytes += f.Size
 					}
-					putDur += putSegment(b, s, files)
+					put, client, srv := putSegment(b, s, files, server)
+					putDur, putCPU, putServer = putDur+put, putCPU+client, putServer+srv
 				}
 				// The peak heap comes from one more read and build, untimed: a goroutine woken
 				// every 2 ms beside a build (the sampler, or a bare ticker doing nothing) made
@@ -329,6 +354,19 @@ func BenchmarkIndexBuild(b *testing.B) {
 				// CPU time (user+sys of the process, GC included) moves far less with
 				// machine load than wall time does.
 				b.ReportMetric(buildCPU.Seconds()/readCPU.Seconds(), "build/read-cpu")
+				if kind == "minio" {
+					// MinIO runs on the benchmark's CPUs: the CPU time this process and the server
+					// take for the read, the build and the put, and how busy the build kept the
+					// machine (both CPU times over the CPUs' time in the build's wall time; near 1,
+					// the build is bound by CPU, the server's included).
+					b.ReportMetric(readCPU.Seconds()/n, "read-cpu-s")
+					b.ReportMetric(buildCPU.Seconds()/n, "build-cpu-s")
+					b.ReportMetric(putCPU.Seconds()/n, "put-cpu-s")
+					b.ReportMetric(readServer.Seconds()/n, "read-server-cpu-s")
+					b.ReportMetric(buildServer.Seconds()/n, "build-server-cpu-s")
+					b.ReportMetric(putServer.Seconds()/n, "put-server-cpu-s")
+					b.ReportMetric((buildCPU+buildServer).Seconds()/(float64(runtime.NumCPU())*buildDur.Seconds()), "build-busy")
+				}
 			})
 		}
 	}
