@@ -9,10 +9,10 @@ import (
 // A string build whose keys are all short over a small alphabet (hex digests, decimal codes,
 // dates, short identifiers) is built as a numeric one: each key becomes one uint64 whose
 // unsigned order is the keys' byte order (keyCode), so its runs are bucketed and radix-sorted
-// as numbers are (bucket.go), with no front-coding at seal and no decoding at Finish, and the
-// keys are spelled out again only as the pages are written. The code is taken from the first
-// run; a later run with a key it cannot code ends it for the rest of the build (see
-// BTreeBuilder.uncode).
+// as numbers are (bucket.go), with no front-coding at seal and no decoding at Finish, and its
+// pages store the numbers and the code (format 4's coded form), spelled out only where front
+// coding is shorter. The code is taken from the first run; a later run with a key it cannot
+// code ends it for the rest of the build (see BTreeBuilder.uncode).
 
 // keyCode codes a string as one symbol per byte, width bits each, from the top bit down: the
 // symbols are the bytes of an alphabet in ascending order, so comparing two codes compares
@@ -80,7 +80,7 @@ func newKeyCode(r *memRun) *keyCode {
 	default:
 		return nil
 	}
-	for z := range c.symbolsIn {
+	for z := range c.lenAbove {
 		c.symbolsIn[z] = uint8(uint(z) / c.width)
 		c.lenAbove[z] = uint8((64 - uint(z) + c.width - 1) / c.width)
 	}
@@ -239,43 +239,141 @@ func (c *keyCode) appendSpilled(b []byte, es []entry) []byte {
 	return b
 }
 
-// appendCodedKeys appends the page's keys, coded in bw.sk, as format 3 string keys: the bytes
-// strPage makes of the same keys spelled out. lo and hi are the first and last keys, kept in
-// bw.strs until the page is written.
+// appendCodedKeys appends the page's keys, coded in bw.sk: in format 4's coded form (the key
+// code, the bits below every code's lowest set one, then the codes shifted down by them as a
+// numeric page's keys) or, when that would take more bytes (short keys, small pages), spelled
+// out and front-coded. lo and hi are the first and last keys spelled out, kept in bw.strs
+// until the page is written.
 func (bw *BTreeWriter[K]) appendCodedKeys(b []byte) (_ []byte, lo, hi K, _ error) {
-	c, sp, ks := bw.code, &bw.sp, bw.sk
-	// Written in place (the page's lengths start empty): an append a value was a third of
-	// this loop.
-	n := len(ks)
-	sp.shared, sp.lens = slices.Grow(sp.shared[:0], n)[:n], slices.Grow(sp.lens[:0], n)[:n]
-	shared, lens := sp.shared, sp.lens
-	l := c.keyLen(ks[0])
-	shared[0], lens[0] = 0, uint64(l)
-	keyBytes := l
-	for i := 1; i < n; i++ {
-		k := ks[i]
-		l, s := c.keyLen(k), c.shared(ks[i-1], k)
-		shared[i], lens[i] = uint64(s), uint64(l-s)
-		keyBytes += l
+	c, ks := bw.code, bw.sk
+	var or uint64
+	for _, k := range ks {
+		or |= k
 	}
-	sp.keyBytes += keyBytes
-	b, err := sp.appendLens(b)
+	tz := uint(bits.TrailingZeros64(or)) & 63 // 0 when every key is empty
+	fixed := byte(codeTerminated)
+	if c.fixed >= 0 {
+		fixed = byte(c.fixed)
+	}
+	start := len(b)
+	b = append(append(b, keysCoded, byte(c.width), fixed, byte(len(c.syms))), c.syms...)
+	b = append(b, byte(tz))
+	shifted := slices.Grow(bw.shifted[:0], len(ks))[:len(ks)]
+	for i, k := range ks {
+		shifted[i] = k >> tz
+	}
+	bw.shifted = shifted
+	b, bw.scratch = appendNumKeys(b, shifted, bw.scratch[:0])
+	// Front coding's size, about, from every step-th key and the one before it: the lengths
+	// at their widths and each suffix at the code's width (the page's own alphabet may be
+	// narrower). A sample is enough to choose the form, and costs an eighth of the keys.
+	step := max(1, len(ks)/128)
+	var ors, orl uint64
+	suffix := c.keyLen(ks[0])
+	for i := step; i < len(ks); i += step {
+		l, sh := c.keyLen(ks[i]), c.shared(ks[i-1], ks[i])
+		ors, orl, suffix = ors|uint64(sh), orl|uint64(l-sh), suffix+(l-sh)*step
+	}
+	front := 2 + len(c.syms) + (len(ks)*(bits.Len64(ors)+bits.Len64(orl|uint64(c.keyLen(ks[0]))))+suffix*int(symbolWidth(len(c.syms))))/8
+	strs := bw.strs[:0]
+	if front >= len(b)-start {
+		strs = c.appendKey(strs, ks[0])
+		at := len(strs)
+		strs = c.appendKey(strs, ks[len(ks)-1])
+		bw.strs = strs
+		return b, any(arenaString(strs[:at])).(K), any(arenaString(strs[at:])).(K), nil
+	}
+	// Front-coded: the keys spelled out one after the other in strs.
+	offs := slices.Grow(bw.offs[:0], len(ks)+1)[:1]
+	for i, k := range ks {
+		strs = c.appendKey(strs, k)
+		offs = append(offs, uint32(len(strs)))
+		sh := 0
+		if i > 0 {
+			sh = c.shared(ks[i-1], k)
+		}
+		bw.sp.add(sh, strs[int(offs[i])+sh:])
+	}
+	bw.strs, bw.offs = strs, offs
+	b, err := bw.sp.appendTo(b[:start])
 	if err != nil {
 		return nil, lo, hi, err
 	}
-	if c.wholeAlphabet(ks, sp.shared, sp.lens) {
-		b = c.appendSuffixCodes(b, ks, sp.shared, sp.lens)
-	} else {
-		for i, k := range ks {
-			sp.suffixes = c.appendSuffix(sp.suffixes, k, int(sp.shared[i]), int(sp.shared[i]+sp.lens[i]))
-		}
-		b = appendSymbols(b, sp.suffixes)
+	n := len(ks)
+	return b, any(arenaString(strs[:offs[1]])).(K), any(arenaString(strs[offs[n-1]:])).(K), nil
+}
+
+// codeTerminated is a coded page's fixed length byte for a terminated code.
+const codeTerminated = 0xff
+
+// decodeCodedKeys reads n keys of format 4's coded form (after its form byte) from the front
+// of b onto keys, using scratch, and returns the bytes after them and scratch (grown). The
+// code is checked as newKeyCode makes one, and every number as encode makes one: its symbols
+// in the alphabet, no bit set past a key's last symbol (its terminator, in a terminated code),
+// so that each key has one number and the numbers' order is the keys'. The keys share one new
+// arena: none of them aliases b.
+func decodeCodedKeys[K Key](b []byte, n int, keys []K, scratch []uint64, bad func(string) error) ([]K, []byte, []uint64, error) {
+	if len(b) < 3 || len(b) < 3+int(b[2]) {
+		return nil, nil, nil, bad("key code truncated")
 	}
-	strs := c.appendKey(bw.strs[:0], ks[0])
-	at := len(strs)
-	strs = c.appendKey(strs, ks[len(ks)-1])
-	bw.strs = strs
-	return b, any(arenaString(strs[:at])).(K), any(arenaString(strs[at:])).(K), nil
+	width, fixed, syms := uint(b[0]), int(b[1]), b[3:3+int(b[2])]
+	b = b[3+len(syms):]
+	if len(b) < 1 || b[0] > 63 {
+		return nil, nil, nil, bad("key code truncated or malformed")
+	}
+	tz := uint(b[0])
+	b = b[1:]
+	base, most := uint64(1), 64/max(1, int(width)) // terminated: symbol 0 ends a key, the bytes take 1..n
+	if fixed != codeTerminated {
+		base, most = 0, fixed
+	}
+	if width < 1 || width > 7 || uint64(len(syms))+base > 1<<width || fixed != codeTerminated && (fixed < 1 || fixed*int(width) > 64) {
+		return nil, nil, nil, bad("key code malformed")
+	}
+	for i := 1; i < len(syms); i++ {
+		if syms[i] <= syms[i-1] {
+			return nil, nil, nil, bad("key code's bytes out of order")
+		}
+	}
+	codes, b, scratch, err := decodeNumKeys[int64](b, n, nil, scratch, bad)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// The keys' lengths first (in scratch, free again), then their bytes in one arena.
+	lens := slices.Grow(scratch[:0], n)[:n]
+	mask, total := uint64(1)<<width-1, 0
+	for i, v := range codes {
+		k := encodeInt(v) << tz // the number decodeNumKeys read, shifted back
+		if k>>tz != encodeInt(v) {
+			return nil, nil, nil, bad("key code overflows its shift")
+		}
+		l := 0
+		for ; l < most; l++ {
+			sym := k >> (64 - uint(l+1)*width) & mask
+			if base == 1 && sym == 0 {
+				break
+			}
+			if sym-base >= uint64(len(syms)) {
+				return nil, nil, nil, bad("key symbol outside its code")
+			}
+		}
+		if k<<(uint(l)*width) != 0 { // Go shifts 64 bits out to 0
+			return nil, nil, nil, bad("key bits past its end")
+		}
+		lens[i] = uint64(l)
+		total += l
+	}
+	arena := make([]byte, total)
+	at := 0
+	for i, v := range codes {
+		k, l := encodeInt(v)<<tz, int(lens[i])
+		for j := range l {
+			arena[at+j] = syms[k>>(64-uint(j+1)*width)&mask-base]
+		}
+		keys = append(keys, any(arenaString(arena[at:at+l])).(K))
+		at += l
+	}
+	return keys, b, lens, nil
 }
 
 // appendSuffix appends symbols from..to-1 of the key coded as k.
@@ -286,79 +384,4 @@ func (c *keyCode) appendSuffix(dst []byte, k uint64, from, to int) []byte {
 		k <<= c.width
 	}
 	return dst
-}
-
-// A page's suffixes are coded over the bytes they hold (appendSymbols), each byte as its rank
-// among them at symbolWidth bits. When they hold every byte of the key code's alphabet and
-// that width is the code's, a byte's rank is its symbol less base: the suffixes' codes are
-// the keys' own bits, and are copied from them a key at a time (appendSuffixCodes), which
-// needs the symbols of a key lowest first, as the page packs them: a reversal of its 4-bit
-// fields. Only codes of 4 bits a symbol are copied (9 to 16 symbols, or 8 to 15 and the
-// terminator: hex and decimal digits, dates, most codes of a few letters); narrower ones,
-// alphabets of two to four bytes, are spelled out and coded as any other page's suffixes.
-
-// wholeAlphabet reports whether the suffixes of the keys ks (key i shares shared[i] bytes with
-// the one before and adds lens[i]) hold every byte of the alphabet, and their codes can be
-// copied.
-func (c *keyCode) wholeAlphabet(ks, shared, lens []uint64) bool {
-	n := uint(len(c.syms))
-	if c.width != 4 || symbolWidth(int(n)) != 4 {
-		return false
-	}
-	full := uint64(1)<<(n+uint(c.base)) - 1<<c.base // symbol s present: bit s
-	var seen uint64
-	for i, k := range ks {
-		v := lowFirst(k) >> (shared[i] * 4 & 63)
-		for range lens[i] {
-			seen |= 1 << (v & 15)
-			v >>= 4
-		}
-		if seen == full {
-			return true // most pages of high-cardinality keys: after a few keys
-		}
-	}
-	return false
-}
-
-// lowFirst reverses the order of k's 4-bit fields: its first symbol is then its lowest.
-func lowFirst(k uint64) uint64 {
-	const m = 0x0f0f0f0f0f0f0f0f
-	x := bits.ReverseBytes64(k)
-	return x>>4&m | x&m<<4
-}
-
-// appendSuffixCodes appends the suffixes as appendSymbols codes them, given wholeAlphabet.
-func (c *keyCode) appendSuffixCodes(b []byte, ks, shared, lens []uint64) []byte {
-	b = append(b, 4, byte(len(c.syms)-1))
-	b = append(b, c.syms...)
-	// base in every field: subtracted, it takes base off each symbol (none is 0).
-	base := 0x1111111111111111 * c.base
-	// The stream is written without a branch on where a suffix falls: acc (used bits) is
-	// stored whole at out[at:] after every suffix and at moves on a word once it is full.
-	// A suffix's length is random, and a branch on it was mispredicted about every other key.
-	at := len(b)
-	b = slices.Grow(b, 8*len(ks)+8)
-	out := b[:cap(b)]
-	shared, lens = shared[:len(ks)], lens[:len(ks)]
-	var acc, used uint64
-	for i, k := range ks {
-		nb := lens[i] * 4 // 0 to 64
-		v := lowFirst(k) >> (shared[i] * 4 & 63)
-		v = (v - base) & (1<<nb - 1) // Go defines 1<<64 as 0
-		acc |= v << (used & 63)
-		binary.LittleEndian.PutUint64(out[at:], acc)
-		next := used + nb
-		carry := v >> 1 >> (63 - used&63) // the bits past the full word; 0 when used is 0
-		if next >= 64 {
-			acc = carry
-		}
-		at += int(next>>6) * 8
-		used = next & 63
-	}
-	for ; used > 0; used -= min(used, 8) {
-		out[at] = byte(acc)
-		acc >>= 8
-		at++
-	}
-	return out[:at]
 }

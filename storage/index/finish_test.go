@@ -154,6 +154,12 @@ func TestStringFinishMatchesSerialWriter(t *testing.T) {
 				case b.ranges.n == 1 != bd.oneRange:
 					t.Fatalf("%d ranges: the build did not take the path it was made for", b.ranges.n)
 				}
+				want := want
+				if b.code != nil {
+					// Coded pages: the serial writer takes the same code, and each page the
+					// same form (coded or front-coded, whichever is shorter).
+					want = codedSerialSegment(t, b.code, bd.pages, len(pairs), func(i int) (string, uint64) { return pairs[i].k, pairs[i].id })
+				}
 				if !bytes.Equal(got.Bytes(), want.Bytes()) {
 					g, w := got.Bytes(), want.Bytes()
 					at := 0
@@ -403,6 +409,31 @@ func serialSegment[K Key](t *testing.T, pages, n int, pair func(i int) (K, uint6
 	}
 	for i := range n {
 		if err := w.Add(pair(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &seg
+}
+
+// codedSerialSegment is serialSegment for string keys written as codes of c.
+func codedSerialSegment(t *testing.T, c *keyCode, pages, n int, pair func(i int) (string, uint64)) *bytes.Buffer {
+	t.Helper()
+	var seg bytes.Buffer
+	w, err := NewBTreeWriter[string](&seg, pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.code = c
+	codes := make([]uint64, 1)
+	for i := range n {
+		k, id := pair(i)
+		if !c.encodeStrings(codes, []string{k}) {
+			t.Fatalf("%q does not fit the build's code", k)
+		}
+		if err := addEntries(w, []entry{{k: codes[0], id: id}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -46,10 +46,11 @@ func (sp *strPage) add(shared int, suffix []byte) {
 	sp.keyBytes += shared + len(suffix)
 }
 
-// appendTo appends the page's keys. A page whose keys add up to more than maxSpanLen bytes is
-// refused: a reader would take it for corruption.
+// appendTo appends the page's keys, front-coded (format 4's form 0, format 3's keys after
+// it). A page whose keys add up to more than maxSpanLen bytes is refused: a reader would take
+// it for corruption.
 func (sp *strPage) appendTo(b []byte) ([]byte, error) {
-	b, err := sp.appendLens(b)
+	b, err := sp.appendLens(append(b, keysFront))
 	if err != nil {
 		return nil, err
 	}
