@@ -266,7 +266,7 @@ func (bw *BTreeWriter[K]) appendCodedKeys(b []byte) (_ []byte, lo, hi K, _ error
 	b, bw.scratch = appendNumKeys(b, shifted, bw.scratch[:0])
 	// Front coding's size, about, from every step-th key and the one before it: the lengths
 	// at their widths and each suffix at the code's width (the page's own alphabet may be
-	// narrower). A sample is enough to choose the form, and costs an eighth of the keys.
+	// narrower). A sample is enough to choose the form: an eighth of a full page's keys.
 	step := max(1, len(ks)/128)
 	var ors, orl uint64
 	suffix := c.keyLen(ks[0])
