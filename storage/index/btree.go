@@ -85,7 +85,6 @@ type BTreeWriter[K Key] struct {
 	keys     []K      // strings: the page's keys
 	ids      []uint64
 	strs     []byte   // addEntries' copy of the page's string keys: a builder reuses its buffers
-	offs     []uint32 // coded strings: where each key of a front-coded page ends in strs
 	shifted  []uint64 // coded strings: the page's codes shifted down (see appendCodedKeys)
 	sp       strPage  // strings: the page's keys front-coded
 	scratch  []uint64 // the key deltas being packed

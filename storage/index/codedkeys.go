@@ -283,24 +283,25 @@ func (bw *BTreeWriter[K]) appendCodedKeys(b []byte) (_ []byte, lo, hi K, _ error
 		bw.strs = strs
 		return b, any(arenaString(strs[:at])).(K), any(arenaString(strs[at:])).(K), nil
 	}
-	// Front-coded: the keys spelled out one after the other in strs.
-	offs := slices.Grow(bw.offs[:0], len(ks)+1)[:1]
+	// Front-coded: the keys spelled out one after the other in strs; the first ends at
+	// firstEnd, the last starts at at.
+	var at, firstEnd int
 	for i, k := range ks {
-		strs = c.appendKey(strs, k)
-		offs = append(offs, uint32(len(strs)))
+		at, strs = len(strs), c.appendKey(strs, k)
 		sh := 0
 		if i > 0 {
 			sh = c.shared(ks[i-1], k)
+		} else {
+			firstEnd = len(strs)
 		}
-		bw.sp.add(sh, strs[int(offs[i])+sh:])
+		bw.sp.add(sh, strs[at+sh:])
 	}
-	bw.strs, bw.offs = strs, offs
+	bw.strs = strs
 	b, err := bw.sp.appendTo(b[:start])
 	if err != nil {
 		return nil, lo, hi, err
 	}
-	n := len(ks)
-	return b, any(arenaString(strs[:offs[1]])).(K), any(arenaString(strs[offs[n-1]:])).(K), nil
+	return b, any(arenaString(strs[:firstEnd])).(K), any(arenaString(strs[at:])).(K), nil
 }
 
 // codeTerminated is a coded page's fixed length byte for a terminated code.
