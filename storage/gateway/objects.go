@@ -1,0 +1,329 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/slot"
+)
+
+// etagOf is a stable ETag for an object as the upstream describes it: objects are never
+// overwritten through the gateway, so key, size and modification time name its bytes.
+func etagOf(info storage.ObjectInfo) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d", info.Key, info.Size, info.ModTime.UnixNano()))
+	return `"` + hex.EncodeToString(sum[:16]) + `"`
+}
+
+func (g *Gateway) getObject(w http.ResponseWriter, r *http.Request, key string) {
+	ctx := r.Context()
+	info, err := g.stat(ctx, key)
+	if err != nil {
+		g.refuse(w, r, upstreamError(err))
+		return
+	}
+	etag := etagOf(info)
+	if m := r.Header.Get("If-Match"); m != "" && m != "*" && m != etag {
+		g.refuse(w, r, errf(http.StatusPreconditionFailed, "PreconditionFailed", "If-Match does not hold"))
+		return
+	}
+	if m := r.Header.Get("If-None-Match"); m != "" && (m == "*" || m == etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h := w.Header()
+	h.Set("ETag", etag)
+	h.Set("Last-Modified", info.ModTime.UTC().Format(http.TimeFormat))
+	h.Set("Accept-Ranges", "bytes")
+	h.Set("Content-Type", "application/octet-stream")
+	off, n, partial, e := parseRange(r.Header.Get("Range"), info.Size)
+	if e != nil {
+		h.Set("Content-Range", "bytes */"+strconv.FormatInt(info.Size, 10))
+		g.refuse(w, r, e)
+		return
+	}
+	h.Set("Content-Length", strconv.FormatInt(n, 10))
+	status := http.StatusOK
+	if partial {
+		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, info.Size))
+		status = http.StatusPartialContent
+	}
+	if r.Method == http.MethodHead || n == 0 {
+		w.WriteHeader(status)
+		return
+	}
+	var rc io.ReadCloser
+	if partial {
+		rc, err = g.cfg.Upstream.GetRange(ctx, key, off, n)
+	} else {
+		rc, err = g.cfg.Upstream.Get(ctx, key)
+	}
+	if err != nil {
+		h.Del("Content-Length")
+		h.Del("Content-Range")
+		g.refuse(w, r, upstreamError(err))
+		return
+	}
+	defer rc.Close()
+	w.WriteHeader(status)
+	// A failure mid-body cuts the response short of its Content-Length: the client sees a
+	// truncated body, never a wrong one.
+	_, _ = io.Copy(w, rc)
+}
+
+// parseRange reads a single-range Range header against an object of size bytes: the offset
+// and length to send and whether the response is partial. S3 clips a range past the end.
+func parseRange(h string, size int64) (off, n int64, partial bool, e *s3Error) {
+	if h == "" {
+		return 0, size, false, nil
+	}
+	bad := errf(http.StatusRequestedRangeNotSatisfiable, "InvalidRange", "the range is not satisfiable")
+	spec, ok := strings.CutPrefix(h, "bytes=")
+	first, last, dash := strings.Cut(spec, "-")
+	if !ok || !dash || strings.Contains(spec, ",") {
+		return 0, 0, false, errf(http.StatusNotImplemented, "NotImplemented", "only one byte range per request")
+	}
+	if first == "" { // suffix: the last n bytes
+		k, err := strconv.ParseInt(last, 10, 64)
+		if err != nil || k <= 0 {
+			return 0, 0, false, bad
+		}
+		k = min(k, size)
+		return size - k, k, true, nil
+	}
+	a, err := strconv.ParseInt(first, 10, 64)
+	if err != nil || a < 0 || a >= size {
+		return 0, 0, false, bad
+	}
+	b := size - 1
+	if last != "" {
+		if b, err = strconv.ParseInt(last, 10, 64); err != nil || b < a {
+			return 0, 0, false, bad
+		}
+		b = min(b, size-1)
+	}
+	return a, b - a + 1, true, nil
+}
+
+// putObject creates key: the commit manifest through the slot, anything else as a new object
+// in a writable folder.
+func (g *Gateway) putObject(w http.ResponseWriter, r *http.Request, key string) {
+	kind, e := g.writable(key)
+	if e == nil {
+		e = conditionsServed(r)
+	}
+	if e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	body, size, e := requestBody(r)
+	if e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	if kind == writeManifest {
+		g.putManifest(w, r, key, body, size)
+		return
+	}
+	if e := g.admit(r.Context(), key, size); e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	if err := g.cfg.Upstream.PutIfAbsent(r.Context(), key, g.metered(body), size); err != nil {
+		g.refuse(w, r, upstreamError(err))
+		return
+	}
+	g.created(key)
+	w.Header().Set("ETag", `"`+requestID()+`"`)
+	w.WriteHeader(http.StatusOK)
+}
+
+// conditionsServed refuses conditions other than create-only, which every put is anyway.
+func conditionsServed(r *http.Request) *s3Error {
+	if m := r.Header.Get("If-None-Match"); m != "" && m != "*" {
+		return errf(http.StatusNotImplemented, "NotImplemented", "only If-None-Match: * is served")
+	}
+	if r.Header.Get("If-Match") != "" {
+		return errf(http.StatusPreconditionFailed, "PreconditionFailed", "objects are never overwritten through the gateway")
+	}
+	return nil
+}
+
+// putManifest is the commit (package slot's diagram): the manifest is read whole and hashed,
+// the slot claimed for exactly those bytes, then the manifest created. A retry of the same
+// bytes after an unanswered attempt finds its own claim, or its own manifest, and succeeds.
+func (g *Gateway) putManifest(w http.ResponseWriter, r *http.Request, key string, body io.Reader, size int64) {
+	ctx := r.Context()
+	if size > g.lim.MaxManifest {
+		g.refuse(w, r, errf(http.StatusForbidden, "QuotaExceeded", fmt.Sprintf("a manifest is held in memory: at most %d bytes", g.lim.MaxManifest)))
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(g.metered(body), g.lim.MaxManifest+1))
+	if err != nil || int64(len(b)) > g.lim.MaxManifest || (size >= 0 && int64(len(b)) != size) {
+		g.refuse(w, r, errf(http.StatusBadRequest, "IncompleteBody", "the manifest body was cut short or is too large"))
+		return
+	}
+	c := slot.Commit(g.cfg.Invocation, key, b)
+	g.setSlot(key, SlotAmbiguous) // from here the claim may be in storage
+	if e := g.claim(ctx, c); e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	err = g.cfg.Upstream.PutIfAbsent(ctx, key, bytes.NewReader(b), int64(len(b)))
+	if errors.Is(err, storage.ErrExists) {
+		if mine, herr := slot.Holds(ctx, g.cfg.Upstream, c); herr == nil && mine {
+			err = nil // our own earlier attempt landed
+		}
+	}
+	switch {
+	case err == nil:
+		g.setSlot(key, SlotLanded)
+		w.Header().Set("ETag", `"`+c.SHA256[:32]+`"`)
+		w.WriteHeader(http.StatusOK)
+	case errors.Is(err, storage.ErrExists):
+		g.setSlot(key, SlotRefused)
+		g.refuse(w, r, errf(http.StatusPreconditionFailed, "PreconditionFailed", "another writer committed this version"))
+	default:
+		g.refuse(w, r, upstreamError(err))
+	}
+}
+
+// claim writes the commit claim, or finds its own identical one (a retried PUT).
+func (g *Gateway) claim(ctx context.Context, c slot.Claim) *s3Error {
+	err := slot.Put(ctx, g.cfg.Upstream, g.cfg.Dataset, g.cfg.Pinned+1, c)
+	if errors.Is(err, storage.ErrExists) {
+		held, rerr := slot.Read(ctx, g.cfg.Upstream, g.cfg.Dataset, g.cfg.Pinned+1)
+		if rerr == nil && held.Kind == slot.KindCommit && held.Invocation == c.Invocation && held.SHA256 == c.SHA256 {
+			return nil
+		}
+		if rerr == nil || errors.Is(rerr, slot.ErrCorrupt) {
+			g.setSlot(c.Key, SlotRefused)
+			return errf(http.StatusPreconditionFailed, "PreconditionFailed", "the commit slot is taken: fenced, or claimed by another commit")
+		}
+		err = rerr
+	}
+	if err != nil {
+		return upstreamError(err)
+	}
+	return nil
+}
+
+func (g *Gateway) setSlot(key string, s SlotState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.rec.Slot == SlotLanded {
+		return // a later refused retry does not undo a landed commit
+	}
+	g.rec.Slot, g.rec.SlotKey = s, key
+}
+
+// copyObject is CopyObject within the dataset: a new object whose bytes the sidecar reads from
+// an existing one (Lance moves a staged index segment into place this way).
+func (g *Gateway) copyObject(w http.ResponseWriter, r *http.Request, key string) {
+	if kind, e := g.writable(key); e != nil || kind != writeObject {
+		if e == nil {
+			e = errf(http.StatusForbidden, "AccessDenied", "a manifest is not written by copy")
+		}
+		g.refuse(w, r, e)
+		return
+	}
+	if e := conditionsServed(r); e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	src, e := g.copySource(r.Header.Get("X-Amz-Copy-Source"))
+	if e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	ctx := r.Context()
+	info, err := g.stat(ctx, src)
+	if err != nil {
+		g.refuse(w, r, upstreamError(err))
+		return
+	}
+	if e := g.admit(ctx, key, info.Size); e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	rc, err := g.cfg.Upstream.Get(ctx, src)
+	if err != nil {
+		g.refuse(w, r, upstreamError(err))
+		return
+	}
+	defer rc.Close()
+	if err := g.cfg.Upstream.PutIfAbsent(ctx, key, g.metered(rc), info.Size); err != nil {
+		g.refuse(w, r, upstreamError(err))
+		return
+	}
+	g.created(key)
+	writeXML(w, http.StatusOK, copyResult{LastModified: time.Now().UTC().Format(time.RFC3339), ETag: `"` + requestID() + `"`})
+}
+
+func (g *Gateway) copySource(h string) (string, *s3Error) {
+	h, _, _ = strings.Cut(h, "?") // a versionId: objects here have one version
+	src, err := url.PathUnescape(strings.TrimPrefix(h, "/"))
+	bucket, key, _ := strings.Cut(src, "/")
+	if err != nil || bucket != g.cfg.Bucket {
+		return "", errf(http.StatusForbidden, "AccessDenied", "copy source outside the dataset")
+	}
+	return key, g.readable(key)
+}
+
+// deleteObject deletes an object this invocation created; nothing else.
+func (g *Gateway) deleteObject(w http.ResponseWriter, r *http.Request, key string) {
+	if !g.wroteKey(key) {
+		g.refuse(w, r, errf(http.StatusForbidden, "AccessDenied", "only objects this invocation wrote may be deleted"))
+		return
+	}
+	if res := g.cfg.Upstream.DeleteBatch(r.Context(), []string{key}); res[0].Err != nil {
+		g.refuse(w, r, upstreamError(res[0].Err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (g *Gateway) deleteObjects(w http.ResponseWriter, r *http.Request) {
+	var req deleteRequest
+	if e := decodeXML(r, &req); e != nil {
+		g.refuse(w, r, e)
+		return
+	}
+	if len(req.Objects) > storage.MaxDeleteBatch {
+		g.refuse(w, r, errf(http.StatusBadRequest, "MalformedXML", "at most 1000 keys per request"))
+		return
+	}
+	var out deleteResult
+	var keys []string
+	for _, o := range req.Objects {
+		if g.readable(o.Key) != nil || !g.wroteKey(o.Key) {
+			out.Errors = append(out.Errors, deleteError{Key: o.Key, Code: "AccessDenied", Message: "only objects this invocation wrote may be deleted"})
+			continue
+		}
+		keys = append(keys, o.Key)
+	}
+	for _, res := range g.cfg.Upstream.DeleteBatch(r.Context(), keys) {
+		if res.Err != nil {
+			e := upstreamError(res.Err)
+			out.Errors = append(out.Errors, deleteError{Key: res.Key, Code: e.Code, Message: e.Message})
+		} else if !req.Quiet {
+			out.Deleted = append(out.Deleted, struct {
+				Key string `xml:"Key"`
+			}{res.Key})
+		}
+	}
+	if len(out.Errors) > 0 {
+		g.note(r, errf(http.StatusForbidden, "AccessDenied", fmt.Sprintf("%d of %d keys not deleted", len(out.Errors), len(req.Objects))))
+	}
+	writeXML(w, http.StatusOK, out) // S3 answers a partial multi-delete with 200 and its errors
+}
