@@ -94,8 +94,13 @@ type fixture struct {
 
 func start(t *testing.T, up storage.Store, lim gateway.Limits) *fixture {
 	t.Helper()
+	return startAs(t, up, lim, inv)
+}
+
+func startAs(t *testing.T, up storage.Store, lim gateway.Limits, invocation string) *fixture {
+	t.Helper()
 	cust := &recorder{st: up}
-	gw, err := gateway.New(gateway.Config{Upstream: up, Bucket: bucket, Dataset: dataset, Invocation: inv,
+	gw, err := gateway.New(gateway.Config{Upstream: up, Bucket: bucket, Dataset: dataset, Invocation: invocation,
 		Pinned: 3, AccessKey: key, Custody: cust, StageDir: filepath.Join(t.TempDir(), "stage"), Limits: lim})
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +300,7 @@ func TestRefusals(t *testing.T) {
 		{dataset + "/data//y", "AccessDenied"},                 // empty segment
 		{dataset + "/_versions/latest_version_hint.json", "AccessDenied"},
 		{dataset + "/_versions/00000000000000000009.manifest", "PreconditionFailed"}, // not pinned+1
-		{dataset + "/_steward/slots/00000000000000000004.json", "AccessDenied"},
+		{dataset + "/_steward/claims/00000000000000000004/" + inv + ".json", "AccessDenied"},
 		{dataset + "/_deletions/x", "AccessDenied"},
 		{dataset + "/data", "AccessDenied"}, // a folder's name, not a key inside it
 		{existing, "PreconditionFailed"},    // never overwritten
@@ -360,8 +365,11 @@ func TestCommitSlot(t *testing.T) {
 				if err != nil || v.Outcome != slot.Committed {
 					t.Fatalf("decide: %+v %v", v, err)
 				}
-				if v, _ := slot.Decide(ctx, f.up, dataset, 3, "inv-2", false); v.Outcome != slot.NotCommitted {
+				if v, _ := slot.Decide(ctx, f.up, dataset, 3, "inv-2", false); v.Outcome != slot.NotCommitted || !v.Fenced {
 					t.Fatalf("another invocation: %+v", v)
+				}
+				if v, _ := slot.Decide(ctx, f.up, dataset, 3, inv, false); v.Outcome != slot.Committed {
+					t.Fatalf("decided twice: %+v", v)
 				}
 			})
 			t.Run("fenced first", func(t *testing.T) {
@@ -379,6 +387,14 @@ func TestCommitSlot(t *testing.T) {
 				}
 				if rec := f.gw.Record(); rec.Slot != gateway.SlotRefused {
 					t.Fatalf("record %+v", rec)
+				}
+				// The fence closes the version to the fenced invocation only.
+				other := startAs(t, f.up, gateway.Limits{}, "inv-2")
+				if err := other.put(t, mk, []byte("next")); err != nil {
+					t.Fatalf("another invocation after the fence: %v", err)
+				}
+				if v, err := slot.Decide(ctx, f.up, dataset, 3, "inv-2", false); err != nil || v.Outcome != slot.Committed {
+					t.Fatalf("decide inv-2: %+v %v", v, err)
 				}
 			})
 			t.Run("foreign writer", func(t *testing.T) {

@@ -202,13 +202,13 @@ func (g *Gateway) putManifest(w http.ResponseWriter, r *http.Request, key string
 func (g *Gateway) claim(ctx context.Context, c slot.Claim) *s3Error {
 	err := slot.Put(ctx, g.cfg.Upstream, g.cfg.Dataset, g.cfg.Pinned+1, c)
 	if errors.Is(err, storage.ErrExists) {
-		held, rerr := slot.Read(ctx, g.cfg.Upstream, g.cfg.Dataset, g.cfg.Pinned+1)
-		if rerr == nil && held.Kind == slot.KindCommit && held.Invocation == c.Invocation && held.SHA256 == c.SHA256 {
+		held, rerr := slot.Read(ctx, g.cfg.Upstream, g.cfg.Dataset, g.cfg.Pinned+1, c.Invocation)
+		if rerr == nil && held.Kind == slot.KindCommit && held.SHA256 == c.SHA256 && held.Key == c.Key {
 			return nil
 		}
 		if rerr == nil || errors.Is(rerr, slot.ErrCorrupt) {
 			g.setSlot(c.Key, SlotRefused)
-			return errf(http.StatusPreconditionFailed, "PreconditionFailed", "the commit slot is taken: fenced, or claimed by another commit")
+			return errf(http.StatusPreconditionFailed, "PreconditionFailed", "the invocation is fenced, or already committed other bytes")
 		}
 		err = rerr
 	}

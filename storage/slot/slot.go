@@ -2,17 +2,19 @@
 // alone, of who may write the manifest of version v, and the reading of that record against
 // storage that decides an invocation's outcome without running engine code.
 //
-// A claim is `<dataset>/_steward/slots/<v:020>.json`, written with put-if-absent before any
-// manifest of v is forwarded to the store (docs/ENGINE.md §4.3):
+// A claim is `<dataset>/_steward/claims/<v:020>/<invocation id>.json`: one object per
+// invocation and version, written with put-if-absent, by whichever comes first — the
+// invocation's gateway about to forward its manifest of v, or a fence (docs/ENGINE.md §4.3):
 //
 //	gateway sees PUT <manifest of pinned+1>   ->  body read whole, sha256 taken
-//	claim {commit, invocation, key, sha256}   ->  put-if-absent; lost: the PUT is refused
+//	claim {commit, key, sha256}               ->  put-if-absent; lost to a fence: PUT refused
 //	manifest                                  ->  put-if-absent; the claim names its bytes
 //	resolve / confirmation                    ->  Decide: read the claim, then the manifest
 //
-// A fence is a claim of kind fence: once it is in place no gateway forwards a manifest of v.
-// Claims are permanent records, never custody objects. The package refuses to know about
-// engines, ledgers or the wire protocol.
+// A fence closes version v to one invocation only: other writers still commit v (the
+// manifest's own put-if-absent orders them), so no no-op version is ever written and any
+// engine's format is fenced alike. Claims are permanent records, never custody objects. The
+// package refuses to know about engines, ledgers or the wire protocol.
 package slot
 
 import (
@@ -56,9 +58,13 @@ type Claim struct {
 	UnixMS int64  `json:"unix_ms"`
 }
 
-// ClaimKey is the store-relative key of dataset's claim of version v.
-func ClaimKey(dataset string, v int64) string {
-	return fmt.Sprintf("%s/_steward/slots/%020d.json", strings.Trim(dataset, "/"), v)
+// ClaimKey is the store-relative key of invocation's claim of version v of dataset. Invocation
+// ids are 1-128 of [A-Za-z0-9._:-] (PROTOCOL.md §3.1), a valid key segment unless "." or "..".
+func ClaimKey(dataset string, v int64, invocation string) string {
+	if invocation == "." || invocation == ".." {
+		invocation = "%2E" + invocation[1:] // keep the key clean; such an id is refused at receive
+	}
+	return fmt.Sprintf("%s/_steward/claims/%020d/%s.json", strings.Trim(dataset, "/"), v, invocation)
 }
 
 // ManifestVersion reads the version of a manifest name under a dataset's _versions/ folder, in
@@ -90,20 +96,20 @@ func Commit(invocation, key string, body []byte) Claim {
 		Size: int64(len(body)), UnixMS: time.Now().UnixMilli()}
 }
 
-// Put writes c as the claim of version v with put-if-absent: storage.ErrExists when the slot is
-// already claimed.
+// Put writes c as its invocation's claim of version v with put-if-absent: storage.ErrExists
+// when the invocation already holds a claim of v (its own commit, or a fence).
 func Put(ctx context.Context, st storage.Store, dataset string, v int64, c Claim) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("slot: encode claim: %w", err)
 	}
-	return st.PutIfAbsent(ctx, ClaimKey(dataset, v), bytes.NewReader(b), int64(len(b)))
+	return st.PutIfAbsent(ctx, ClaimKey(dataset, v, c.Invocation), bytes.NewReader(b), int64(len(b)))
 }
 
-// Read returns the claim of version v; storage.ErrNotFound when there is none, ErrCorrupt when
-// the object is not one.
-func Read(ctx context.Context, st storage.Store, dataset string, v int64) (Claim, error) {
-	b, err := storage.ReadAll(ctx, st, ClaimKey(dataset, v), MaxClaimSize)
+// Read returns invocation's claim of version v; storage.ErrNotFound when there is none,
+// ErrCorrupt when the object is not one of this invocation's.
+func Read(ctx context.Context, st storage.Store, dataset string, v int64, invocation string) (Claim, error) {
+	b, err := storage.ReadAll(ctx, st, ClaimKey(dataset, v, invocation), MaxClaimSize)
 	if errors.Is(err, storage.ErrTooLarge) {
 		return Claim{}, fmt.Errorf("%w: larger than %d bytes", ErrCorrupt, MaxClaimSize)
 	}
@@ -114,7 +120,7 @@ func Read(ctx context.Context, st storage.Store, dataset string, v int64) (Claim
 	if err := json.Unmarshal(b, &c); err != nil {
 		return Claim{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if c.Invocation == "" || (c.Kind != KindCommit && c.Kind != KindFence) {
+	if c.Invocation != invocation || (c.Kind != KindCommit && c.Kind != KindFence) {
 		return Claim{}, fmt.Errorf("%w: kind %q of invocation %q", ErrCorrupt, c.Kind, c.Invocation)
 	}
 	return c, nil
@@ -140,8 +146,8 @@ func (o Outcome) String() string {
 	return "UNKNOWN"
 }
 
-// Verdict is Decide's answer: the outcome, whether the slot holds this invocation's fence, and
-// what holds the slot, for people.
+// Verdict is Decide's answer: the outcome, whether the invocation is fenced, its claim, and why,
+// for people.
 type Verdict struct {
 	Outcome Outcome
 	Fenced  bool
@@ -149,17 +155,17 @@ type Verdict struct {
 	Reason  string
 }
 
-// Decide settles invocation's slot pinned+1 from storage alone. live says the invocation's
-// gateway may still forward its manifest (its domain is running in this sidecar): its own
+// Decide settles invocation's commit of version pinned+1 from storage alone. live says the
+// invocation's gateway may still forward its manifest (its domain runs in this sidecar): its
 // commit claim without the manifest is then Unknown; otherwise the claim is overwritten by a
 // fence (the gateway that wrote it is gone, so the manifest it admitted can never be written)
-// and the answer is NotCommitted. An empty slot is fenced with put-if-absent first, so whatever
-// a live invocation does next, it can no longer commit. A storage error is returned as is: the
-// outcome is then Unknown.
+// and the answer is NotCommitted. Without a claim the invocation is fenced with put-if-absent
+// first, so whatever a live invocation does next, it can no longer commit. A storage error is
+// returned as is: the outcome is then Unknown.
 func Decide(ctx context.Context, st storage.Store, dataset string, pinned int64, invocation string, live bool) (Verdict, error) {
 	v := pinned + 1
-	for range 3 { // a lost put-if-absent means someone claimed meanwhile: read what they wrote
-		c, err := Read(ctx, st, dataset, v)
+	for range 3 { // a lost put-if-absent means the gateway claimed meanwhile: read what it wrote
+		c, err := Read(ctx, st, dataset, v, invocation)
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 			fence := Claim{Invocation: invocation, Kind: KindFence, UnixMS: time.Now().UnixMilli()}
@@ -170,44 +176,41 @@ func Decide(ctx context.Context, st storage.Store, dataset string, pinned int64,
 			if err != nil {
 				return Verdict{}, err
 			}
-			return Verdict{Outcome: NotCommitted, Fenced: true, Holder: fence, Reason: "slot fenced for this invocation"}, nil
+			return Verdict{Outcome: NotCommitted, Fenced: true, Holder: fence, Reason: "fenced: the invocation can never commit"}, nil
 		case errors.Is(err, ErrCorrupt):
-			return Verdict{Outcome: NotCommitted, Reason: "slot holds an object steward did not write: " + err.Error()}, nil
+			return Verdict{Outcome: NotCommitted, Reason: "the claim is not one steward wrote: " + err.Error()}, nil
 		case err != nil:
 			return Verdict{}, err
 		}
-		return decideClaimed(ctx, st, dataset, v, invocation, c, live)
+		return decideClaimed(ctx, st, dataset, v, c, live)
 	}
-	return Verdict{}, fmt.Errorf("slot %d of %s: claimed and unreadable three times in a row: %w", v, dataset, storage.ErrUnavailable)
+	return Verdict{}, fmt.Errorf("claim of version %d of %s: written and unreadable three times in a row: %w", v, dataset, storage.ErrUnavailable)
 }
 
-func decideClaimed(ctx context.Context, st storage.Store, dataset string, v int64, invocation string, c Claim, live bool) (Verdict, error) {
-	switch {
-	case c.Kind == KindFence:
-		return Verdict{Outcome: NotCommitted, Fenced: c.Invocation == invocation, Holder: c, Reason: "slot fenced by invocation " + c.Invocation}, nil
-	case c.Invocation != invocation:
-		return Verdict{Outcome: NotCommitted, Holder: c, Reason: "slot claimed by invocation " + c.Invocation}, nil
+func decideClaimed(ctx context.Context, st storage.Store, dataset string, v int64, c Claim, live bool) (Verdict, error) {
+	if c.Kind == KindFence {
+		return Verdict{Outcome: NotCommitted, Fenced: true, Holder: c, Reason: "fenced: the invocation can never commit"}, nil
 	}
 	holds, err := Holds(ctx, st, c)
 	switch {
 	case err != nil:
 		return Verdict{}, err
 	case holds:
-		return Verdict{Outcome: Committed, Holder: c, Reason: "slot holds the manifest this invocation's claim names"}, nil
+		return Verdict{Outcome: Committed, Holder: c, Reason: "the slot holds the manifest the invocation's claim names"}, nil
 	case live:
-		return Verdict{Outcome: Unknown, Holder: c, Reason: "claimed by this invocation, whose manifest may still be in flight"}, nil
+		return Verdict{Outcome: Unknown, Holder: c, Reason: "claimed by the running invocation, whose manifest may still be in flight"}, nil
 	}
 	if found, err := present(ctx, st, c.Key); err != nil {
 		return Verdict{}, err
 	} else if found {
-		return Verdict{Outcome: NotCommitted, Holder: c, Reason: "the claimed manifest holds other bytes than the invocation's"}, nil
+		return Verdict{Outcome: NotCommitted, Holder: c, Reason: "another writer committed the version first"}, nil
 	}
-	fence := Claim{Invocation: invocation, Kind: KindFence, UnixMS: time.Now().UnixMilli()}
+	fence := Claim{Invocation: c.Invocation, Kind: KindFence, UnixMS: time.Now().UnixMilli()}
 	b, _ := json.Marshal(fence)
-	if err := st.Put(ctx, ClaimKey(dataset, v), bytes.NewReader(b), int64(len(b))); err != nil {
+	if err := st.Put(ctx, ClaimKey(dataset, v, c.Invocation), bytes.NewReader(b), int64(len(b))); err != nil {
 		return Verdict{}, err
 	}
-	return Verdict{Outcome: NotCommitted, Fenced: true, Holder: fence, Reason: "the invocation's gateway is gone and its manifest never landed: claim fenced"}, nil
+	return Verdict{Outcome: NotCommitted, Fenced: true, Holder: fence, Reason: "the invocation's gateway is gone and its manifest never landed: fenced"}, nil
 }
 
 // Holds reports whether the manifest a commit claim names is in the store with exactly the
