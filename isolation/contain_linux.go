@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -328,20 +329,79 @@ var refusedSyscalls = []string{
 var namespaceCloneFlags = []uint64{unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWPID, unix.CLONE_NEWNET,
 	unix.CLONE_NEWIPC, unix.CLONE_NEWUTS, unix.CLONE_NEWCGROUP}
 
+// socketFamilies are the only families socket(2) may create in a contained worker: unix (the
+// protocol's and Python multiprocessing's sockets), inet and inet6 (the gateway on lo), and
+// netlink (libc's getaddrinfo and Go's net list interfaces through it). Every other family —
+// AF_VSOCK (the hypervisor's host), AF_PACKET, AF_ALG, AF_BLUETOOTH, … — fails EAFNOSUPPORT,
+// as on a kernel built without it. socketpair(2) may make unix pairs only.
+var socketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
+// socketFamilyArg is the family argument of socket(2) and socketpair(2).
+const socketFamilyArg = 0
+
+// onlyFamilies matches a call of the syscall name whose family is none of families. The
+// comparison is of the whole 64-bit register: a family with high bits set (which the kernel
+// would truncate to an allowed-looking int) matches too, and is refused.
+func onlyFamilies(name string, families []uint64) seccomp.NameWithConditions {
+	nc := seccomp.NameWithConditions{Name: name}
+	for _, f := range families {
+		nc.Conditions = append(nc.Conditions, seccomp.Condition{Argument: socketFamilyArg, Operation: seccomp.NotEqual, Value: f})
+	}
+	return nc
+}
+
 func seccompPolicy() seccomp.Policy {
 	var clone []seccomp.NameWithConditions
 	for _, f := range namespaceCloneFlags {
 		clone = append(clone, seccomp.NameWithConditions{Name: "clone",
 			Conditions: []seccomp.Condition{{Argument: cloneFlagsArg, Operation: seccomp.BitsSet, Value: f}}})
 	}
+	families := []seccomp.NameWithConditions{onlyFamilies("socket", socketFamilies), onlyFamilies("socketpair", socketFamilies[:1])}
 	return seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{
 			{Action: seccomp.ActionErrno, Names: refusedSyscalls},
 			{Action: seccomp.ActionErrno, NamesWithCondtions: clone},
-			{Action: seccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)), Names: []string{"clone3"}},
+			{Action: errnoAction(unix.ENOSYS), Names: []string{"clone3"}},
+			{Action: errnoAction(unix.EAFNOSUPPORT), NamesWithCondtions: families},
 		},
 	}
+}
+
+func errnoAction(e unix.Errno) seccomp.Action {
+	return seccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(e))
+}
+
+// seccompProgram is the filter a contained worker loads: the policy's program behind a check
+// that refuses (ENOSYS) every system call made through another ABI than the native one. The
+// policy's own program lets a foreign ABI through untouched (its arch check jumps to the
+// default action, allow), and on amd64 the i386 ABI (int 0x80) stays open to any process where
+// the kernel has IA32 emulation: socketcall, unshare, io_uring_setup and every other refused
+// call would pass that way.
+func seccompProgram() ([]unix.SockFilter, error) {
+	native, err := arch.GetInfo("")
+	if err != nil {
+		return nil, err
+	}
+	p := seccompPolicy()
+	insts, err := p.Assemble()
+	if err != nil {
+		return nil, err
+	}
+	const archOffset = 4 // seccomp_data.arch
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: archOffset},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 1, K: uint32(native.ID)},
+		{Code: unix.BPF_RET | unix.BPF_K, K: uint32(errnoAction(unix.ENOSYS))},
+	}
+	for _, in := range insts { // jumps are relative: the prefix moves none of them
+		raw, err := in.Assemble()
+		if err != nil {
+			return nil, err
+		}
+		prog = append(prog, unix.SockFilter{Code: raw.Op, Jt: raw.Jt, Jf: raw.Jf, K: raw.K})
+	}
+	return prog, nil
 }
 
 // loadSeccomp installs the filter on every thread (TSYNC); no_new_privs is set on all of them
@@ -350,8 +410,22 @@ func loadSeccomp() error {
 	if !seccomp.Supported() {
 		return nil // reported by the probe
 	}
-	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: seccompPolicy()}); err != nil {
-		return fmt.Errorf("%w: seccomp: %w", ErrContainment, err)
+	fail := func(err error) error { return fmt.Errorf("%w: seccomp: %w", ErrContainment, err) }
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil { // set since birth; the kernel wants it on the caller
+		return fail(err)
+	}
+	prog, err := seccompProgram()
+	if err != nil {
+		return fail(err)
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
+	switch {
+	case e != 0:
+		return fail(e)
+	case r != 0: // TSYNC: the thread that could not be synchronised
+		return fail(fmt.Errorf("thread %d could not take the filter", r))
 	}
 	return nil
 }
@@ -393,7 +467,7 @@ func probeContainment(cfg Config) (rep ContainmentReport, ok bool) {
 		land.Detail = fmt.Sprintf("Landlock ABI ≥ 4 is needed (filesystem and TCP rules); this kernel offers %d (%v)", abi, lerr)
 	}
 	sc := Layer{Name: "seccomp", Enforced: err == nil && seccomp.Supported(),
-		Detail: fmt.Sprintf("%d syscalls refused (EPERM: ptrace, process_vm_*, mount family, setns/unshare, bpf, perf_event_open, kexec, modules, keys, io_uring, clocks), namespace flags refused in clone, clone3 ENOSYS", len(refusedSyscalls))}
+		Detail: fmt.Sprintf("%d syscalls refused (EPERM: ptrace, process_vm_*, mount family, setns/unshare, bpf, perf_event_open, kexec, modules, keys, io_uring, clocks), namespace flags refused in clone, clone3 ENOSYS, socket families but unix, inet, inet6 and netlink EAFNOSUPPORT (socketpair: unix only), every call through a foreign ABI (i386 on amd64) ENOSYS", len(refusedSyscalls))}
 	if !seccomp.Supported() {
 		sc.Detail = "the kernel has no seccomp filter mode"
 	}
