@@ -8,7 +8,8 @@
 //   - PUT of new keys in the dataset's writable folders, always create-only upstream; custody
 //     of each key is taken (Custodian) before its first byte is forwarded;
 //   - the commit: PUT of the manifest of version pinned+1 only, after the sidecar's claim of
-//     that slot (storage/slot) naming the manifest's bytes is in storage;
+//     that slot (storage/slot) naming the manifest's bytes is in storage; then Lance's version
+//     hint, naming exactly that version;
 //   - multipart uploads (parts staged in a private directory of the sidecar's), CopyObject
 //     within the dataset, DELETE of what this invocation wrote.
 //

@@ -294,11 +294,12 @@ func TestRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ key, code string }{
-		{"lake/other/data/y", "AccessDenied"},                  // another dataset
-		{dataset + "/../other/data/y", "AccessDenied"},         // traversal
-		{dataset + "/data/../../other/data/y", "AccessDenied"}, // traversal inside
-		{dataset + "/data//y", "AccessDenied"},                 // empty segment
-		{dataset + "/_versions/latest_version_hint.json", "AccessDenied"},
+		{"lake/other/data/y", "AccessDenied"},                                // another dataset
+		{dataset + "/../other/data/y", "AccessDenied"},                       // traversal
+		{dataset + "/data/../../other/data/y", "AccessDenied"},               // traversal inside
+		{dataset + "/data//y", "AccessDenied"},                               // empty segment
+		{dataset + "/_versions/latest_version_hint.json", "InvalidArgument"}, // not a hint
+		{dataset + "/_versions/other.json", "AccessDenied"},
 		{dataset + "/_versions/00000000000000000009.manifest", "PreconditionFailed"}, // not pinned+1
 		{dataset + "/_steward/claims/00000000000000000004/" + inv + ".json", "AccessDenied"},
 		{dataset + "/_deletions/x", "AccessDenied"},
@@ -360,6 +361,14 @@ func TestCommitSlot(t *testing.T) {
 				if rec := f.gw.Record(); rec.Slot != gateway.SlotLanded || rec.SlotKey != mk {
 					t.Fatalf("record %+v", rec)
 				}
+				// Lance's version hint: only the committed version.
+				hint := dataset + "/_versions/latest_version_hint.json"
+				if err := f.put(t, hint, []byte(`{"version":9}`)); code(err) != "AccessDenied" {
+					t.Fatalf("a hint of another version: %v", err)
+				}
+				if err := f.put(t, hint, []byte(`{"version":4}`)); err != nil {
+					t.Fatalf("the hint of the committed version: %v", err)
+				}
 				f.gw.Close()
 				v, err := slot.Decide(ctx, f.up, dataset, 3, inv, false)
 				if err != nil || v.Outcome != slot.Committed {
@@ -387,6 +396,9 @@ func TestCommitSlot(t *testing.T) {
 				}
 				if rec := f.gw.Record(); rec.Slot != gateway.SlotRefused {
 					t.Fatalf("record %+v", rec)
+				}
+				if err := f.put(t, dataset+"/_versions/latest_version_hint.json", []byte(`{"version":4}`)); code(err) != "AccessDenied" {
+					t.Fatalf("a hint without a commit: %v", err)
 				}
 				// The fence closes the version to the fenced invocation only.
 				other := startAs(t, f.up, gateway.Limits{}, "inv-2")

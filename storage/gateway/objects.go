@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -131,8 +132,12 @@ func (g *Gateway) putObject(w http.ResponseWriter, r *http.Request, key string) 
 		g.refuse(w, r, e)
 		return
 	}
-	if kind == writeManifest {
+	switch kind {
+	case writeManifest:
 		g.putManifest(w, r, key, body, size)
+		return
+	case writeHint:
+		g.putHint(w, r, key, body)
 		return
 	}
 	if e := g.admit(r.Context(), key, size); e != nil {
@@ -196,6 +201,33 @@ func (g *Gateway) putManifest(w http.ResponseWriter, r *http.Request, key string
 	default:
 		g.refuse(w, r, upstreamError(err))
 	}
+}
+
+// putHint rewrites Lance's version hint, which is shared and overwritten by every commit: only
+// once this invocation's commit landed, and only with the version it committed, so that an
+// engine can neither point readers elsewhere nor touch the hint without a commit.
+func (g *Gateway) putHint(w http.ResponseWriter, r *http.Request, key string, body io.Reader) {
+	b, err := io.ReadAll(io.LimitReader(g.metered(body), 257))
+	var hint struct {
+		Version int64 `json:"version"`
+	}
+	g.mu.Lock()
+	landed := g.rec.Slot == SlotLanded
+	g.mu.Unlock()
+	switch {
+	case err != nil || len(b) > 256 || json.Unmarshal(b, &hint) != nil:
+		g.refuse(w, r, errf(http.StatusBadRequest, "InvalidArgument", "the version hint is not {\"version\": N}"))
+		return
+	case !landed || hint.Version != g.cfg.Pinned+1:
+		g.refuse(w, r, errf(http.StatusForbidden, "AccessDenied", "the version hint may name only the version this invocation committed, after its commit"))
+		return
+	}
+	if err := g.cfg.Upstream.Put(r.Context(), key, bytes.NewReader(b), int64(len(b))); err != nil {
+		g.refuse(w, r, upstreamError(err))
+		return
+	}
+	w.Header().Set("ETag", `"`+requestID()+`"`)
+	w.WriteHeader(http.StatusOK)
 }
 
 // claim writes the commit claim, or finds its own identical one (a retried PUT).

@@ -125,13 +125,20 @@ const (
 	writeRefused  writeKind = iota
 	writeObject             // a new object in a writable folder
 	writeManifest           // the manifest of pinned+1
+	writeHint               // Lance's version hint, naming the version this invocation committed
 )
+
+// versionHint is Lance's `_versions/latest_version_hint.json`: a shared file every commit
+// rewrites, which readers start their search for the latest version from.
+const versionHint = "latest_version_hint.json"
 
 // writable says whether key may be created by this invocation, and as what.
 func (g *Gateway) writable(key string) (writeKind, *s3Error) {
 	rest := strings.TrimPrefix(key, g.base)
 	folder, name, nested := strings.Cut(rest, "/")
 	switch {
+	case folder == "_versions" && name == versionHint:
+		return writeHint, nil
 	case folder == "_versions" && !strings.Contains(name, "/"):
 		v, ok := slot.ManifestVersion(name)
 		if !ok {

@@ -67,6 +67,10 @@ func ClaimKey(dataset string, v int64, invocation string) string {
 	return fmt.Sprintf("%s/_steward/claims/%020d/%s.json", strings.Trim(dataset, "/"), v, invocation)
 }
 
+// IsClaimKey reports whether rel, a key relative to a dataset, is one of its claims: a
+// permanent record of the sidecar's, never a data or index object (a sweep leaves it).
+func IsClaimKey(rel string) bool { return strings.HasPrefix(rel, "_steward/claims/") }
+
 // ManifestVersion reads the version of a manifest name under a dataset's _versions/ folder, in
 // every naming steward serves: the built-in engine's and Lance's V1 `<v>.manifest` (any number
 // of digits) and Lance's V2 `<u64max-v:020>.manifest`. ok is false for any other name,
