@@ -134,6 +134,12 @@ type Spec struct {
 	// Network keeps the host's network namespace for a contained domain (an S3 store); false
 	// gives it one of its own without interfaces.
 	Network bool
+	// Gateway, when not 0, is a TCP port: the domain gets a network namespace of its own (as
+	// without Network) with lo up and a listener on 127.0.0.1:Gateway there, which the
+	// supervisor takes over (Domain.Gateway) before any engine code runs; Contain lets the
+	// worker connect to that port only. It needs contained domains and Network false (else
+	// ErrInvalidSpec). Default 0: none.
+	Gateway uint16
 	// Policy is what the contained worker may reach once it calls Contain (which may add to it).
 	Policy Policy
 	// TempDir is the domain's private temp dir (a host path): a contained domain gets it

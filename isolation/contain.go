@@ -49,9 +49,10 @@ type Policy struct {
 	// and Read are then readable but not executable, so no shell or other program can be
 	// started. nil keeps the system's trees executable (the built-in worker).
 	Exec []string `json:"exec,omitempty"`
-	// Connect lists the TCP ports the worker may connect to (an S3 endpoint's). Without
-	// network (Spec.Network false) the domain has its own network namespace with no interface
-	// at all and this list is moot.
+	// Connect lists the TCP ports the worker may connect to (an S3 endpoint's); Start adds
+	// Spec.Gateway's. Without network (Spec.Network false) the domain has its own network
+	// namespace, where only lo can be up (with a gateway) and nothing but the gateway listens.
+	// TCP bind is refused for every port.
 	Connect []uint16 `json:"connect,omitempty"`
 }
 

@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"context"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -456,13 +457,14 @@ func probeContainment(cfg Config) (rep ContainmentReport, ok bool) {
 		rep.Guest = fmt.Sprintf("%d:%d", uid, gid)
 	}
 	rep.Layers = append(rep.Layers, ns,
-		Layer{Name: "namespaces", Enforced: err == nil, Detail: "pid (the worker is init of its own), mount, ipc, uts, cgroup (rooted at its domain); network: a namespace without interfaces for file:// stores, the host's for s3:// (TCP connect only to the endpoint's port, by Landlock)"},
+		Layer{Name: "namespaces", Enforced: err == nil, Detail: "pid (the worker is init of its own), mount, ipc, uts, cgroup (rooted at its domain); network: a namespace of its own with no interface but lo for a domain without network (and down there unless it has a gateway), the host's for a domain with network (TCP connect only to the endpoint's port, by Landlock)"},
+		Layer{Name: "gateway", Enforced: err == nil, Detail: "a domain started with a gateway port reaches storage only through it: in its own network namespace, lo alone, where the sidecar accepts on 127.0.0.1:<port> (a listener the domain's entry code made and handed over before any engine code ran, keeping no copy); TCP connect to that port only and no TCP bind (Landlock), no socket family but unix, inet, inet6 and netlink (seccomp)"},
 		Layer{Name: "mounts", Enforced: err == nil, Detail: "every mount read-only and nosuid but its private temp dir and a file:// store; /proc of its own PID namespace"},
 		Layer{Name: "no_new_privs", Enforced: true, Detail: "from birth: set on the thread that forks the worker, so every thread and child has it"},
 	)
 	abi, lerr := ll.LandlockGetABIVersion()
 	land := Layer{Name: "landlock", Enforced: err == nil && lerr == nil && abi >= 4,
-		Detail: fmt.Sprintf("ABI %d: read the system's trees and the engine's, execute only an engine's own command (the built-in worker: the system's), write its temp dir and dataset folder, TCP connect to the store's port only, no signals or abstract sockets out of its domain", abi)}
+		Detail: fmt.Sprintf("ABI %d: read the system's trees and the engine's, execute only an engine's own command (the built-in worker: the system's), write its temp dir and dataset folder, TCP connect to the store's or gateway's port only, no TCP bind, no signals or abstract sockets out of its domain", abi)}
 	if lerr != nil || abi < 4 {
 		land.Detail = fmt.Sprintf("Landlock ABI ≥ 4 is needed (filesystem and TCP rules); this kernel offers %d (%v)", abi, lerr)
 	}
@@ -494,18 +496,30 @@ func runContainedProbe(cfg Config) error {
 		return err
 	}
 	defer errR.Close()
-	env := []string{EnvProbe + "=1", EnvParent + "=" + strconv.Itoa(os.Getpid()), EnvBarrierFD + "=3", EnvContain + "=1",
-		EnvNoFile + "=" + strconv.FormatUint(cfg.NoFile, 10)}
-	sys := &syscall.SysProcAttr{Setpgid: true}
-	containAttr(cfg, sys, false)
-	exe, err := openExecutable(cfg.WorkerPath)
+	// The probe hands a gateway listener over as a worker of Spec.Gateway does.
+	gw, gwChild, err := newGateway(probeGatewayPort, "")
 	if err != nil {
 		r.Close()
 		errW.Close()
 		return err
 	}
+	defer gw.close()
+	closeChildEnds := func() {
+		r.Close()
+		errW.Close()
+		gwChild.Close()
+	}
+	env := []string{EnvProbe + "=1", EnvParent + "=" + strconv.Itoa(os.Getpid()), EnvBarrierFD + "=3", EnvContain + "=1",
+		EnvNoFile + "=" + strconv.FormatUint(cfg.NoFile, 10), EnvGatewayFD + "=4", EnvGatewayPort + "=" + strconv.Itoa(probeGatewayPort)}
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	containAttr(cfg, sys, false)
+	exe, err := openExecutable(cfg.WorkerPath)
+	if err != nil {
+		closeChildEnds()
+		return err
+	}
 	defer exe.Close()
-	execPath, files, env := execThrough(exe, []*os.File{devnull, devnull, errW, r}, env)
+	execPath, files, env := execThrough(exe, []*os.File{devnull, devnull, errW, r, gwChild}, env)
 	attr := &os.ProcAttr{Env: env, Files: files, Sys: sys}
 	started := make(chan *os.Process, 1)
 	failed := make(chan error, 1)
@@ -527,13 +541,11 @@ func runContainedProbe(cfg Config) error {
 	var p *os.Process
 	select {
 	case err := <-failed:
-		r.Close()
-		errW.Close()
+		closeChildEnds()
 		return err
 	case p = <-started:
 	}
-	r.Close() // the child holds its own copies now
-	errW.Close()
+	closeChildEnds()          // the child holds its own copies now
 	_, _ = w.Write([]byte{1}) // a child that died already is reported by its exit below
 	stderr := make(chan string, 1)
 	go func() { // ends at EOF: once the child (and anything it started) is gone
@@ -551,8 +563,15 @@ func runContainedProbe(cfg Config) error {
 	if code := st.ExitCode(); code != probeExitCode {
 		return fmt.Errorf("exited %v: %s", st, msg)
 	}
-	return nil
+	// The child has exited: its message, if it sent one, is queued already.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = gw.listener(ctx)
+	return err
 }
+
+// probeGatewayPort is the port the contained probe listens on in its own network namespace.
+const probeGatewayPort = 9
 
 // KillSelf ends the calling process with SIGKILL, as a crash would, also when it is the init of
 // its own PID namespace (a contained worker is), where the kernel drops a kill(2) of itself: the

@@ -29,6 +29,8 @@ type Domain struct {
 	// held are a contained domain's IPC, mount and network namespaces, open from its start until
 	// Close or CloseHolding's release (holdNamespaces).
 	held []*os.File
+	// gw is the gateway hand-off of a domain started with Spec.Gateway (nil without).
+	gw *gateway
 
 	exited  chan struct{} // closed after the main process was reaped
 	state   *os.ProcessState
@@ -156,6 +158,7 @@ func (d *Domain) CloseHolding() (release func(), err error) {
 	if d.lifeline != nil {
 		_ = d.lifeline.Close()
 	}
+	d.gw.close()
 	d.closed = true
 	d.mu.Unlock()
 	d.copiers.Wait() // every writer of the output pipes is dead now

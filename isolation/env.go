@@ -28,6 +28,11 @@ const (
 	// EnvCPUs holds the supervisor's CPUs ("0,1") for a worker started on fewer (Spec.CPUs):
 	// what WidenCPUs gives it.
 	EnvCPUs = "STEWARD_ISOLATION_CPUS"
+	// EnvGatewayFD holds the descriptor of the worker's end of the gateway hand-off pair
+	// (Spec.Gateway): EnterWorker sends the listener on it and closes it.
+	EnvGatewayFD = "STEWARD_ISOLATION_GATEWAY_FD"
+	// EnvGatewayPort holds Spec.Gateway, the port EnterWorker listens on in the domain.
+	EnvGatewayPort = "STEWARD_ISOLATION_GATEWAY_PORT"
 )
 
 // FirstExtraFD is the worker's fd number of Spec.ExtraFiles[0].

@@ -34,6 +34,9 @@ var (
 	// ErrContainment: a containment layer could not be set up (in the worker: it must exit;
 	// in NewSupervisor under ContainRequire: a layer the kernel lacks).
 	ErrContainment = errors.New("containment failed")
+	// ErrGateway: a domain started with Spec.Gateway did not hand its listener over (it ended
+	// first, or could not listen), or Domain.Gateway was called on a domain without one.
+	ErrGateway = errors.New("gateway listener not handed over")
 )
 
 // Error carries the failing operation, the mode and (for cgroup files) the path.

@@ -23,9 +23,10 @@ type launchSpec struct {
 	extra   []*os.File
 	stdout  io.Writer
 	stderr  io.Writer
-	barrier bool // hold the child behind a barrier even when it could be born in place (probe)
-	contain bool // born in its own namespaces as the guest (Config.Containment not off, verified)
-	network bool // contained: keep the host's network namespace
+	barrier bool   // hold the child behind a barrier even when it could be born in place (probe)
+	contain bool   // born in its own namespaces as the guest (Config.Containment not off, verified)
+	network bool   // contained: keep the host's network namespace
+	gateway uint16 // contained, without network: the port of the listener handed over (Spec.Gateway)
 	policy  Policy
 	tmp     string       // contained: host path of the private temp dir mounted on /tmp
 	cpus    *unix.CPUSet // the launching thread's affinity for the fork (nil: unchanged)
@@ -101,6 +102,21 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 		}()
 		env = append(env, EnvBarrierFD+"="+strconv.Itoa(len(files)))
 		files = append(files, r)
+	}
+	if ls.gateway != 0 {
+		g, theirs, err := newGateway(ls.gateway, cg.mode)
+		if err != nil {
+			return nil, err
+		}
+		closeAfterStart = append(closeAfterStart, theirs)
+		d.gw = g
+		defer func() {
+			if retErr != nil {
+				g.close()
+			}
+		}()
+		env = append(env, EnvGatewayFD+"="+strconv.Itoa(len(files)), EnvGatewayPort+"="+strconv.Itoa(int(ls.gateway)))
+		files = append(files, theirs)
 	}
 
 	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -199,6 +199,9 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 	if err := checkEnv(spec.Env); err != nil {
 		return nil, err
 	}
+	if err := spec.checkGateway(s.Contained()); err != nil {
+		return nil, err
+	}
 	narrowed, err := s.checkCPUs(spec.CPUs)
 	if err != nil {
 		return nil, err
@@ -253,7 +256,7 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 	d, err := launch(ctx, s.cfg, id, cg, launchSpec{
 		path: p, argv: append([]string{p}, spec.Args...), env: spec.Env,
 		extra: spec.ExtraFiles, stdout: spec.Stdout, stderr: spec.Stderr,
-		contain: s.Contained(), network: spec.Network, policy: spec.Policy, tmp: spec.TempDir, via: s.fork,
+		contain: s.Contained(), network: spec.Network, gateway: spec.Gateway, policy: spec.policy(), tmp: spec.TempDir, via: s.fork,
 	}.onCPUs(narrowed, spec.CPUs, s.cpus))
 	if err != nil {
 		_ = cg.remove()

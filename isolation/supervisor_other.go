@@ -4,6 +4,7 @@ package isolation
 
 import (
 	"context"
+	"net"
 	"runtime"
 	"strconv"
 )
@@ -60,6 +61,9 @@ func (d *Domain) Kill(ctx context.Context) (Outcome, error) {
 	return Outcome{ExitCode: -1}, errUnsupported
 }
 func (d *Domain) Close() error { return nil }
+
+// Gateway fails with ErrUnsupported: no domain runs off Linux.
+func (d *Domain) Gateway(ctx context.Context) (net.Listener, error) { return nil, errUnsupported }
 
 // Freeze and Thaw are unsupported off Linux.
 func (d *Domain) Freeze(ctx context.Context) error { return errUnsupported }

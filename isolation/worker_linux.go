@@ -29,7 +29,8 @@ func init() {
 // no_new_privs, sets RLIMIT_CORE=0 and the configured RLIMIT_NOFILE (soft and hard), and checks
 // that its parent is still the supervisor that launched it. A contained worker (born in its own
 // user, PID, mount, IPC and UTS namespaces) also builds its mount namespace here and enters its
-// own cgroup namespace; the engine code must not run before Contain.
+// own cgroup namespace, and, launched with Spec.Gateway, hands the supervisor a listener in its
+// network namespace (gateway_linux.go); the engine code must not run before Contain.
 //
 // On error the worker must exit at once, with ExitRefused. For the preflight probe child
 // (EnvProbe=1) EnterWorker does not return: it exits with probeExitCode after its checks, a
@@ -61,6 +62,11 @@ func EnterWorker() error {
 	}
 	if contained {
 		if err := enterNamespaces(); err != nil {
+			return err
+		}
+		// Still root of its user namespace, and no engine code has run: the moment to listen
+		// for the supervisor in the domain's network namespace (gateway_linux.go).
+		if err := handOffGateway(); err != nil {
 			return err
 		}
 	} else if got := os.Getppid(); got != parent {
