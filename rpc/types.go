@@ -46,6 +46,28 @@ type HelloResult struct {
 	// Credentials says where the sidecar's own S3 keys came from and which stores they may be
 	// sent to (names only, never a key).
 	Credentials *CredentialsReport `json:"credentials,omitempty"`
+	// Storage says how engines reach storage: through a per-invocation gateway only.
+	Storage *StorageReport `json:"storage,omitempty"`
+}
+
+// StorageReport is hello's account of how workers reach storage (docs/ENGINE.md §4.3).
+type StorageReport struct {
+	// Mode is "gateway": the sidecar is the only writer; an engine reaches its dataset through
+	// an S3 endpoint the sidecar serves for its invocation alone.
+	Mode string `json:"mode"`
+	// Reach is where the gateway listens: "domain" (127.0.0.1 in the domain's own network
+	// namespace, which holds nothing else: only the domain can connect) or "loopback" (the
+	// sidecar's own loopback, when workers are not contained: any local process could connect
+	// with the invocation's key).
+	Reach string `json:"reach"`
+	// Endpoint is the address an engine dials, as its request names it (domain reach).
+	Endpoint string `json:"endpoint,omitempty"`
+	// WorkerDiskBytes bounds the bytes one invocation writes (--worker-disk).
+	WorkerDiskBytes int64 `json:"worker_disk_bytes"`
+	// WorkerObjects bounds the objects one invocation creates.
+	WorkerObjects int `json:"worker_objects"`
+	// RequestsPerSecond bounds one invocation's request rate (burst: twice it).
+	RequestsPerSecond float64 `json:"requests_per_second"`
 }
 
 // CredentialsReport is hello's account of the sidecar's own S3 credentials.

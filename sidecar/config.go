@@ -6,9 +6,14 @@ import (
 
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage/gateway"
 	"github.com/cba1309c/steward/storage/ledger"
 	"github.com/hashicorp/go-hclog"
 )
+
+// DefaultWorkerDisk is Config.Gateway.MaxBytes's default: what one invocation may write to its
+// store, 20 times what the demo's IVF_PQ build over 200,000 x 128 vectors writes.
+const DefaultWorkerDisk = 2 << 30
 
 // DefaultLedgerQuota is Config.LedgerQuota's default.
 const DefaultLedgerQuota = 4096
@@ -110,6 +115,11 @@ type Config struct {
 	// so that one worker cannot take the ledger's whole capacity; a reservation past it is
 	// refused and nothing of it is reserved. Default DefaultLedgerQuota (4096).
 	LedgerQuota int
+	// Gateway bounds each invocation's storage gateway (storage/gateway.Limits, docs/ENGINE.md
+	// §4.3): bytes written (steward serve --worker-disk; default DefaultWorkerDisk), objects
+	// created, request rate, the commit manifest's size and open uploads. Zero fields take the
+	// gateway's defaults.
+	Gateway gateway.Limits
 	// MetricsListen, if set, serves the metrics.get registry at http://ADDR/metrics for a
 	// Prometheus scraper (ResolveMetricsAddr: a bare port, ":PORT" and "localhost:PORT" bind
 	// 127.0.0.1; any other host only as given). New fails if it cannot bind. Default "": off.
@@ -169,6 +179,10 @@ func (c Config) withDefaults() Config {
 	if c.LedgerCapacity <= 0 {
 		c.LedgerCapacity = ledger.DefaultCapacity
 	}
+	if c.Gateway.MaxBytes <= 0 {
+		c.Gateway.MaxBytes = DefaultWorkerDisk
+	}
+	c.Gateway = c.Gateway.WithDefaults()
 	if c.LedgerQuota <= 0 {
 		c.LedgerQuota = DefaultLedgerQuota
 	}

@@ -105,7 +105,7 @@ func (s *Server) registerEngines() {
 
 // probe starts e once in a domain and reads its hello.
 func (s *Server) probe(e *engine) (workerproto.Engine, error) {
-	w, err := s.launch(e, "hello-"+e.name, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil, false, nil)
+	w, err := s.launch(e, "hello-"+e.name, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil)
 	if err != nil {
 		return workerproto.Engine{}, err
 	}
@@ -163,7 +163,9 @@ func (s *Server) wireEngines() []rpc.EngineInfo {
 	out := make([]rpc.EngineInfo, 0, len(s.engineOrder))
 	for _, n := range s.engineOrder {
 		d := s.engines[n].decl
-		out = append(out, rpc.EngineInfo{Name: n, Protocol: d.Protocol, IndexTypes: slices.Clone(d.IndexTypes), Settle: d.Settle})
+		// Every engine's outcome settles by fence: its gateway claims its commit and
+		// index.resolve fences it, whatever the engine declared (docs/ENGINE.md §4.3).
+		out = append(out, rpc.EngineInfo{Name: n, Protocol: d.Protocol, IndexTypes: slices.Clone(d.IndexTypes), Settle: rpc.SettleFence})
 	}
 	return out
 }

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,70 +118,14 @@ func TestEngineRegistry(t *testing.T) {
 	}
 }
 
-// TestSettlePrestarted: the settle that confirms an engine's claimed commit runs in a domain
-// launched beside the mutation's own — its process is up while the mutation still works — and
-// gets its request only after the mutation answered and its domain was reaped (docs/ENGINE.md
-// §4.2). The toy claims its slot, holds its answer 400 ms, and records when it answered; its
-// settle records when its process started and when its request came; its NOT_COMMITTED makes
-// the answer INDETERMINATE -23. Every domain's temp dir is gone afterwards.
-func TestSettlePrestarted(t *testing.T) {
-	bin := buildTestEngine(t)
-	tmp := t.TempDir()
-	noTempDirsLeft(t, tmp)
-	e := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+tmp), "--state-dir", t.TempDir(), "--engine", "toy="+bin+" --settle claim-fence")
-	e.makeDataset("ds", 100)
-	for round := range 2 {
-		p := e.params(randID("inv-"), "ds", 1, rpc.OpCreate, "ix", "name", "TOY")
-		p.Engine = "toy"
-		p.Index.Params = map[string]string{"claim": "slot", "hold": "400ms"}
-		res := e.mutate(p)
-		if res.Phase != rpc.PhaseIndeterminate || res.Code != rpc.ReasonUnconfirmedCommit || !strings.Contains(res.Message, "settle answers NOT_COMMITTED") {
-			t.Fatalf("a claimed slot the settle denies: %+v", res)
-		}
-		read := func(what string) []int64 {
-			b, err := os.ReadFile(filepath.Join(e.root, "ds", "toy-"+p.InvocationID+"."+what))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out []int64
-			for _, f := range strings.Fields(string(b)) {
-				n, err := strconv.ParseInt(f, 10, 64)
-				if err != nil {
-					t.Fatalf("%s record %q", what, b)
-				}
-				out = append(out, n)
-			}
-			return out
-		}
-		answered, settle := read("answered"), read("settle")
-		if len(answered) != 1 || len(settle) != 2 {
-			t.Fatalf("records: answered %v, settle %v", answered, settle)
-		}
-		started, requested := time.Unix(0, settle[0]), time.Unix(0, settle[1])
-		at := time.Unix(0, answered[0])
-		t.Logf("round %d: the settle's process started %v before the mutation answered; its request came %v after", round,
-			at.Sub(started).Round(time.Millisecond), requested.Sub(at).Round(time.Millisecond))
-		if !started.Before(at) {
-			t.Errorf("the settle's process started %v after the mutation answered: not prestarted", started.Sub(at))
-		}
-		if !requested.After(at) {
-			t.Errorf("the settle got its request %v before the mutation answered", at.Sub(requested))
-		}
-	}
-	if strings.Contains(e.logs.String(), "could not prestart") {
-		t.Errorf("a settle domain failed to prestart:\n%s", e.logs.String())
-	}
-}
-
-// TestEngineSpares: executors keep their spares for the engine of the last call, when it may
-// wait for calls: on an s3:// store (its keys come with the request). The first toy call starts
-// cold (the spares are the built-in engine's); once the spares have followed it, the next toy
-// calls are served by prestarted toy workers, with the keys of each call; a built-in call after
-// them starts cold again, and the built-in calls after that find built-in spares. On a file://
-// dataset the toy engine gets no spare — one would wait with the dataset's folder writable — and
-// the spares are built-in workers born for that dataset (a built-in call on the s3:// dataset
-// then starts cold). At most one idle spare per executor exists at any time. An idle toy spare is
-// frozen once its start-up has had 2 s (the built-in ones never are), and thawed to serve.
+// TestEngineSpares: executors keep their spares for the engine of the last call, for any store:
+// a spare reaches no store until its request opens its gateway (its key comes with the
+// request). The first toy call starts cold (the spares are the built-in engine's); once the
+// spares have followed it, the next toy calls are served by prestarted toy workers, with a key of
+// each call's own; a built-in call after them starts cold again, and the built-in calls after
+// that find built-in spares; a toy spare serves a file:// dataset as it serves an s3:// one. At
+// most one idle spare per executor exists at any time. An idle toy spare is frozen once its
+// start-up has had 2 s (the built-in ones never are), and thawed to serve.
 func TestEngineSpares(t *testing.T) {
 	bin := buildTestEngine(t)
 	e := newLedgerEnv(t, "--engine", "toy="+bin+" --settle fence")
@@ -199,7 +142,7 @@ func TestEngineSpares(t *testing.T) {
 		idle       bool // wait past spareFreezeAfter first: the toy spares are frozen, and thawed to serve
 	}{
 		{"toy", s3, false, false}, {"toy", s3, true, false}, {"toy", s3, true, true}, {"builtin", s3, false, true},
-		{"builtin", s3, true, false}, {"toy", local, false, false}, {"toy", local, false, false},
+		{"builtin", s3, true, false}, {"toy", local, false, false}, {"toy", local, true, false},
 		{"builtin", s3, false, false}, {"builtin", s3, true, false},
 	} {
 		time.Sleep(300 * time.Millisecond) // the spares follow the last call

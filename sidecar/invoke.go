@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage/slot"
 )
 
 // maxWorkerFrames bounds the frames one worker may send (progress is throttled to 10/s by a
@@ -40,9 +40,11 @@ type session struct {
 	violation  string
 	deadline   bool
 	progress   *progressSender
-	prestarted bool         // the domain is the executor's spare
-	settler    *settleSpare // the domain of the settle that may confirm a claimed commit; nil until launched, or for the built-in engine
-	logged     bool         // "worker assigned" is written
+	prestarted bool               // the domain is the executor's spare
+	gw         *invocationGateway // the invocation's storage gateway, opened with the request
+	gwErr      error              // why the gateway could not be opened: the request was never sent
+	logw       *workerLog
+	logged     bool // "worker assigned" is written
 }
 
 // logAssigned writes the "worker assigned" line once. A prestarted worker's is written right
@@ -71,20 +73,16 @@ type warm struct {
 	fromW   *os.File // worker → sidecar
 	frames  chan frameOrErr
 	logw    *workerLog
-	network bool            // born in the host's network namespace (or uncontained)
-	bornFor *rpc.DatasetRef // the dataset whose reach the domain was born with; nil: none yet
-	tempDir string          // the domain's private TMPDIR and HOME, removed once the domain is reaped
-	idle    *idleFreeze     // a spare of another engine than the built-in one: frozen while it waits
+	tempDir string      // the domain's private TMPDIR and HOME, removed once the domain is reaped
+	idle    *idleFreeze // a spare of another engine than the built-in one: frozen while it waits
 }
 
 // launch starts one domain of engine e with the given limits and a fresh private temp dir; its
-// frames are read in the background. ds is the dataset the domain will serve, which decides its
-// network and its writable folder when it is contained (workerproto.Reach); a built-in worker
-// launched with it contains itself before hello (workerproto.EnvReachBound), off the call's
-// path for a spare. ds is nil for a domain that serves no store (an engine's hello) or a spare
-// before the first call, which is born with network or without as given (the built-in worker
-// then binds its dataset folder itself once it has read its request).
-func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.DatasetRef, network bool, cpus []int) (_ *warm, retErr error) {
+// frames are read in the background. A contained domain has a network namespace of its own
+// whose only reachable address is its storage gateway's listener (handed to the sidecar at
+// birth, served once a request arrives: openGateway), so any domain may serve any dataset, and
+// nothing of a store is reachable from it: no folder, no credential, no route.
+func (s *Server) launch(e *engine, id string, memory, pids int64, cpus []int) (_ *warm, retErr error) {
 	tmp, err := os.MkdirTemp(s.tempDir, "steward-"+domainID(id)+"-")
 	if err != nil {
 		return nil, fmt.Errorf("private temp dir: %w", err)
@@ -107,20 +105,14 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 	logw := newWorkerLog(s.log.Named("engine").Named(e.name))
 	path, args := s.command(e)
 	env := append(slices.Clip(s.cfg.WorkerEnv), "TMPDIR="+tmp, "HOME="+tmp)
-	policy := workerproto.EngineReach(e.argv)
-	if ds != nil {
-		var reach isolation.Policy
-		network, reach = workerproto.Reach(*ds)
-		policy.Read = append(policy.Read, reach.Read...)
-		policy.Write, policy.Mount, policy.Connect = reach.Write, reach.Mount, reach.Connect
-		if e.builtin() {
-			env = append(env, workerproto.EnvReachBound+"=1")
-		}
+	var port uint16
+	if s.contained() {
+		port = gatewayPort
 	}
 	dom, err := s.iso.Start(context.Background(), isolation.Spec{
 		ID: domainID(id), Path: path, Args: args, Env: env,
 		ExtraFiles: []*os.File{toWR, fromWW}, Stderr: logw, MemoryLimit: memory, PidsLimit: pids,
-		TempDir: tmp, Network: network, Policy: policy, CPUs: cpus,
+		TempDir: tmp, Gateway: port, Policy: workerproto.EngineReach(e.argv), CPUs: cpus,
 	})
 	toWR.Close() // the worker holds its own copies now
 	fromWW.Close()
@@ -129,20 +121,18 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, ds *rpc.Datase
 		fromWR.Close()
 		return nil, err
 	}
-	w := &warm{eng: e, dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw, tempDir: tmp,
-		network: network, bornFor: ds}
+	w := &warm{eng: e, dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw, tempDir: tmp}
 	go readFrames(fromWR, w.frames)
 	return w, nil
 }
 
-// spareTarget is what the next spares are born for: the last call's engine and dataset.
+// spareTarget is what the next spares are born for: the last call's engine.
 type spareTarget struct {
 	eng *engine
-	ds  rpc.DatasetRef
 }
 
 // prestart launches the executor's next spare worker with the configured limits, for the last
-// call's engine (spareEngine) and dataset (the built-in engine's before any call; nil if the
+// call's engine (spareEngine; the built-in engine's before any call; nil if the
 // sidecar is stopping, or if the launch fails: the next job then starts cold and reports why).
 //
 // A built-in spare launched while no job waits (idle) will wait for its call: it is born on one
@@ -161,18 +151,15 @@ func (s *Server) prestart(idle bool) *warm {
 	if s.sparesClosed {
 		return nil
 	}
-	e, ds := s.engines[workerproto.BuiltinName], (*rpc.DatasetRef)(nil) // before the first call: with network
+	e := s.engines[workerproto.BuiltinName]
 	if t := s.spareFor.Load(); t != nil {
 		e = s.spareEngine(t)
-		if s.contained() {
-			ds = &t.ds
-		}
 	}
 	var cpus []int
 	if all := s.iso.CPUs(); idle && len(all) > 1 && e.builtin() {
 		cpus = all[len(all)-1:]
 	}
-	w, err := s.launch(e, "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, ds, true, cpus)
+	w, err := s.launch(e, "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, cpus)
 	if err != nil {
 		s.log.Warn("could not start a spare worker", "engine", e.name, "error", err)
 		return nil
@@ -290,59 +277,26 @@ func (w *warm) discard() {
 }
 
 // spareEngine is the engine the spares for t run: t's, if it is the built-in engine or if
-// another engine's worker may wait there (idleSafe), else the built-in engine's.
+// another engine's worker may wait prestarted, else the built-in engine's. Another engine's
+// spare waits outside any invocation, where no engine code may be able to change a dataset:
+// only a contained one may wait, since it reaches no store until its request opens its
+// gateway (uncontained, it could write wherever its uid may).
 func (s *Server) spareEngine(t *spareTarget) *engine {
-	if t.eng.builtin() || s.idleSafe(t.ds) {
+	if t.eng.builtin() || s.contained() {
 		return t.eng
 	}
 	return s.engines[workerproto.BuiltinName]
 }
 
-// idleSafe reports whether a worker of an engine other than the built-in one may wait,
-// prestarted, for calls on ds. A spare waits outside any invocation, where no engine code may
-// be able to change a dataset: only a contained one may wait, and only for a store it cannot
-// write to before its request brings the keys (s3://). A file:// dataset's folder would be
-// writable to it from its birth (its Landlock rules), and uncontained it could write wherever
-// its uid may.
-func (s *Server) idleSafe(ds rpc.DatasetRef) bool {
-	if !s.contained() {
-		return false
-	}
-	_, reach := workerproto.Reach(ds)
-	return len(reach.Write) == 0 && len(reach.Mount) == 0
-}
+// spareServes reports whether spare w may serve a call of engine e: a spare of e serves any
+// dataset (its gateway is bound to the call only when the request arrives).
+func (s *Server) spareServes(w *warm, e *engine) bool { return w.eng == e }
 
-// spareServes reports whether spare w may serve a call of engine e on ds: a spare of e and,
-// contained, one born for exactly that reach (it is contained already) or, for a built-in spare
-// born before any call, for a call that needs the network w was born with (the built-in worker
-// then binds its dataset folder and limits its connections itself once it has read the request).
-func (s *Server) spareServes(w *warm, e *engine, ds rpc.DatasetRef) bool {
-	if w.eng != e {
-		return false
-	}
-	if !s.contained() {
-		return true
-	}
-	if w.bornFor == nil {
-		network, _ := workerproto.Reach(ds)
-		return e.builtin() && w.network == network
-	}
-	return sameReach(*w.bornFor, ds)
-}
-
-// sameReach reports whether a contained worker serving a call on a may serve one on b.
-func sameReach(a, b rpc.DatasetRef) bool {
-	netA, reachA := workerproto.Reach(a)
-	netB, reachB := workerproto.Reach(b)
-	return netA == netB && reflect.DeepEqual(reachA, reachB)
-}
-
-// followCall makes j's engine and dataset what the next spares are born for; when the engine
-// or (contained) the reach differs from the last call's, executors holding an idle spare born
-// for the old one replace it (spareStale).
+// followCall makes j's engine what the next spares are born for; when it differs from the last
+// call's, executors holding an idle spare of the old one replace it (spareStale).
 func (s *Server) followCall(j *job) {
-	old := s.spareFor.Swap(&spareTarget{eng: j.eng, ds: j.p.Dataset})
-	if old != nil && old.eng == j.eng && (!s.contained() || sameReach(old.ds, j.p.Dataset)) {
+	old := s.spareFor.Swap(&spareTarget{eng: j.eng})
+	if old != nil && old.eng == j.eng {
 		return
 	}
 	s.spareMu.Lock()
@@ -351,18 +305,17 @@ func (s *Server) followCall(j *job) {
 	s.spareMu.Unlock()
 }
 
-// reachMovedCh is closed once a call's reach differs from the previous one's.
+// reachMovedCh is closed once a call's engine differs from the previous one's.
 func (s *Server) reachMovedCh() <-chan struct{} {
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
 	return s.reachMoved
 }
 
-// spareStale reports whether idle spare w was born for an engine or a reach the recent calls no
-// longer have.
+// spareStale reports whether idle spare w was born for an engine the recent calls no longer use.
 func (s *Server) spareStale(w *warm) bool {
 	t := s.spareFor.Load()
-	return t != nil && !s.spareServes(w, s.spareEngine(t), t.ds)
+	return t != nil && !s.spareServes(w, s.spareEngine(t))
 }
 
 // contained reports whether worker domains are born contained.
@@ -381,7 +334,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	if w != nil && !s.take(w) {
 		w = nil // discarded by shutdown
 	}
-	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j.eng, j.p.Dataset)) {
+	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j.eng)) {
 		w.discard()
 		w = nil
 	}
@@ -394,7 +347,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	}
 	if w == nil {
 		var err error
-		if w, err = s.launch(j.eng, j.p.InvocationID, memory, pids, &j.p.Dataset, false, nil); err != nil {
+		if w, err = s.launch(j.eng, j.p.InvocationID, memory, pids, nil); err != nil {
 			s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
 			return launchFailed(err)
 		}
@@ -410,27 +363,18 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 		}()
 	}()
 	w.logw.bind(j.p.InvocationID, rpc.TraceID(j.p.TraceParent), j.p.Credentials, s.ownSecrets()...)
-	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir,
+	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir, logw: w.logw,
 		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent), prestarted: w == spare}
 	defer ss.progress.stop()
-	// An engine's claimed commit is confirmed by its settle, in a domain of its own, once this one
-	// is reaped: that domain starts beside this one and waits for its request. Beside a
-	// prestarted worker it starts now; beside a cold one, whose own start-up would share the
-	// CPUs with it, at the worker's first reservation (handle), when it is about to write: a
-	// cold no-op then never pays for it (measured, a local Lance no-op paid 10-25%).
-	if ss.prestarted {
-		ss.settler = s.prestartSettle(j)
-	}
-	defer func() { ss.settler.close() }() // gone before the answer, whatever happens
 	if !ss.prestarted {
 		ss.logAssigned()
 	}
 	ss.run()
 	ss.logAssigned() // if no request was written
-	if ss.violation != "" || ss.deadline || !claimsCommit(ss.result) {
-		ss.settler.drop()
-	}
 	out, release := ss.teardown()
+	// The domain is dead and reaped: its gateway, closed now, is final — nothing of the
+	// invocation can start or land any more — and decides the outcome with storage.
+	rec := ss.gw.close()
 	// The domain is dead and reaped: nothing can still write into its temp dir (lance#8992
 	// leaves IVF shuffle files there even on success). It goes after the answer, behind the
 	// namespaces: the held mount namespace has the dir mounted, and an rmdir there detaches that
@@ -443,16 +387,18 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 			s.log.Error("removing the domain's temp dir failed", "invocation", j.p.InvocationID, "error", err)
 		}
 	}
-	res := s.confirmed(j, ss.classify(out), ss.settler)
-	ss.settler.close()
+	res := ss.classify(out)
+	if ss.requested {
+		v, err := s.decide(j, rec)
+		if err == nil {
+			j.outcome = v.Outcome
+		}
+		res = s.confirmed(j, res, v, err)
+	} else {
+		j.outcome = slot.NotCommitted // the request never reached the engine
+	}
 	res.WallMs = time.Since(start).Milliseconds()
 	return res
-}
-
-// claimsCommit reports whether a worker's result claims a commit, which its answer may pass on
-// only once confirmed (Server.confirmed).
-func claimsCommit(r *workerproto.Result) bool {
-	return r != nil && r.Phase == rpc.PhaseNativeReturn && r.Code == rpc.NativeOK && r.CommittedVersion != 0
 }
 
 func launchFailed(err error) rpc.MutateResult {
@@ -516,21 +462,22 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			ss.violation = fmt.Sprintf("hello from pid %d, worker is %d", f.Pid, ss.dom.WorkerPid())
 			return true
 		}
-		req := ss.j.p
-		// The sidecar's own keys, for a call that brings none, and only for this call's store when
-		// it is allowed (admission already refused one that is not); like per-call ones they
-		// travel only in this frame.
-		creds, err := ss.s.credsFor(req.Dataset.Store, req.Credentials)
-		if err != nil {
-			ss.violation = "credentials: " + err.Error()
-			return true
-		}
-		req.Credentials = creds
 		if err := f.Engine.Check(); err != nil || f.Engine.Settle != ss.j.eng.decl.Settle {
 			ss.violation = fmt.Sprintf("hello of engine %s does not match its registration (settle %q, registered %q): %v",
 				ss.j.eng.name, f.Engine.Settle, ss.j.eng.decl.Settle, err)
 			return true
 		}
+		// The engine reaches its dataset through its gateway only, with a key good there alone;
+		// the call's store and keys (or the sidecar's) stay in the sidecar.
+		gw, err := ss.s.openGateway(ss.j, ss.dom)
+		if err != nil {
+			ss.gwErr = err
+			return true
+		}
+		ss.gw = gw
+		req := ss.j.p
+		req.Dataset, req.Credentials = gw.reach, gw.creds
+		ss.logw.redactAlso(gw.creds.AccessKey, gw.creds.SecretKey)
 		req.Engine = "" // the engine is the one running; ENGINE.md §4.1
 		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req, TempDir: ss.tempDir})
 		if err == nil {
@@ -553,22 +500,15 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			ss.violation = fmt.Sprintf("reserve seq %d, want %d", f.Seq, ss.reserveSeq)
 			return true
 		}
+		// Custody is taken by the gateway as each object is written (ENGINE.md §6): a reserve
+		// frame is granted without effect, for engines written before the gateway.
 		answer := &workerproto.Frame{T: workerproto.TypeReserved, Seq: f.Seq}
-		if err := ss.s.reserve(ss.j, f.Keys, f.Prefixes); err != nil {
-			answer.Error, answer.Refusal = err.Error(), refusalOf(err)
-		}
 		if err := workerproto.Write(ss.toW, answer, workerproto.MaxRequestFrame); err != nil {
 			ss.violation = "reserve answer write failed: " + err.Error()
 			return true
 		}
-		if ss.settler == nil { // it is about to write, so it may commit (see invoke)
-			ss.settler = ss.s.prestartSettle(ss.j)
-		}
 	case f.T == workerproto.TypeResult && ss.requested && ss.result == nil:
 		ss.result = f.Result
-		if !claimsCommit(f.Result) {
-			ss.settler.drop() // no commit to confirm: down while this domain ends
-		}
 		ss.s.log.Debug("worker result", "invocation", ss.j.p.InvocationID, "phase", f.Result.Phase, "code", f.Result.Code, "created", len(f.Result.Created))
 		return false // keep reading: a second result or garbage after it is still a violation
 	default:
@@ -630,6 +570,10 @@ func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 		// The request never reached the worker: nothing can have run.
 		res.Phase, res.Code = rpc.PhasePreInvocationRejected, rpc.ReasonLaunchFailed
 		res.Message = "the worker ended before it received the request"
+		if ss.gwErr != nil {
+			res.Code = rpc.ReasonDatasetUnavailable
+			res.Message = errNoGateway.Error() + ": " + ss.s.sanitize(ss.j, ss.gwErr.Error())
+		}
 		if ss.violation != "" {
 			res.Code, res.Message = rpc.ReasonInvalidRequest, "the request never reached the worker: "+ss.s.sanitize(ss.j, ss.violation)
 		}

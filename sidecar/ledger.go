@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/custody"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage/ledger"
@@ -32,7 +31,7 @@ func (s *Server) openLedger() error {
 			"invocations recorded only there are settled by index.resolve", "file", path+".invocations")
 	}
 	c, err := custody.Open(custody.Config{Path: path, Capacity: s.cfg.LedgerCapacity, Quota: s.cfg.LedgerQuota, OpenStore: s.openFencingStore,
-		Redact: s.sanitizeCreds, Logger: s.log.Named("ledger"), EngineSettle: s.custodySettle})
+		Redact: s.sanitizeCreds, Logger: s.log.Named("ledger")})
 	if errors.Is(err, ledger.ErrCorrupt) {
 		lock.Close()
 		return fmt.Errorf("sidecar: ledger: %w; %s", err, s.corruptLedgerHint())
@@ -115,10 +114,10 @@ func refusalOf(err error) string {
 	return workerproto.RefusalUnavailable
 }
 
-// settleCustody settles the job's tickets from its answer, before the answer is sent.
-func (s *Server) settleCustody(j *job, res rpc.MutateResult) {
+// settleCustody settles the job's tickets from its decided outcome, before the answer is sent.
+func (s *Server) settleCustody(j *job) {
 	if s.custody != nil {
-		s.custody.Finish(invocationOf(j), res)
+		s.custody.Finish(invocationOf(j), j.outcome)
 	}
 }
 
@@ -137,26 +136,4 @@ func defaultStateDir() string {
 		return filepath.Join(h, ".local", "state", "steward")
 	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("steward-%d", os.Geteuid()))
-}
-
-// custodySettle is custody's EngineSettle: the invocation's engine settles its slot in a fresh
-// domain, told that the invocation's domain is reaped (custody only settles those).
-func (s *Server) custodySettle(ctx context.Context, engine string, slot custody.Slot, creds *rpc.Credentials) (string, error) {
-	e, err := s.engineNamed(engine)
-	if err != nil {
-		return "", err
-	}
-	if e.decl.Settle == rpc.SettleNone {
-		// Its settle is no guarantee: the tickets stay until a person decides.
-		return rpc.OutcomeUnknown, nil
-	}
-	if err := s.requireCondWrites(ctx, slot.Store, creds, nil); err != nil {
-		return "", err // a fence on a store that ignores put-if-absent would prove nothing
-	}
-	out, err := s.settleIn(ctx, e, workerproto.SettleRequest{InvocationID: slot.Invocation, Dataset: rpc.DatasetRef{Store: slot.Store, Path: slot.Path},
-		PinnedVersion: slot.Pinned, Credentials: creds, DomainReaped: true}, nil)
-	if err != nil {
-		return "", err
-	}
-	return out.Outcome, nil
 }

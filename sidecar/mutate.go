@@ -9,6 +9,7 @@ import (
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage/slot"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -25,6 +26,9 @@ type job struct {
 	// afterAnswer, set by invoke, releases what the answer need not wait for (the domain's
 	// empty namespaces, then its temp dir); the executor calls it once the answer is written.
 	afterAnswer func()
+	// outcome is what storage says of the invocation once its domain is reaped (invoke's
+	// decide): custody settles its tickets by it. Unknown until decided.
+	outcome slot.Outcome
 }
 
 // killBudget is reserved in front of every deadline so that the answer, which waits for the kill
@@ -135,7 +139,7 @@ func shuttingDown() rpc.MutateResult {
 // answer settles the job's custody from its answer and hands the answer to the waiting call.
 func (s *Server) answer(j *job, res rpc.MutateResult) {
 	res.InvocationID, res.Epoch, res.TraceParent = j.p.InvocationID, s.epoch, j.p.TraceParent
-	s.settleCustody(j, res)
+	s.settleCustody(j)
 	s.metrics.observeMutation(res, time.Since(j.received))
 	j.done <- res
 }

@@ -53,20 +53,18 @@ type Server struct {
 	closeErr  error
 
 	engines     map[string]*engine // registered engines by name, fixed after New
-	settleSem   chan struct{}      // bounds the settle domains running at once (Executors)
 	engineOrder []string           // their names, builtin first, in registration order
+	gateways    liveGateways       // the invocations whose gateway is open now
 
 	spareMu      sync.Mutex
 	spares       map[*warm]struct{} // idle prestarted workers
 	sparesClosed bool
-	// spareFor: the engine and dataset of the last call, which the next spare is born for (the
-	// engine it runs; its network, writable folder and mounts: a contained domain's network is
-	// chosen at its birth and a worker contains itself before hello when its reach is known);
-	// spares follow the recent calls and serve calls of the same engine with the same reach.
-	// nil before the first call (spares of the built-in engine, born with network).
+	// spareFor: the engine of the last call, which the next spare is born for; spares follow the
+	// recent calls and serve any call of the same engine (a domain reaches no store until its
+	// request opens its gateway). nil before the first call (spares of the built-in engine).
 	spareFor atomic.Pointer[spareTarget]
-	// reachMoved is closed (and replaced, under spareMu) when a call's engine or reach differs
-	// from the previous one's: executors then replace idle spares born for the old one.
+	// reachMoved is closed (and replaced, under spareMu) when a call's engine differs from the
+	// previous one's: executors then replace idle spares born for the old one.
 	reachMoved chan struct{}
 
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
@@ -114,7 +112,6 @@ func New(cfg Config) (*Server, error) {
 		Track:       s.track,
 	})
 	s.queue = make(chan *job, cfg.QueueCapacity)
-	s.settleSem = make(chan struct{}, cfg.Executors)
 	s.spares = map[*warm]struct{}{}
 	s.reachMoved = make(chan struct{})
 	s.dedup = newDedup(cfg.DedupCapacity)
@@ -358,6 +355,7 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 			LedgerQuota:     s.cfg.LedgerQuota,
 		},
 		Credentials: &rpc.CredentialsReport{Source: s.cfg.CredentialsSource, AllowStores: s.allow.names()},
+		Storage:     s.storageReport(),
 	}, nil
 }
 

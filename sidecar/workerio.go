@@ -45,6 +45,14 @@ func (w *workerLog) bind(invocation, traceID string, creds *rpc.Credentials, ext
 	}
 }
 
+// redactAlso adds secrets to redact from the worker's lines from now on (the engine's
+// per-invocation gateway key, made once the request is about to be sent).
+func (w *workerLog) redactAlso(secrets ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.secrets = append(w.secrets, secrets...)
+}
+
 func (w *workerLog) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

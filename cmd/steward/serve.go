@@ -16,6 +16,7 @@ import (
 	"github.com/cba1309c/steward/plugin"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar"
+	"github.com/cba1309c/steward/storage/gateway"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -40,6 +41,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	ledgerCap := fs.Int("ledger-capacity", 65536, "object tickets the ledger may hold at once")
 	ledgerQuota := fs.Int("ledger-quota", sidecar.DefaultLedgerQuota, "object tickets one invocation may hold at once")
 	own := credentialFlags(fs)
+	workerDisk := fs.Int64("worker-disk", sidecar.DefaultWorkerDisk, "bytes one invocation's engine may write to its store through its gateway")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics: PORT or localhost:PORT (loopback), or HOST:PORT as given; default off")
 	var engines []sidecar.EngineSpec
 	fs.Func("engine", "register an engine, NAME=COMMAND [ARG…] (COMMAND an absolute path; repeatable; builtin is always there)", func(v string) error {
@@ -80,9 +82,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		Isolation: iso, Executors: *executors, QueueCapacity: *queue, ClockSkew: *skew, MinRunnable: *minRun,
 		TestFaults: *faults, Engines: engines, StateDir: *stateDir, LedgerPath: *ledgerPath, LedgerCapacity: *ledgerCap,
 		MetricsListen: *metricsListen, LedgerQuota: *ledgerQuota, WorkerExecutable: workerExecutable,
-		// The sidecar's own S3 keys (index.resolve, custody, sweep, and a worker's frame for its
-		// own call's store) come from a file or a descriptor, go only to the allowed stores, and
-		// are never logged.
+		Gateway: gateway.Limits{MaxBytes: *workerDisk},
+		// The sidecar's own S3 keys (index.resolve, custody, sweep, and the gateways' upstream for
+		// calls on allowed stores) come from a file or a descriptor, go only to the allowed
+		// stores, and are never logged.
 		S3Credentials: creds, CredentialsSource: source, AllowStores: own.allow,
 	})
 	if err != nil {

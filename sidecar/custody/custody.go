@@ -11,8 +11,8 @@ import (
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
-	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/cba1309c/steward/storage/ledger"
+	"github.com/cba1309c/steward/storage/slot"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -38,19 +38,6 @@ type Config struct {
 	Logger hclog.Logger
 	// RecoverInterval paces the retries of what could not be settled yet. Default: 30s.
 	RecoverInterval time.Duration
-	// EngineSettle settles an invocation of an engine other than the built-in one through that
-	// engine's settle, in a fresh domain, telling it the invocation's domain is reaped (custody
-	// settles only invocations whose domain is gone). It answers rpc.OutcomeCommitted,
-	// OutcomeNotCommitted or OutcomeUnknown. Default: none (such invocations stay unsettled).
-	EngineSettle func(ctx context.Context, engine string, slot Slot, creds *rpc.Credentials) (string, error)
-}
-
-// Slot is where an invocation may have committed: slot Pinned+1 of the dataset at Path.
-type Slot struct {
-	Invocation string
-	Store      rpc.StoreSpec
-	Path       string
-	Pinned     int64
 }
 
 // Invocation is one index mutation as custody sees it.
@@ -79,7 +66,6 @@ type Custody struct {
 	fences sync.WaitGroup // self-fences started by Finish
 
 	mu        sync.Mutex
-	verify    map[string]struct{} // failed invocations whose slot could not be read yet
 	fence     map[string]struct{} // indeterminate invocations whose self-fence must be retried
 	unsettled int                 // invocations left Unknown by the last recovery pass
 	closed    bool                // Close began: no new self-fence starts
@@ -106,7 +92,7 @@ func Open(cfg Config) (*Custody, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Custody{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		verify: map[string]struct{}{}, fence: map[string]struct{}{}}
+		fence: map[string]struct{}{}}
 	var err error
 	c.l, err = ledger.Open(ctx, ledger.Config{Path: cfg.Path, Capacity: cfg.Capacity, Stores: c.openNamed, Logger: cfg.Logger})
 	if err != nil {
@@ -191,46 +177,22 @@ func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys, prefixes []
 	return err
 }
 
-// Finish settles a finished invocation's tickets from its answer, before the answer is sent:
-// a commit accepts them; a certain failure abandons them (after reading the slot, since a failed
-// engine call may still have committed); INDETERMINATE fences the slot in the background.
-func (c *Custody) Finish(inv Invocation, res rpc.MutateResult) {
+// Finish settles a finished invocation's tickets, before its answer is sent, from what the
+// sidecar decided (its gateway's record and storage): a commit accepts them, a certain failure
+// abandons them, and an unknown outcome is decided again in the background (Decide, the domain
+// being gone), and by recovery passes until storage answers.
+func (c *Custody) Finish(inv Invocation, o slot.Outcome) {
 	ctx, cancel := context.WithTimeout(c.ctx, ResolveTimeout)
 	defer cancel()
 	if st, err := c.l.Status(ctx, Owner(inv.ID)); err != nil || st.Held == 0 {
 		return
 	}
-	var verdict ledger.Verdict
-	switch {
-	case res.Phase == rpc.PhaseIndeterminate:
-		// The answer waits for the domain to be dead and reaped, so the worker can never commit
-		// from here on: fence its slot now, as index.resolve would, and settle the tickets on
-		// this sidecar whichever sidecar the host later resolves through. Until the fence lands
-		// (storage unreachable) the tickets stay, and recovery passes retry it.
-		c.log.Info("indeterminate invocation: fencing its slot to settle its tickets", "invocation", inv.ID)
+	if o == slot.Unknown {
+		c.log.Info("outcome not known yet: deciding it from storage in the background", "invocation", inv.ID)
 		c.startFence(inv.ID)
 		return
-	case res.Phase == rpc.PhaseNativeReturn && res.Code == rpc.NativeOK && res.CommittedVersion > 0:
-		verdict = ledger.Committed
-	case res.Phase == rpc.PhaseNativeReturn:
-		// A failed engine call may still have committed (a retried put-if-absent whose first
-		// attempt landed reports a conflict): read the slot before deleting anything.
-		var err error
-		if verdict, err = c.readSlot(ctx, inv.ID, inv.Creds); err != nil {
-			c.log.Warn("slot unreadable: tickets kept and checked again later", "invocation", inv.ID,
-				"error", c.cfg.Redact(inv.Creds, err.Error()))
-			c.mu.Lock()
-			c.verify[inv.ID] = struct{}{}
-			c.mu.Unlock()
-			return
-		}
-		if verdict == ledger.Committed {
-			c.log.Warn("engine reported failure but the slot holds its commit: objects kept", "invocation", inv.ID, "code", res.Code)
-		}
-	default:
-		verdict = ledger.NotCommitted
 	}
-	c.apply(ctx, inv.ID, verdict)
+	c.apply(ctx, inv.ID, verdictOf(o))
 }
 
 // Settle applies an index.resolve outcome (rpc.OutcomeCommitted or rpc.OutcomeNotCommitted;
@@ -259,9 +221,6 @@ func (c *Custody) apply(ctx context.Context, inv string, v ledger.Verdict) {
 		c.log.Error("settling tickets failed; recovery will settle them after a restart", "invocation", inv, "error", err)
 		return
 	}
-	c.mu.Lock()
-	delete(c.verify, inv)
-	c.mu.Unlock()
 }
 
 // record returns the invocation's note.
@@ -271,34 +230,6 @@ func (c *Custody) record(inv string) (record, error) {
 		return record{}, fmt.Errorf("no record of invocation %s: its tickets need a host to settle them (index.resolve)", inv)
 	}
 	return decodeRecord(note)
-}
-
-// readSlot reads slot pinned+1 without writing: Committed when it holds the invocation's
-// commit, NotCommitted when it is empty or holds anything else. Another engine's slot is read
-// through its settle (which may fence an empty slot: the invocation's domain is gone).
-func (c *Custody) readSlot(ctx context.Context, inv string, creds *rpc.Credentials) (ledger.Verdict, error) {
-	rec, err := c.record(inv)
-	if err != nil {
-		return ledger.Unknown, err
-	}
-	if !rec.builtin() {
-		return c.engineVerdict(ctx, inv, rec, creds)
-	}
-	st, err := c.cfg.OpenStore(ctx, rec.Store, creds)
-	if err != nil {
-		return ledger.Unknown, err
-	}
-	d, err := dataset.Open(ctx, st, rec.Path, rec.Pinned+1)
-	switch {
-	case errors.Is(err, dataset.ErrVersionNotFound):
-		return ledger.NotCommitted, nil
-	case err != nil:
-		return ledger.Unknown, err
-	}
-	if m := d.Manifest(); !m.IsFence() && m.Transaction.InvocationID == inv {
-		return ledger.Committed, nil
-	}
-	return ledger.NotCommitted, nil
 }
 
 // openNamed is the ledger's store resolver: the canonical name parsed back, always with the

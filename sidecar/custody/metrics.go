@@ -31,7 +31,7 @@ var ledgerMetricHelp = map[string]string{
 	"steward_ledger_prefix_tickets":                "Prefix tickets among the tickets held (each owns every object under its prefix).",
 	"steward_ledger_prefix_objects_deleted_total":  "Objects deleted under abandoned prefix tickets.",
 	"steward_ledger_unsettled_invocations":         "Invocations from before a restart whose outcome recovery could not decide yet.",
-	"steward_ledger_unverified_failed_invocations": "Failed invocations whose commit slot could not be read yet; their tickets are kept.",
+	"steward_ledger_unverified_failed_invocations": "Finished invocations whose outcome storage could not decide yet (retried each recovery pass); their tickets are kept.",
 }
 
 func newCollector(c *Custody) *ledgerCollector {
@@ -53,7 +53,7 @@ func (lc *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 func (lc *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	st := lc.c.l.Stats()
 	lc.c.mu.Lock()
-	unsettled, unverified := lc.c.unsettled, len(lc.c.verify)
+	unsettled, unverified := lc.c.unsettled, len(lc.c.fence)
 	lc.c.mu.Unlock()
 	gauge := func(name string, v float64) {
 		ch <- prometheus.MustNewConstMetric(lc.descs[name], prometheus.GaugeValue, v)

@@ -2,13 +2,9 @@ package custody
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/cba1309c/steward/rpc"
-	"github.com/cba1309c/steward/storage"
-	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/cba1309c/steward/storage/ledger"
 )
 
@@ -41,18 +37,10 @@ func (c *Custody) pass() {
 	}
 	c.mu.Lock()
 	c.unsettled = rep.Unknown
-	fence, verify := keys(c.fence), keys(c.verify)
+	fence := keys(c.fence)
 	c.mu.Unlock()
 	for _, inv := range fence {
 		c.selfFence(ctx, inv)
-	}
-	for _, inv := range verify {
-		v, err := c.readSlot(ctx, inv, nil)
-		if err != nil {
-			c.log.Warn("slot still unreadable: tickets kept", "invocation", inv, "error", c.cfg.Redact(nil, err.Error()))
-			continue
-		}
-		c.apply(ctx, inv, v)
 	}
 }
 
@@ -98,10 +86,10 @@ func (c *Custody) selfFence(ctx context.Context, inv string) {
 	c.mu.Unlock()
 }
 
-// settleRecovered decides an invocation whose worker is gone by fencing its slot, as
-// index.resolve does: isolation killed a dead sidecar's domains before the ledger opened, and a
-// finished invocation's domain is reaped before its answer, so a fence never races a commit.
-// An error leaves it for the next pass.
+// settleRecovered decides an invocation whose domain is gone from storage alone (Decide):
+// isolation killed a dead sidecar's domains, and with them their gateways, before the ledger
+// opened, and a finished invocation's gateway is closed before its answer, so nothing of the
+// invocation can still be written. An error leaves it for the next pass.
 func (c *Custody) settleRecovered(ctx context.Context, o ledger.Owner, note []byte) (ledger.Verdict, error) {
 	if note == nil {
 		return ledger.Unknown, fmt.Errorf("no record of invocation %s: its tickets need a host to settle them (index.resolve)", o.ID)
@@ -112,40 +100,13 @@ func (c *Custody) settleRecovered(ctx context.Context, o ledger.Owner, note []by
 	}
 	ctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	defer cancel()
-	if !rec.builtin() {
-		return c.engineVerdict(ctx, o.ID, rec, nil)
-	}
 	st, err := c.cfg.OpenStore(ctx, rec.Store, nil)
 	if err != nil {
 		return ledger.Unknown, fmt.Errorf("open store: %s", c.cfg.Redact(nil, err.Error()))
 	}
-	out, err := dataset.ResolveSlot(ctx, st, rec.Path, rec.Pinned, o.ID)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		// The pinned version is gone and the slot is empty: the invocation never committed and,
-		// dead, never will.
-		return ledger.NotCommitted, nil
-	case err != nil:
-		return ledger.Unknown, fmt.Errorf("resolve: %s", c.cfg.Redact(nil, err.Error()))
-	case out.Committed:
-		return ledger.Committed, nil
+	v, err := Decide(ctx, st, rec.Path, rec.Pinned, o.ID, rec.builtin(), false)
+	if err != nil {
+		return ledger.Unknown, fmt.Errorf("decide: %s", c.cfg.Redact(nil, err.Error()))
 	}
-	return ledger.NotCommitted, nil
-}
-
-// engineVerdict settles an invocation of another engine through Config.EngineSettle.
-func (c *Custody) engineVerdict(ctx context.Context, inv string, rec record, creds *rpc.Credentials) (ledger.Verdict, error) {
-	if c.cfg.EngineSettle == nil {
-		return ledger.Unknown, fmt.Errorf("invocation %s ran on engine %q, which this sidecar cannot settle", inv, rec.Engine)
-	}
-	out, err := c.cfg.EngineSettle(ctx, rec.Engine, Slot{Invocation: inv, Store: rec.Store, Path: rec.Path, Pinned: rec.Pinned}, creds)
-	switch {
-	case err != nil:
-		return ledger.Unknown, fmt.Errorf("engine %s settle: %s", rec.Engine, c.cfg.Redact(creds, err.Error()))
-	case out == rpc.OutcomeCommitted:
-		return ledger.Committed, nil
-	case out == rpc.OutcomeNotCommitted:
-		return ledger.NotCommitted, nil
-	}
-	return ledger.Unknown, fmt.Errorf("engine %s settle: the outcome is still unknown", rec.Engine)
+	return verdictOf(v.Outcome), nil
 }

@@ -50,14 +50,12 @@ func Main() int {
 		fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
 		return isolation.ExitRefused
 	}
-	if os.Getenv(workerproto.EnvReachBound) == "1" {
-		// The launch's policy holds this call's reach already: contain now, before hello, so
-		// that a prestarted worker pays for it before its request arrives. Run's Contain is
-		// then a no-op (Contain works once), and a request outside the reach finds it shut.
-		if err := isolation.Contain(isolation.Policy{}); err != nil {
-			fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
-			return isolation.ExitRefused
-		}
+	// Contained, before hello: every call reaches its store through the domain's gateway, which
+	// the launch's policy holds already, so a prestarted worker pays for it before its request
+	// arrives (a no-op when it was not born contained).
+	if err := isolation.Contain(isolation.Policy{}); err != nil {
+		fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
+		return isolation.ExitRefused
 	}
 	c, err := enginesdk.Open()
 	if err != nil {
@@ -89,14 +87,6 @@ func Run(ctx context.Context, c *enginesdk.Conn) int {
 		fmt.Fprintln(os.Stderr, "steward worker:", err)
 		return 4
 	}
-	// The engine part starts here: contain the process for this call's store first (nothing to
-	// do unless the sidecar launched it contained and Main has not contained it already).
-	if os.Getenv(isolation.EnvContain) == "1" {
-		if err := isolation.Contain(reachOf(f)); err != nil {
-			fmt.Fprintln(os.Stderr, "steward worker: refused:", err)
-			return isolation.ExitRefused
-		}
-	}
 	if f.Kind != workerproto.KindSettle {
 		if req, err := f.Mutate(); err == nil {
 			if req.Fault == workerproto.FaultClaimCommit {
@@ -110,27 +100,6 @@ func Run(ctx context.Context, c *enginesdk.Conn) int {
 		}
 	}
 	return enginesdk.Answer(ctx, c, f, builtin{})
-}
-
-// reachOf is what the request's store needs (workerproto.Reach); nothing for a request that
-// does not decode (the SDK answers it as malformed).
-func reachOf(f *workerproto.Frame) isolation.Policy {
-	var ds rpc.DatasetRef
-	if f.Kind == workerproto.KindSettle {
-		req, err := f.Settle()
-		if err != nil {
-			return isolation.Policy{}
-		}
-		ds = req.Dataset
-	} else {
-		req, err := f.Mutate()
-		if err != nil {
-			return isolation.Policy{}
-		}
-		ds = req.Dataset
-	}
-	_, p := workerproto.Reach(ds)
-	return p
 }
 
 // builtin is the engine behind the SDK.

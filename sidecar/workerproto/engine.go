@@ -48,12 +48,14 @@ func validIndexType(s string) bool {
 
 // Check reports why a declaration cannot be registered: another protocol version, an unknown
 // settle guarantee, no or malformed index types. The sidecar unregisters such an engine.
+// settle is optional: the sidecar decides every engine's outcomes from its gateway's record and
+// storage (docs/ENGINE.md §4.3), so a declared guarantee is checked for form only.
 func (e *Engine) Check() error {
 	if e.Protocol != Protocol {
 		return fmt.Errorf("%w: engine speaks protocol %d, the sidecar %d", ErrMalformed, e.Protocol, Protocol)
 	}
 	switch e.Settle {
-	case SettleFence, SettleClaimFence, SettleNone:
+	case "", SettleFence, SettleClaimFence, SettleNone:
 	default:
 		return fmt.Errorf("%w: settle guarantee %q (want fence, claim-fence or none)", ErrMalformed, e.Settle)
 	}

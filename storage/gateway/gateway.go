@@ -64,7 +64,8 @@ const (
 	maxParts                 = 10_000
 )
 
-func (l Limits) withDefaults() Limits {
+// WithDefaults fills the zero fields with their defaults.
+func (l Limits) WithDefaults() Limits {
 	if l.MaxBytes <= 0 {
 		l.MaxBytes = DefaultMaxBytes
 	}
@@ -186,7 +187,7 @@ func New(cfg Config) (*Gateway, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	g := &Gateway{cfg: cfg, lim: cfg.Limits.withDefaults(), log: log, base: ds + "/",
+	g := &Gateway{cfg: cfg, lim: cfg.Limits.WithDefaults(), log: log, base: ds + "/",
 		written: map[string]struct{}{}, uploads: map[string]*upload{}}
 	g.bucket = newTokenBucket(g.lim.RequestsPerSecond, g.lim.Burst)
 	g.ctx, g.cancel = context.WithCancel(context.Background())
