@@ -364,7 +364,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	}()
 	w.logw.bind(j.p.InvocationID, rpc.TraceID(j.p.TraceParent), j.p.Credentials, s.ownSecrets()...)
 	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir, logw: w.logw,
-		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent), prestarted: w == spare}
+		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent, s.callSecrets(j.p.Credentials)), prestarted: w == spare}
 	defer ss.progress.stop()
 	if !ss.prestarted {
 		ss.logAssigned()
@@ -426,13 +426,15 @@ func (ss *session) run() {
 	// Once the worker's main process has exited, frames it wrote are still read for a moment;
 	// after that the session ends even if a descendant holds the pipe open.
 	exited := ss.dom.Done()
-	var drained <-chan time.Time
+	var drained, answered <-chan time.Time
 	for {
 		select {
 		case <-exited:
 			exited, drained = nil, time.After(exitDrain)
 		case <-drained:
 			return
+		case <-answered:
+			return // answered, and still holding its pipe open past the grace: teardown kills it
 		case fe, ok := <-ss.frames:
 			if !ok || fe.err != nil {
 				if ok && (errors.Is(fe.err, workerproto.ErrMalformed) || errors.Is(fe.err, workerproto.ErrFrameTooLarge)) {
@@ -446,6 +448,9 @@ func (ss *session) run() {
 			}
 			if done := ss.handle(fe.f); done {
 				return
+			}
+			if ss.result != nil && answered == nil {
+				answered = time.After(resultGrace)
 			}
 		case <-timer.C:
 			ss.deadline = true
@@ -518,9 +523,9 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 	return false
 }
 
-// teardown brings the domain down: a worker that answered cleanly gets resultGrace to exit by
-// itself; a deadline gets the full ladder (SIGTERM, grace, SIGKILL); a protocol violation is
-// killed at once. It returns only when the domain is dead, reaped and its cgroups are removed.
+// teardown brings the domain down: a worker that answered cleanly has had resultGrace to exit by
+// itself (run) and is killed if it is still there; a deadline gets the full ladder (SIGTERM,
+// grace, SIGKILL); a protocol violation is killed at once. It returns only when the domain is dead, reaped and its cgroups are removed.
 //
 // The domain's empty namespaces stay held (isolation.Domain.CloseHolding): release, which the
 // executor calls once the answer is written, lets the kernel destroy them.
@@ -535,11 +540,9 @@ func (ss *session) teardown() (isolation.Outcome, func()) {
 	case ss.deadline:
 		out, err = ss.dom.Terminate(ctx)
 	default:
-		select {
-		case <-ss.dom.Done():
-		case <-time.After(resultGrace):
-		}
-		out, err = ss.dom.Terminate(ctx)
+		// It answered, or it is gone: what is left of it has had its grace (run waits up to
+		// resultGrace after an answer) and is killed, not asked (an exited domain is not signalled).
+		out, err = ss.dom.Kill(ctx)
 	}
 	for attempt := 0; errors.Is(err, isolation.ErrReapBound) && attempt < 3; attempt++ {
 		ss.s.log.Warn("domain not yet reaped; killing again", "invocation", ss.j.p.InvocationID, "survivors", out.Survivors)
@@ -565,7 +568,7 @@ func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 		r := ss.result
 		res.Phase, res.Code = r.Phase, r.Code
 		res.ObservedLatestVersion, res.CommittedVersion = r.ObservedLatest, r.CommittedVersion
-		res.CompletionReason, res.Message, res.IndexUUID = r.CompletionReason, ss.s.sanitize(ss.j, r.Message), r.IndexUUID
+		res.CompletionReason, res.Message, res.IndexUUID = r.CompletionReason, engineText(ss.s.sanitize(ss.j, r.Message), maxEngineText), r.IndexUUID
 	case !ss.requested:
 		// The request never reached the worker: nothing can have run.
 		res.Phase, res.Code = rpc.PhasePreInvocationRejected, rpc.ReasonLaunchFailed

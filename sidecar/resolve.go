@@ -66,9 +66,15 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 
 // sanitizeCreds redacts the given per-call credentials and the sidecar's own keys from msg.
 func (s *Server) sanitizeCreds(c *rpc.Credentials, msg string) string {
+	return redact(msg, s.callSecrets(c))
+}
+
+// callSecrets are the secrets a message about a call must not carry: the call's credentials
+// and the sidecar's own keys.
+func (s *Server) callSecrets(c *rpc.Credentials) []string {
 	secrets := s.ownSecrets()
 	if c != nil {
 		secrets = append(secrets, c.SecretKey, c.AccessKey, c.SessionToken)
 	}
-	return redact(msg, secrets)
+	return secrets
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
@@ -95,26 +97,59 @@ func redact(s string, secrets []string) string {
 // sanitize redacts the job's credentials from a message bound for the host.
 func (s *Server) sanitize(j *job, msg string) string { return s.sanitizeCreds(j.p.Credentials, msg) }
 
+// maxEngineText bounds an engine's text that reaches the host (a result's message; a progress
+// stage is bounded tighter): longer text is cut, with "…".
+const maxEngineText = 1024
+
+// maxStage bounds a progress stage's name.
+const maxStage = 64
+
+// engineText makes an engine's text fit for the host and its logs: printable (control and
+// bidirectional-override characters become spaces: no forged lines, no terminal escapes, no
+// text that reads other than it is), at most max bytes (cut on a rune boundary, with "…").
+// Redaction comes first, by the caller, so that a cut never leaves half a secret.
+func engineText(msg string, max int) string {
+	var b strings.Builder
+	for _, r := range msg {
+		switch {
+		case r == utf8.RuneError, unicode.IsControl(r), r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069:
+			r = ' '
+		}
+		if b.Len()+utf8.RuneLen(r) > max {
+			b.WriteString("…")
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // progressSender forwards the latest progress to the host without ever blocking the session: a
 // slow or vanished host loses intermediate steps, never the worker's time.
 type progressSender struct {
-	peer   *rpc.Peer
-	inv    string
-	trace  string // the mutation's traceparent, carried on every notification
-	mu     sync.Mutex
-	latest *rpc.ProgressParams
-	wake   chan struct{}
-	quit   chan struct{}
-	done   chan struct{}
+	peer    *rpc.Peer
+	secrets []string // redacted from stages: the call's and the sidecar's keys
+	inv     string
+	trace   string // the mutation's traceparent, carried on every notification
+	mu      sync.Mutex
+	latest  *rpc.ProgressParams
+	wake    chan struct{}
+	quit    chan struct{}
+	done    chan struct{}
 }
 
-func newProgressSender(peer *rpc.Peer, inv, traceParent string) *progressSender {
-	p := &progressSender{peer: peer, inv: inv, trace: traceParent, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+func newProgressSender(peer *rpc.Peer, inv, traceParent string, secrets []string) *progressSender {
+	p := &progressSender{peer: peer, inv: inv, trace: traceParent, secrets: secrets, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go p.loop()
 	return p
 }
 
+// progressInterval spaces the notifications of one mutation: at most 10 a second reach the
+// host, whatever the engine sends (the latest wins).
+const progressInterval = 100 * time.Millisecond
+
 func (p *progressSender) send(stage string, done, total int64) {
+	stage = engineText(redact(stage, p.secrets), maxStage)
 	p.mu.Lock()
 	p.latest = &rpc.ProgressParams{InvocationID: p.inv, Stage: stage, Done: done, Total: total, TraceParent: p.trace}
 	p.mu.Unlock()
@@ -140,6 +175,11 @@ func (p *progressSender) loop() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = p.peer.Notify(ctx, rpc.NotifyProgress, msg)
 			cancel()
+		}
+		select {
+		case <-p.quit:
+			return
+		case <-time.After(progressInterval):
 		}
 	}
 }

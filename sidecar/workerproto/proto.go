@@ -295,7 +295,35 @@ func (f *Frame) validateResult() error {
 	if f.Result.CommittedVersion < 0 || f.Result.ObservedLatest < 0 {
 		return fmt.Errorf("%w: negative version in result", ErrMalformed)
 	}
+	if u := f.Result.IndexUUID; u != "" && !validIndexUUID(u) {
+		return fmt.Errorf("%w: index_uuid %q is not 1-64 of [A-Za-z0-9._-] starting alphanumeric", ErrMalformed, truncate(u, 80))
+	}
+	if len(f.Result.Created) > MaxReserveNames {
+		return fmt.Errorf("%w: %d created keys (at most %d)", ErrMalformed, len(f.Result.Created), MaxReserveNames)
+	}
 	return nil
+}
+
+// validIndexUUID: an index's folder name as engines choose it (a UUID, Lance's or the built-in
+// engine's): 1-64 of [A-Za-z0-9._-], starting alphanumeric — never a path or a control character.
+func validIndexUUID(u string) bool {
+	if len(u) > 64 {
+		return false
+	}
+	for i, c := range []byte(u) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return u != ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // Write writes one frame, refusing one larger than limit.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/cba1309c/steward/rpc"
@@ -139,5 +140,20 @@ func TestRequestKinds(t *testing.T) {
 	mr, err := m.Mutate()
 	if err != nil || mr.InvocationID != "m" || mr.TempDir != "/tmp/x" {
 		t.Errorf("mutate %+v %v", mr, err)
+	}
+}
+
+// TestResultIndexUUID: an index_uuid is a folder name engines choose (a UUID), never a path, a
+// control character or an unbounded string: anything else makes the result malformed.
+func TestResultIndexUUID(t *testing.T) {
+	for u, ok := range map[string]bool{
+		"b13a4387-7066-4efd-a07e-641430e3d48b": true, "toy-x_1.2": true, "": true, "A": true,
+		"../x": false, "a/b": false, "x\n": false, "-lead": false, ".hidden": false, strings.Repeat("a", 65): false,
+		"caf\u00e9": false,
+	} {
+		f := &Frame{T: TypeResult, Result: &Result{Phase: rpc.PhaseNativeReturn, IndexUUID: u}}
+		if err := f.Validate(); (err == nil) != ok {
+			t.Errorf("index_uuid %q: %v, want ok=%v", u, err, ok)
+		}
 	}
 }
