@@ -59,7 +59,9 @@ func TestPyhostHello(t *testing.T) {
 // newDataset makes a small dataset with the steward CLI, as a user would.
 func newDataset(t *testing.T, bin string) string {
 	t.Helper()
-	store := testenv.GuestDir(t) // the contained workers' guest uid reaches and owns it
+	// A private directory (0700, as mkdtemp makes it), owned by whoever runs the test: workers
+	// reach the store only through the sidecar's gateway, so nothing is chowned or opened up.
+	store := t.TempDir()
 	out, err := exec.Command(bin, "dataset", "create", "--store", store, "--path", "sales", "--rows", "20000").CombinedOutput()
 	if err != nil {
 		t.Fatalf("dataset create: %v\n%s", err, out)

@@ -34,9 +34,8 @@ const datasetUsage = `usage:
   directory). create takes --rows N [--seed S] [--dim D] (columns id, price, category, labels, text
   and a D-dimensional float32 vector vec, D default 128, 0 for none); the answers are JSON.
 
-  A file:// store that contained workers use must be owned by (or writable for) their guest uid
-  (steward serve --guest-uid; 65534 when the sidecar is root). As root, create gives what it writes
-  below the store root the root's owner (--format lance: what Lance wrote is handed over after).
+  A file:// store needs no permission for the contained workers: they reach it only through the
+  sidecar's gateway, which reads and writes it as the sidecar's own user.
 
 S3 stores read %s, %s, %s (and %s=1 for https).
 `
@@ -89,7 +88,7 @@ type datasetFlags struct {
 func newDatasetFlags(name string) *datasetFlags {
 	f := &datasetFlags{fs: flag.NewFlagSet("dataset "+name, flag.ContinueOnError)}
 	f.fs.SetOutput(io.Discard)
-	f.fs.StringVar(&f.store, "store", "", "local directory, file:///dir or s3://bucket/prefix (file://: owned by, or writable for, the contained workers' guest uid)")
+	f.fs.StringVar(&f.store, "store", "", "local directory, file:///dir or s3://bucket/prefix")
 	f.fs.StringVar(&f.path, "path", "", "dataset path inside the store")
 	f.fs.StringVar(&f.format, "format", "steward", "dataset format: steward (the built-in engine's) or lance")
 	return f

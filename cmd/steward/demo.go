@@ -82,11 +82,7 @@ func (d *demo) run(ctx context.Context, dir, s3 string) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		// Searchable (not listable) by the contained workers' guest, which writes the store below.
-		if err := os.Chmod(tmp, 0o711); err != nil {
-			return err
-		}
-		dir = tmp
+		dir = tmp // private (0700): workers reach the store only through the sidecar's gateway
 	}
 	fmt.Fprintf(d.out, "steward demo — a database host driving index mutations through the steward sidecar\n")
 	// The sidecar first: a machine where it cannot isolate workers is told so before any data is made.
@@ -129,8 +125,8 @@ func (d *demo) makeDataset(ctx context.Context, dir, s3 string) error {
 	arg, path := filepath.Join(dir, "store"), "demo/events"
 	if s3 != "" {
 		arg, path = s3, "demo/events-"+time.Now().Format("150405")
-	} else if err := guestStore(arg); err != nil {
-		return err
+	} else if err := os.MkdirAll(arg, 0o700); err != nil {
+		return fmt.Errorf("demo store: %w", err)
 	}
 	spec, err := storeSpec(arg)
 	if err != nil {

@@ -97,27 +97,13 @@ func lancectl(ctx context.Context, stdout, stderr io.Writer, args ...string) err
 	return nil
 }
 
-// lanceWrites are the lancectl commands that write the dataset they name.
-var lanceWrites = map[string]bool{"create": true, "index": true}
-
-// lancectlOn runs the lancectl command cmd on the dataset at path in spec's store. When cmd
-// writes and the store is file://, what Lance wrote is handed to the store root's owner
-// (storeHandover): as root on a store root owned by the contained workers' guest, the dataset is
-// the guest's after, as one made through steward's own storage package is. A failed command's
-// leftovers are handed over too.
+// lancectlOn runs the lancectl command cmd on the dataset at path in spec's store. Engines reach
+// the store only through the sidecar's gateway, as the sidecar's own user, so whoever writes a
+// dataset here needs to hand nothing over to a guest.
 func lancectlOn(ctx context.Context, stdout, stderr io.Writer, spec rpc.StoreSpec, path, cmd string, extra ...string) error {
 	uri, err := lanceURI(spec, path)
 	if err != nil {
 		return err
 	}
-	var h *storeHandover
-	if p, err := spec.Parse(); err != nil {
-		return err
-	} else if p.Kind != rpc.StoreS3 && lanceWrites[cmd] {
-		if h, err = prepareHandover(p.Root, uri); err != nil {
-			return err
-		}
-	}
-	err = lancectl(ctx, stdout, stderr, append([]string{cmd, uri}, extra...)...)
-	return errors.Join(err, h.done())
+	return lancectl(ctx, stdout, stderr, append([]string{cmd, uri}, extra...)...)
 }
