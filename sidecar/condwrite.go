@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"sync"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/cba1309c/steward/storage"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 )
 
 // Commits at pinned+1 and fences are put-if-absent writes (If-None-Match: * on S3). On a store
@@ -184,6 +187,9 @@ func (s *Server) admitStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.
 	if _, err := s.credsFor(spec, creds); err != nil {
 		return err
 	}
+	if err := admitLocal(spec); err != nil {
+		return err
+	}
 	err := s.requireCondWrites(ctx, spec, creds, nil)
 	switch {
 	case err == nil:
@@ -195,6 +201,32 @@ func (s *Server) admitStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.
 	default:
 		return fmt.Errorf("%w: %s", rpc.ErrStorageUnavailable, s.sanitizeCreds(creds, err.Error()))
 	}
+}
+
+// admitLocal refuses, at receive, a file:// store the sidecar cannot serve through a gateway:
+// its root must be a directory the sidecar's own user may read, write and search (the engine
+// needs no permission on it at all). The message names the path and what to do.
+func admitLocal(spec rpc.StoreSpec) error {
+	p, err := spec.Parse()
+	if err != nil || p.Kind != rpc.StoreFile {
+		return nil // Parse errors are the params check's; s3 stores are probed
+	}
+	fi, err := os.Stat(p.Root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: store %s: the directory does not exist: create it (steward dataset create makes it with a dataset), or fix the url",
+			rpc.ErrInvalidParams, p.Root)
+	case err != nil:
+		return fmt.Errorf("%w: store %s: %v: the sidecar (uid %d) must be able to search every directory above it",
+			rpc.ErrStorageUnavailable, p.Root, err, os.Geteuid())
+	case !fi.IsDir():
+		return fmt.Errorf("%w: store %s is not a directory: a file:// store is a directory", rpc.ErrInvalidParams, p.Root)
+	}
+	if err := unix.Access(p.Root, unix.R_OK|unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("%w: store %s: the sidecar's user (uid %d) cannot read and write it (%v): give that user access (chown or chmod), not the workers",
+			rpc.ErrStorageUnavailable, p.Root, os.Geteuid(), err)
+	}
+	return nil
 }
 
 // openFencingStore opens a store for custody's fences and slot reads: only once its conditional

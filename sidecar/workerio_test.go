@@ -1,6 +1,9 @@
 package sidecar
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -92,5 +95,36 @@ func TestDecideFromTheRecord(t *testing.T) {
 		if err != nil || v.Outcome != slot.NotCommitted {
 			t.Errorf("slot %s: %+v %v", st, v, err)
 		}
+	}
+}
+
+// TestAdmitLocalNamesPathAndFix: a file:// store the sidecar cannot serve is refused at receive
+// with a typed error that names the path and the fix; a private (0700) directory is served.
+func TestAdmitLocalNamesPathAndFix(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(dir, "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		root string
+		want error
+		says string
+	}{
+		{filepath.Join(dir, "missing"), rpc.ErrInvalidParams, "does not exist: create it"},
+		{file, rpc.ErrInvalidParams, "is not a directory"},
+		{private, nil, ""},
+	} {
+		err := admitLocal(rpc.StoreSpec{URL: "file://" + tc.root})
+		if !errors.Is(err, tc.want) || tc.want != nil && (!strings.Contains(err.Error(), tc.root) || !strings.Contains(err.Error(), tc.says)) {
+			t.Errorf("%s: %v, want %v saying %q", tc.root, err, tc.want, tc.says)
+		}
+	}
+	if err := admitLocal(rpc.StoreSpec{URL: "s3://bucket", Endpoint: "127.0.0.1:9"}); err != nil {
+		t.Errorf("an s3 store is probed, not stat'ed: %v", err)
 	}
 }
