@@ -17,10 +17,10 @@ import (
 // either engine's format.
 type chain struct {
 	path     string
-	versions []version            // index v-1
-	setup    int64                // versions 1..setup were written by the campaign's setup
-	commits  map[string]int64     // invocation id → version it committed (fences excluded)
-	claims   map[int64]lanceClaim // Lance only: the slot claims, by version
+	versions []version        // index v-1
+	setup    int64            // versions 1..setup were written by the campaign's setup
+	commits  map[string]int64 // invocation id → version it committed (fences excluded)
+	claims   []slotClaim      // the commit-slot claims under the dataset (every engine's)
 }
 
 // version is one version of a chain: what wrote it and the indices present at it.
@@ -69,7 +69,6 @@ func (r *run) check(ctx context.Context) {
 		for _, v := range c.versions {
 			r.checkVersion(c, v)
 		}
-		r.checkClaims(c)
 		r.mu.Lock()
 		r.rep.Versions += len(c.versions)
 		r.mu.Unlock()
@@ -86,6 +85,7 @@ func (r *run) check(ctx context.Context) {
 		}
 	}
 	for _, c := range chains {
+		r.checkClaims(c, byInv)
 		for inv, v := range c.commits {
 			switch j, ok := byInv[inv]; {
 			case !ok:
@@ -98,7 +98,8 @@ func (r *run) check(ctx context.Context) {
 	r.checkObjects(ctx, jobs, referenced)
 }
 
-// readChains reads every dataset's chain at once (a Lance read is a Python process each).
+// readChains reads every dataset's chain and claims at once (a Lance read is a Python process
+// each).
 func (r *run) readChains(ctx context.Context) (chains []*chain, refs []map[string]bool, errs []error) {
 	n := len(r.datasets)
 	chains, refs, errs = make([]*chain, n), make([]map[string]bool, n), make([]error, n)
@@ -109,6 +110,9 @@ func (r *run) readChains(ctx context.Context) (chains []*chain, refs []map[strin
 		go func() {
 			defer wg.Done()
 			chains[i], errs[i] = r.format.read(ctx, path, refs[i])
+			if errs[i] == nil {
+				chains[i].claims, errs[i] = readClaims(ctx, r.store, path, refs[i])
+			}
 		}()
 	}
 	wg.Wait()

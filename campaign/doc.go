@@ -23,8 +23,14 @@
 // With Config.Engine EngineLance the mutations run on the real Lance engine (engines/lance,
 // registered in every sidecar) over real Lance datasets made with Lance's own library, drawing the
 // fault kinds that apply to it (LanceKinds; an oom is a real OOM kill under a lowered memory
-// limit), and the checker reads Lance's own version chain (lancectl.py chain) and the engine's
-// slot claims; lanceFormat.read documents what a Lance version references.
+// limit), and the checker reads Lance's own version chain (lancectl.py chain); lanceFormat.read
+// documents what a Lance version references.
+//
+// For either engine the checker also reads the commit-slot claims the sidecars' storage gateways
+// and outcome decisions wrote (storage/slot, `<dataset>/_steward/claims/<v>/<invocation>.json`):
+// every version a job committed holds the manifest its claim names, every claim is a job's at its
+// admitted version + 1, no fenced invocation committed, and no claimed manifest that never landed
+// was left unfenced (checkClaims).
 //
 // RunFailover is the same campaign past one node: three host processes (`steward campaign node`,
 // each a dispatcher with its own real sidecar) share one job journal in a real 3-member etcd

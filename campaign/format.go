@@ -28,7 +28,7 @@ type format interface {
 	latest(ctx context.Context, path string) (int64, error)
 	// read reads the dataset's whole version chain (chain.setup left for the caller), and adds to referenced every key a version
 	// of it references (true: it must exist) or that may exist beside them (false: Lance's own
-	// hint file, the slot claims).
+	// hint file). The slot claims are read beside it for every format (readClaims).
 	read(ctx context.Context, path string, referenced map[string]bool) (*chain, error)
 	// op is the operation a commit of a job's op records (before: the index was present at the
 	// pinned version).

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/slot"
 )
 
 // LanceTools locates the Lance engine installed by scripts/lance.sh.
@@ -138,14 +138,15 @@ func (f *lanceFormat) create(ctx context.Context, path string, seed uint64) (int
 }
 
 // latest lists `_versions/`: Lance names version v's manifest `<v>.manifest` (V1 naming) or
-// `<MaxUint64 - v, 20 digits>.manifest` (V2 naming, what pylance 14 writes).
+// `<MaxUint64 - v, 20 digits>.manifest` (V2 naming, what pylance 14 writes), both read by
+// slot.ManifestVersion as the gateway reads them.
 func (f *lanceFormat) latest(ctx context.Context, path string) (int64, error) {
 	var latest int64
 	for o, err := range f.store.List(ctx, path+"/_versions/") {
 		if err != nil {
 			return 0, err
 		}
-		if v, ok := lanceManifestVersion(strings.TrimPrefix(o.Key, path+"/_versions/")); ok && v > latest {
+		if v, ok := slot.ManifestVersion(strings.TrimPrefix(o.Key, path+"/_versions/")); ok && v > latest {
 			latest = v
 		}
 	}
@@ -153,21 +154,6 @@ func (f *lanceFormat) latest(ctx context.Context, path string) (int64, error) {
 		return 0, fmt.Errorf("%s: no Lance manifest in _versions/", path)
 	}
 	return latest, nil
-}
-
-func lanceManifestVersion(name string) (int64, bool) {
-	n, ok := strings.CutSuffix(name, ".manifest")
-	if !ok || strings.Contains(n, "/") {
-		return 0, false
-	}
-	u, err := strconv.ParseUint(n, 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	if u > math.MaxInt64 {
-		u = math.MaxUint64 - u
-	}
-	return int64(u), u > 0
 }
 
 // lanceChain is what `lancectl.py chain` prints.
@@ -191,24 +177,16 @@ type lanceChain struct {
 	} `json:"files"`
 }
 
-// lanceClaim is a commit-slot claim, `_steward/slots/<v:020>.json` (engines/lance/slots.py).
-type lanceClaim struct {
-	Invocation string `json:"invocation"`
-	Kind       string `json:"kind"`
-}
-
-// claimsFolder holds the Lance engine's commit-slot claims under a dataset.
-const claimsFolder = "_steward/slots/"
-
-// read reads the chain with Lance's own library, and the slot claims from the bucket.
+// read reads the chain with Lance's own library.
 //
 // What a Lance version references (the orphan rule): every file Lance's tracked_files lists for
 // some version — its manifest, its transaction file, the data and deletion files of its
 // fragments, and every file of every index segment it lists (so a stray file inside a listed
-// `_indices/<uuid>/` is an orphan too); Lance's `_versions/latest_version_hint.json`, which it
-// rewrites at every commit; and `_steward/slots/<v>.json` of every version v in the chain (the
-// claim the version's writer took). Everything else under the dataset must be owned by a ticket:
-// a build's `_indices/<uuid>/` prefix, a commit's `_transactions/<pinned>-<uuid>.txn`.
+// `_indices/<uuid>/` is an orphan too); and Lance's `_versions/latest_version_hint.json`, which
+// the gateway lets a commit rewrite. The commit-slot claims are read beside it for every engine
+// (readClaims). Everything else under the dataset must be owned by a ticket: the gateway takes
+// custody of each object an engine writes (an index segment's files, a commit's
+// `_transactions/<pinned>-<uuid>.txn`).
 func (f *lanceFormat) read(ctx context.Context, path string, referenced map[string]bool) (*chain, error) {
 	var lc lanceChain
 	if err := f.ctl(ctx, &lc, "chain", f.uri(path)); err != nil {
@@ -235,72 +213,9 @@ func (f *lanceFormat) read(ctx context.Context, path string, referenced map[stri
 		referenced[path+"/"+file.Path] = true
 	}
 	referenced[path+"/_versions/latest_version_hint.json"] = false // Lance's hint, not named by a manifest
-	claims, err := f.claims(ctx, path)
-	if err != nil {
-		return nil, err
-	}
-	for v := range c.versions {
-		referenced[path+"/"+claimKey(int64(v)+1)] = false // checkClaims requires the claims of steward's versions
-	}
-	c.claims = claims
 	return c, nil
-}
-
-func claimKey(v int64) string { return fmt.Sprintf("%s%020d.json", claimsFolder, v) }
-
-// claims reads every slot claim of the dataset at path.
-func (f *lanceFormat) claims(ctx context.Context, path string) (map[int64]lanceClaim, error) {
-	out := map[int64]lanceClaim{}
-	for o, err := range f.store.List(ctx, path+"/"+claimsFolder) {
-		if err != nil {
-			return nil, err
-		}
-		name, _ := strings.CutSuffix(strings.TrimPrefix(o.Key, path+"/"+claimsFolder), ".json")
-		v, err := strconv.ParseInt(name, 10, 64)
-		if err != nil {
-			continue // not a claim: the orphan check reports it
-		}
-		b, err := storage.ReadAll(ctx, f.store, o.Key, 4<<10)
-		if err != nil {
-			return nil, fmt.Errorf("claim %s: %w", o.Key, err)
-		}
-		var cl lanceClaim
-		if err := json.Unmarshal(b, &cl); err != nil {
-			return nil, fmt.Errorf("claim %s: %w", o.Key, err)
-		}
-		out[v] = cl
-	}
-	return out, nil
 }
 
 // op: every Lance index mutation of the engine (CREATE, REPLACE, DROP) is one CreateIndex
 // operation with new and removed segments.
 func (f *lanceFormat) op(string, bool) string { return "CreateIndex" }
-
-// checkClaims checks the Lance engine's slot claims against the chain: every version a steward
-// writer made past the setup was claimed first by that writer (a fence may fill the slot a dead
-// invocation claimed for its commit), and no claim is left past the latest version (that slot
-// would be closed to every steward writer, with no version filling it).
-func (r *run) checkClaims(c *chain) {
-	if c.claims == nil {
-		return
-	}
-	for _, v := range c.versions {
-		if v.Version <= c.setup || v.Kind == "" {
-			continue
-		}
-		cl, ok := c.claims[v.Version]
-		switch {
-		case !ok:
-			r.violate("unclaimed-version", "", fmt.Sprintf("%s version %d (%s of %s) was written without a slot claim", c.path, v.Version, v.Kind, v.Invocation))
-		case cl.Invocation != v.Invocation || (cl.Kind != v.Kind && !(cl.Kind == kindCommit && v.Kind == kindFence)):
-			r.violate("claim-mismatch", "", fmt.Sprintf("%s version %d is a %s of %s, its slot claim a %s of %s", c.path, v.Version, v.Kind, v.Invocation, cl.Kind, cl.Invocation))
-		}
-	}
-	for v, cl := range c.claims {
-		if v > int64(len(c.versions)) {
-			r.violate("dangling-claim", "", fmt.Sprintf("%s slot %d is claimed by the %s of %s and holds no version (latest %d): closed to every steward writer",
-				c.path, v, cl.Kind, cl.Invocation, len(c.versions)))
-		}
-	}
-}

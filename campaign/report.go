@@ -15,9 +15,10 @@ type Report struct {
 	Jobs      int // jobs found in the job store
 	// Kinds has one row per fault kind, in Kinds() order.
 	Kinds []*KindCounts
-	// Versions is the number of manifests read; Fences how many of them are fences; Commits how
-	// many versions COMMITTED jobs committed (each checked against its job).
-	Versions, Fences, Commits int
+	// Versions is the number of manifests read; Commits how many versions COMMITTED jobs
+	// committed (each checked against its job); Claims the commit-slot claims read (storage/slot)
+	// and Fences how many of them, or of the manifests, are fences.
+	Versions, Commits, Claims, Fences int
 	// Objects in the run's prefix of the bucket, Referenced keys of all manifests, Owned objects
 	// held by a ticket, Orphans objects neither referenced nor owned.
 	Objects, Referenced, Owned, Orphans int
@@ -161,8 +162,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d/%d\t\n", total.Total(), total.Committed, total.NotCommitted,
 		total.Unknown, total.Open, total.Resolved, total.Noop, total.Delivered, total.Sent)
 	tw.Flush()
-	fmt.Fprintf(&b, "\nstorage    %d manifests (%d fences, %d committed by jobs), %d objects: %d referenced, %d owned by tickets, %d orphans\n",
-		r.Versions, r.Fences, r.Commits, r.Objects, r.Objects-r.Owned-r.Orphans, r.Owned, r.Orphans)
+	fmt.Fprintf(&b, "\nstorage    %d manifests (%d committed by jobs), %d slot claims (%d fences), %d objects: %d referenced, %d owned by tickets, %d orphans\n",
+		r.Versions, r.Commits, r.Claims, r.Fences, r.Objects, r.Objects-r.Owned-r.Orphans, r.Owned, r.Orphans)
 	if r.Hosts > 0 {
 		fmt.Fprintf(&b, "sends      %d invocations left a host, max %d SEND per invocation; %d reached a worker (%d sidecar logs), max %d per invocation\n",
 			r.Sent, r.MaxSends, r.Assigned, r.SidecarLogs, r.MaxAssigned)
