@@ -340,6 +340,21 @@ type localBody struct {
 
 func (b localBody) objectSize() int64 { return b.size }
 
+// FileRange implements FileBody: the whole file.
+func (b localBody) FileRange() (*os.File, int64, int64) { return b.File, 0, b.size }
+
+// localRange is a GetRange body: length bytes of f from off.
+type localRange struct {
+	*io.SectionReader
+	f           *os.File
+	off, length int64
+}
+
+func (b localRange) Close() error { return b.f.Close() }
+
+// FileRange implements FileBody.
+func (b localRange) FileRange() (*os.File, int64, int64) { return b.f, b.off, b.length }
+
 func (s *LocalStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("get", key, ErrUnavailable, err)
@@ -363,10 +378,7 @@ func (s *LocalStore) GetRange(ctx context.Context, key string, off, length int64
 		f.Close()
 		return nil, opErr("get", key, ErrCorrupt, fmt.Errorf("range [%d,+%d) outside object of %d bytes", off, length, fi.Size()))
 	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.NewSectionReader(f, off, length), f}, nil
+	return localRange{io.NewSectionReader(f, off, length), f, off, length}, nil
 }
 
 func (s *LocalStore) Stat(ctx context.Context, key string) (ObjectInfo, error) {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -39,6 +40,13 @@ type Store interface {
 	// DeleteBatch deletes keys (in requests of at most MaxDeleteBatch) and returns one result per
 	// key, in input order. Deleting an absent key is a success.
 	DeleteBatch(ctx context.Context, keys []string) []DeleteResult
+}
+
+// FileBody is a Get or GetRange body of the local store, backed by a file: a server may send its
+// bytes with sendfile(2) (an *io.LimitedReader over the file, seeked to the offset) instead of
+// copying them through user space. Reading the body and using its file are exclusive.
+type FileBody interface {
+	FileRange() (f *os.File, off, length int64)
 }
 
 // ObjectInfo describes a stored object.

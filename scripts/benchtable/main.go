@@ -230,6 +230,16 @@ func (r results) rows() []row {
 				fmt.Sprintf("%.0f ms CPU (%.0f ms wall) page cache", p, pw), fmt.Sprintf("%.2f×", d/p), "< 1×"})
 		}
 	}
+	// Issue 44 item 8: 1 GiB read in ranges through an invocation's storage gateway against the
+	// sidecar's own client on the store, alternated ABBA (storage/gateway BenchmarkGatewayScan).
+	for _, st := range []string{"local", "minio"} {
+		if v, ok := r.get("GatewayScan/"+st, "gateway/direct"); ok {
+			g, _ := r.get("GatewayScan/"+st, "gateway-MB/s")
+			d, _ := r.get("GatewayScan/"+st, "direct-MB/s")
+			out = append(out, row{"1 GiB scan through the gateway (" + st + ")", fmt.Sprintf("%.0f MB/s through the gateway", g),
+				fmt.Sprintf("%.0f MB/s direct", d), fmt.Sprintf("%.2f×", v), "≥ 0.8×"})
+		}
+	}
 	if v, ok := r.get("CleanupThroughput", "ratio"); ok {
 		raw, _ := r.get("CleanupThroughput", "raw-obj/s")
 		led, _ := r.get("CleanupThroughput", "ledger-obj/s")

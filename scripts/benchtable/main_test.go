@@ -21,6 +21,7 @@ BenchmarkLanceSidecar/noop-2  1  1903564374 ns/op  0.5078 noop-s  1.145 noop/sta
 BenchmarkLanceSidecar/noop-minio-2  1  903564374 ns/op  0.0451 noop-s  0.1250 noop/start  0.3608 start-s
 BenchmarkLanceSidecar/build/BTREE-1M-2  1  8459245051 ns/op  1.707 bare-s  2.515 sidecar-s  1.474 sidecar/bare
 BenchmarkJobLifecycle/etcd-2         	     300	   5031935 ns/op	       198.7 jobs/s	         3.000 writes/job
+BenchmarkGatewayScan/local-2         	       1	4508943577 ns/op	      1472 direct-MB/s	       704.1 gateway-MB/s	         0.4784 gateway/direct
 `
 	rows := parse(bufio.NewScanner(strings.NewReader(in))).rows()
 	want := map[string]string{
@@ -35,6 +36,7 @@ BenchmarkJobLifecycle/etcd-2         	     300	   5031935 ns/op	       198.7 job
 		"Lance build through the sidecar":                        "1.47×",
 		"no-op Lance mutation vs engine start":                   "1.15×",
 		"no-op Lance mutation on MinIO (spares) vs engine start": "0.12×",
+		"1 GiB scan through the gateway (local)":                 "0.48×",
 	}
 	got := map[string]string{}
 	for _, r := range rows {

@@ -38,16 +38,16 @@ const (
 )
 
 // upstreams are the stores a gateway serves from: a local directory and a real MinIO.
-func upstreams(t *testing.T) map[string]func(t *testing.T) storage.Store {
-	return map[string]func(t *testing.T) storage.Store{
-		"local": func(t *testing.T) storage.Store {
+func upstreams() map[string]func(t testing.TB) storage.Store {
+	return map[string]func(t testing.TB) storage.Store{
+		"local": func(t testing.TB) storage.Store {
 			st, err := storage.NewLocalStore(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
 			return st
 		},
-		"minio": func(t *testing.T) storage.Store {
+		"minio": func(t testing.TB) storage.Store {
 			srv := testminio.Shared(t)
 			st, err := storage.NewS3Store(context.Background(), storage.StoreConfig{Kind: storage.KindS3,
 				Endpoint: srv.Endpoint, Bucket: storagetest.RandomName("gw-"), AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
@@ -139,7 +139,7 @@ func (f *fixture) put(t *testing.T, k string, body []byte) error {
 func code(err error) string { return minio.ToErrorResponse(err).Code }
 
 func TestObjectsRoundTrip(t *testing.T) {
-	for name, open := range upstreams(t) {
+	for name, open := range upstreams() {
 		t.Run(name, func(t *testing.T) {
 			f := start(t, open(t), gateway.Limits{})
 			ctx := context.Background()
@@ -231,7 +231,7 @@ func sameSet(a, b []string) bool {
 }
 
 func TestListing(t *testing.T) {
-	for name, open := range upstreams(t) {
+	for name, open := range upstreams() {
 		t.Run(name, func(t *testing.T) {
 			up := open(t)
 			f := start(t, up, gateway.Limits{})
@@ -283,7 +283,7 @@ func TestListing(t *testing.T) {
 // TestRefusals: every way out of the dataset's writable folders is an S3 error, and nothing
 // reaches the store.
 func TestRefusals(t *testing.T) {
-	up := upstreams(t)["local"](t)
+	up := upstreams()["local"](t)
 	f := start(t, up, gateway.Limits{})
 	ctx := context.Background()
 	existing := dataset + "/data/old"
@@ -342,7 +342,7 @@ func TestRefusals(t *testing.T) {
 // TestCommitSlot: the manifest of pinned+1 goes through the sidecar's claim; storage alone
 // then decides the outcome.
 func TestCommitSlot(t *testing.T) {
-	for name, open := range upstreams(t) {
+	for name, open := range upstreams() {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			t.Run("lands", func(t *testing.T) {
@@ -431,7 +431,7 @@ func TestCommitSlot(t *testing.T) {
 }
 
 func TestQuotas(t *testing.T) {
-	up := upstreams(t)["local"](t)
+	up := upstreams()["local"](t)
 	ctx := context.Background()
 	t.Run("bytes", func(t *testing.T) {
 		f := start(t, up, gateway.Limits{MaxBytes: 1 << 20})
@@ -487,7 +487,7 @@ func TestQuotas(t *testing.T) {
 
 // TestClosed: after Close nothing is served, and an upload cut by Close publishes nothing.
 func TestClosed(t *testing.T) {
-	up := upstreams(t)["local"](t)
+	up := upstreams()["local"](t)
 	f := start(t, up, gateway.Limits{})
 	ctx := context.Background()
 	pr, pw := io.Pipe()

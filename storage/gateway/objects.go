@@ -76,10 +76,20 @@ func (g *Gateway) getObject(w http.ResponseWriter, r *http.Request, key string) 
 		return
 	}
 	defer rc.Close()
+	var body io.Reader = rc
+	if fb, ok := rc.(storage.FileBody); ok {
+		// A local store's file: net/http hands an *io.LimitedReader over an *os.File to
+		// sendfile(2), so the bytes go from the page cache to the socket without a copy
+		// through the sidecar (BenchmarkGatewayScan/local).
+		f, off, n := fb.FileRange()
+		if _, err := f.Seek(off, io.SeekStart); err == nil {
+			body = &io.LimitedReader{R: f, N: n}
+		}
+	}
 	w.WriteHeader(status)
 	// A failure mid-body cuts the response short of its Content-Length: the client sees a
 	// truncated body, never a wrong one.
-	_, _ = io.Copy(w, rc)
+	_, _ = io.Copy(w, body)
 }
 
 // parseRange reads a single-range Range header against an object of size bytes: the offset
