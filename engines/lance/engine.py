@@ -133,6 +133,7 @@ def _nothing():
 
 def commit(target, pinned, ds, operation, invocation, kind, txn_uuid):
     import lance
+    from lance.commit import CommitConflictError  # a submodule `import lance` does not load
     gate = Gate(pinned + 1)
     tx = lance.Transaction(read_version=pinned, operation=operation, uuid=txn_uuid,
                            transaction_properties={PROP_INV: invocation, PROP_KIND: kind})
@@ -142,7 +143,7 @@ def commit(target, pinned, ds, operation, invocation, kind, txn_uuid):
     except Exception as e:
         latest = target.latest()
         # The gateway answers a fenced or taken slot with 412 PreconditionFailed.
-        if gate.refused or isinstance(e, lance.commit.CommitConflictError) or "412" in str(e) or "Precondition" in str(e):
+        if gate.refused or isinstance(e, CommitConflictError) or "412" in str(e) or "Precondition" in str(e):
             raise native(se.COMMIT_CONFLICT, f"commit conflict: {gate.refused or e} (latest observed {latest})",
                          observed_latest=latest)
         raise native(se.IO if isinstance(e, OSError) else se.INTERNAL, f"commit: {e}", observed_latest=latest)
