@@ -1,24 +1,40 @@
 // Package enginetest runs an engine executable as steward would, without a sidecar: a child with
 // fd 3 = harness→engine and fd 4 = engine→harness, stdin /dev/null, stderr captured, the
-// allow-listed environment of docs/ENGINE.md and a private temp dir. It speaks engine protocol v1,
-// answers custody reservations through a hook, records everything, and enforces the frame rules,
-// so that one contract suite can run against any engine (the Lance engine today, the built-in one
-// later). It refuses to be a sidecar: no cgroups, no ledger, no redaction.
+// allow-listed environment of docs/ENGINE.md and a private temp dir. Like the sidecar, it serves
+// the engine its dataset through a storage gateway of its own (storage/gateway, on a loopback
+// listener, over the request's store opened with the test's authority), hands the engine the
+// gateway's endpoint and a per-invocation key in place of the store and credentials of the
+// request, and closes the gateway once the engine exited; the gateway's Record and the store
+// decide the outcome (storage/slot.Decide), never the engine. It speaks engine protocol v1,
+// records everything, and enforces the frame rules, so that one contract suite can run against
+// any engine (the Lance engine today, the built-in one later). It refuses to be a sidecar: no
+// cgroups, no ledger, no redaction, no network namespace.
 package enginetest
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/gateway"
+	"github.com/cba1309c/steward/storage/slot"
+	"github.com/cba1309c/steward/storecfg"
+	"github.com/hashicorp/go-hclog"
 )
 
 // Frame bounds of engine protocol v1.
@@ -26,6 +42,13 @@ const (
 	MaxRequestFrame = 1 << 20  // harness (sidecar) → engine
 	MaxEngineFrame  = 64 << 10 // engine → harness (sidecar)
 	MaxFrames       = 100_000
+)
+
+// The gateway as the engine addresses it: the bucket the sidecar names (its keys are the
+// store's own) and the region it gives.
+const (
+	GatewayBucket = "steward"
+	GatewayRegion = "us-east-1"
 )
 
 // ErrProtocol is an engine that broke protocol v1 (malformed, oversized, out of order, second answer).
@@ -46,10 +69,12 @@ type Hello struct {
 		IndexTypes []string        `json:"index_types"`
 		Settle     string          `json:"settle"`
 		Custody    json.RawMessage `json:"custody"`
+		Faults     []string        `json:"faults"`
 	} `json:"engine"`
 }
 
-// Reserve is one custody request.
+// Reserve is one custody request frame. The sidecar grants every one without effect (custody is
+// taken by the gateway as each object is written, docs/ENGINE.md §6); so does the harness.
 type Reserve struct {
 	Seq      int      `json:"seq"`
 	Keys     []string `json:"keys"`
@@ -74,31 +99,26 @@ type Result struct {
 	IndexUUID        string `json:"index_uuid"`
 }
 
-// Settled is the answer to a settle request.
-type Settled struct {
-	Outcome string            `json:"outcome"`
-	Version int64             `json:"version"`
-	Fenced  bool              `json:"fenced"`
-	Reason  string            `json:"reason"`
-	Holder  map[string]string `json:"holder"`
-}
-
-// Options shape one run. The zero value grants every reservation.
+// Options shape one run. The zero value grants every write.
 type Options struct {
-	// OnReserve answers a reservation: "" grants it, anything else refuses it with that error.
-	// It runs on the reading goroutine, so it may block to hold the engine at that point.
-	OnReserve func(Reserve) string
+	// OnWrite runs when the gateway takes custody of key (store-relative), a new object of the
+	// engine's, before its first byte is forwarded: nil grants it, an error refuses the write (the
+	// engine sees AccessDenied). The commit's manifest and claim are not objects of the engine's
+	// and do not pass here. It runs on the gateway's request goroutine, so it may block to hold
+	// the engine at that point.
+	OnWrite func(key string) error
 	// OnHello runs after hello, before the request is written.
 	OnHello func(*Session)
+	// Limits bound the session's gateway. Default: the gateway's defaults.
+	Limits gateway.Limits
 }
 
-// Session is one engine process and what it said.
+// Session is one engine process, what it said and what its gateway saw.
 type Session struct {
 	Hello    Hello
 	Reserves []Reserve
 	Progress []Progress
 	Result   *Result
-	Settled  *Settled
 	Stderr   bytes.Buffer
 	// TempLeft lists what the engine left in its private temp dir (relative paths), read after the
 	// process ended and before the dir was removed.
@@ -107,42 +127,88 @@ type Session struct {
 	Wall     time.Duration // start → exit
 	HelloAt  time.Duration // start → hello
 
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	done chan struct{}
-	err  error
+	// Store is the request's store, opened with the request's credentials (the authority the
+	// sidecar forwards with); Dataset, Invocation and Pinned are the request's.
+	Store      storage.Store
+	Dataset    string
+	Invocation string
+	Pinned     int64
+	// Gateway is what the session's gateway saw: final once Wait returned (the gateway is closed
+	// after the engine exited, as the sidecar closes it after the reap).
+	Gateway gateway.Record
+	// GatewayLog holds the gateway's log lines (every refusal, with its reason).
+	GatewayLog bytes.Buffer
+	// Request is the request as the engine received it (the gateway's reach and key in place
+	// of the store and credentials).
+	Request map[string]any
+
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	custody []string
+	gw      *servedGateway
+	done    chan struct{}
+	err     error
 }
 
-// Kill SIGKILLs the engine (the harness still reaps it and records the leftovers).
+// Custody lists the keys the gateway took custody of, in order: what the sidecar's ledger would
+// hold tickets for. Final once Wait returned.
+func (s *Session) Custody() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.custody...)
+}
+
+// Kill SIGKILLs the engine (the harness still reaps it, closes its gateway and records the
+// leftovers).
 func (s *Session) Kill() { _ = s.cmd.Process.Kill() }
 
-// Wait blocks until the engine exited and the session is complete.
+// Wait blocks until the engine exited, its gateway closed and the session is complete.
 func (s *Session) Wait() error { <-s.done; return s.err }
 
-// Run starts the engine, sends one request of kind ("mutate" or "settle") and waits for the end.
-func Run(ctx context.Context, eng Engine, kind string, req any, opt Options) (*Session, error) {
-	s, err := Start(ctx, eng, kind, req, opt)
+// Decide settles the session's commit of version Pinned+1 from storage alone, as the sidecar's
+// resolve does once the invocation's gateway is closed (storage/slot.Decide, not live): an
+// invocation without a claim is fenced. Call it after Wait.
+func (s *Session) Decide(ctx context.Context) (slot.Verdict, error) {
+	return slot.Decide(ctx, s.Store, s.Dataset, s.Pinned, s.Invocation, false)
+}
+
+// Run starts the engine, sends it one mutate request and waits for the end.
+func Run(ctx context.Context, eng Engine, req any, opt Options) (*Session, error) {
+	s, err := Start(ctx, eng, req, opt)
 	if err != nil {
 		return nil, err
 	}
 	return s, s.Wait()
 }
 
-// Start starts the engine and returns at once; the exchange runs in the background.
-func Start(ctx context.Context, eng Engine, kind string, req any, opt Options) (_ *Session, retErr error) {
+// Start opens the request's store and the session's gateway, starts the engine and returns at
+// once; the exchange runs in the background. req is the mutate request as a host sends it to the
+// sidecar (invocation_id, pinned_version, dataset with its real store, credentials, ...): the
+// engine receives it with the dataset's store and the credentials replaced by the gateway's.
+func Start(ctx context.Context, eng Engine, req any, opt Options) (_ *Session, retErr error) {
+	m, p, err := decodeRequest(req)
+	if err != nil {
+		return nil, err
+	}
 	tmp, err := os.MkdirTemp("", "steward-engine-")
 	if err != nil {
 		return nil, err
 	}
+	s := &Session{TempDir: tmp, Dataset: strings.Trim(p.Dataset.Path, "/"), Invocation: p.InvocationID,
+		Pinned: p.PinnedVersion, Request: m, done: make(chan struct{})}
 	defer func() {
 		if retErr != nil {
+			s.gw.close()
 			os.RemoveAll(tmp)
 		}
 	}()
-	if m, ok := req.(map[string]any); ok && kind == "mutate" {
-		m["temp_dir"] = tmp
+	if s.gw, err = s.openGateway(ctx, p, opt); err != nil {
+		return nil, err
 	}
-	body, err := json.Marshal(map[string]any{"t": "request", "kind": kind, "request": req})
+	m["dataset"] = s.gw.reach
+	m["credentials"] = s.gw.creds
+	m["temp_dir"] = tmp
+	body, err := json.Marshal(map[string]any{"t": "request", "kind": "mutate", "request": m})
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +225,6 @@ func Start(ctx context.Context, eng Engine, kind string, req any, opt Options) (
 		toEngW.Close()
 		return nil, err
 	}
-	s := &Session{TempDir: tmp, done: make(chan struct{})}
 	cmd := exec.CommandContext(ctx, eng.Argv[0], eng.Argv[1:]...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + tmp, "HOME=" + tmp}, eng.Env...)
 	cmd.ExtraFiles = []*os.File{toEngR, fromEngW} // fd 3, fd 4
@@ -186,6 +251,7 @@ func Start(ctx context.Context, eng Engine, kind string, req any, opt Options) (
 		}
 		werr := cmd.Wait()
 		s.Wall = time.Since(start)
+		s.Gateway = s.gw.close()
 		s.TempLeft = listTree(tmp)
 		os.RemoveAll(tmp)
 		switch {
@@ -196,6 +262,102 @@ func Start(ctx context.Context, eng Engine, kind string, req any, opt Options) (
 		}
 	}()
 	return s, nil
+}
+
+// decodeRequest reads what the gateway needs from req, and a copy of req to rewrite.
+func decodeRequest(req any) (map[string]any, rpc.MutateParams, error) {
+	var m map[string]any
+	var p rpc.MutateParams
+	b, err := json.Marshal(req)
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &p)
+	}
+	switch {
+	case err != nil:
+		return nil, p, fmt.Errorf("enginetest: request: %w", err)
+	case p.InvocationID == "" || p.PinnedVersion < 0:
+		return nil, p, errors.New("enginetest: the request needs invocation_id and pinned_version")
+	}
+	return m, p, nil
+}
+
+// servedGateway is the session's gateway on its loopback listener.
+type servedGateway struct {
+	gw    *gateway.Gateway
+	done  chan error
+	reach rpc.DatasetRef   // the dataset as the engine addresses it
+	creds *rpc.Credentials // the engine's key: good at this gateway only
+}
+
+// openGateway serves the request's dataset as sidecar/gateway.go openGateway does for an
+// uncontained domain: the request's store opened with its credentials, a loopback listener, a
+// fresh key, custody of each object through opt.OnWrite.
+func (s *Session) openGateway(ctx context.Context, p rpc.MutateParams, opt Options) (_ *servedGateway, retErr error) {
+	cfg, err := storecfg.FromSpec(p.Dataset.Store, p.Credentials)
+	if err != nil {
+		return nil, fmt.Errorf("enginetest: the request's store: %w", err)
+	}
+	if s.Store, err = storage.OpenStore(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("enginetest: open the request's store: %w", err)
+	}
+	stage, err := os.MkdirTemp("", "steward-gateway-")
+	if err != nil {
+		return nil, err
+	}
+	ak, sk := "STEWARD"+strings.ToUpper(randomHex(8)), randomHex(20)
+	log := hclog.New(&hclog.LoggerOptions{Name: "gateway", Output: &lockedWriter{mu: &s.mu, w: &s.GatewayLog}, Level: hclog.Info})
+	gw, err := gateway.New(gateway.Config{Upstream: s.Store, Bucket: GatewayBucket, Dataset: p.Dataset.Path,
+		Invocation: p.InvocationID, Pinned: p.PinnedVersion, AccessKey: ak, Custody: custodian{s, opt.OnWrite},
+		StageDir: stage, Limits: opt.Limits, Logger: log})
+	if err != nil {
+		os.RemoveAll(stage)
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		gw.Close()
+		return nil, err
+	}
+	g := &servedGateway{gw: gw, done: make(chan error, 1), creds: &rpc.Credentials{AccessKey: ak, SecretKey: sk},
+		reach: rpc.DatasetRef{Path: p.Dataset.Path, Store: rpc.StoreSpec{URL: "s3://" + GatewayBucket,
+			Endpoint: ln.Addr().(*net.TCPAddr).AddrPort().String(), Region: GatewayRegion}}}
+	go func() { g.done <- gw.Serve(ln) }()
+	return g, nil
+}
+
+// close stops the gateway and returns its final record.
+func (g *servedGateway) close() gateway.Record {
+	if g == nil {
+		return gateway.Record{}
+	}
+	_ = g.gw.Close()
+	<-g.done
+	return g.gw.Record()
+}
+
+// custodian records each key the gateway takes custody of and asks the test's hook.
+type custodian struct {
+	s       *Session
+	onWrite func(string) error
+}
+
+func (c custodian) Reserve(_ context.Context, key string) error {
+	c.s.mu.Lock()
+	c.s.custody = append(c.s.custody, key)
+	c.s.mu.Unlock()
+	if c.onWrite == nil {
+		return nil
+	}
+	return c.onWrite(key)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func (s *Session) converse(w io.Writer, r io.Reader, request []byte, start time.Time, opt Options) error {
@@ -210,8 +372,9 @@ func (s *Session) converse(w io.Writer, r io.Reader, request []byte, start time.
 		return fmt.Errorf("%w: hello: %v", ErrProtocol, err)
 	}
 	s.HelloAt = time.Since(start)
-	if s.Hello.PID != s.cmd.Process.Pid || s.Hello.Engine.Protocol != 1 {
-		return fmt.Errorf("%w: hello pid %d (want %d) protocol %d", ErrProtocol, s.Hello.PID, s.cmd.Process.Pid, s.Hello.Engine.Protocol)
+	if e := s.Hello.Engine; s.Hello.PID != s.cmd.Process.Pid || e.Protocol != 1 || len(e.IndexTypes) == 0 || len(e.Name) > 64 {
+		return fmt.Errorf("%w: hello pid %d (want %d) protocol %d, %d index types, name of %d bytes",
+			ErrProtocol, s.Hello.PID, s.cmd.Process.Pid, e.Protocol, len(e.IndexTypes), len(e.Name))
 	}
 	if opt.OnHello != nil {
 		opt.OnHello(s)
@@ -236,12 +399,11 @@ func (s *Session) converse(w io.Writer, r io.Reader, request []byte, start time.
 			if err := json.Unmarshal(f.raw, &rv); err != nil || len(rv.Keys)+len(rv.Prefixes) == 0 || len(rv.Keys) > 1000 || len(rv.Prefixes) > 1000 {
 				return fmt.Errorf("%w: reserve %s", ErrProtocol, f.raw)
 			}
-			s.Reserves = append(s.Reserves, rv)
-			answer := ""
-			if opt.OnReserve != nil {
-				answer = opt.OnReserve(rv)
+			if rv.Seq != len(s.Reserves)+1 {
+				return fmt.Errorf("%w: reserve seq %d, want %d", ErrProtocol, rv.Seq, len(s.Reserves)+1)
 			}
-			b, _ := json.Marshal(map[string]any{"t": "reserved", "seq": rv.Seq, "error": answer})
+			s.Reserves = append(s.Reserves, rv)
+			b, _ := json.Marshal(map[string]any{"t": "reserved", "seq": rv.Seq})
 			if err := writeFrame(w, b); err != nil {
 				return err
 			}
@@ -253,15 +415,6 @@ func (s *Session) converse(w io.Writer, r io.Reader, request []byte, start time.
 				return fmt.Errorf("%w: result: %v", ErrProtocol, err)
 			}
 			s.Result = &env.Result
-			return expectEOF(r)
-		case "settled":
-			var env struct {
-				Settled Settled `json:"settled"`
-			}
-			if err := json.Unmarshal(f.raw, &env); err != nil {
-				return fmt.Errorf("%w: settled: %v", ErrProtocol, err)
-			}
-			s.Settled = &env.Settled
 			return expectEOF(r)
 		default:
 			return fmt.Errorf("%w: unexpected frame %q", ErrProtocol, f.T)

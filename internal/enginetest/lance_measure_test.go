@@ -15,7 +15,8 @@ import (
 
 // TestLanceMeasure is the larger measured run of the issue note (STEWARD_LANCE_MEASURE=1 only):
 // process start to `import lance`, and BTREE / BITMAP on 1M rows and IVF_PQ on 100k x 128 through
-// the engine against the same pylance build in a bare python process, with peak RSS.
+// the engine (its dataset served through the harness's gateway) against the same pylance build in
+// a bare python process straight on the store, with peak RSS.
 func TestLanceMeasure(t *testing.T) {
 	if os.Getenv("STEWARD_LANCE_MEASURE") != "1" {
 		t.Skip("set STEWARD_LANCE_MEASURE=1 for the measured run")
@@ -49,7 +50,7 @@ func TestLanceMeasure(t *testing.T) {
 			var wall time.Duration
 			var rss int64
 			if who == "engine" {
-				sess := run(t, l, "mutate", mutateReq(s, path, "inv-m", 1, "CREATE", m.c, m.name), enginetest.Options{})
+				sess := run(t, l, mutateReq(s, path, "inv-m", 1, "CREATE", m.c, m.name), enginetest.Options{})
 				if sess.Result == nil || sess.Result.Code != 0 {
 					t.Fatalf("%+v %s", sess.Result, sess.Stderr.String())
 				}

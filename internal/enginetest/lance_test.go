@@ -7,7 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +16,9 @@ import (
 	"github.com/cba1309c/steward/internal/testbin"
 	"github.com/cba1309c/steward/internal/testenv"
 	"github.com/cba1309c/steward/internal/testminio"
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/gateway"
+	"github.com/cba1309c/steward/storage/slot"
 )
 
 func TestMain(m *testing.M) {
@@ -53,7 +54,8 @@ func (l *lanceEnv) engine() enginetest.Engine {
 	return enginetest.Engine{Argv: []string{l.python, "-B", "-s", "-E", filepath.Join(l.dir, "engine.py")}}
 }
 
-// ctl runs lancectl.py and decodes its JSON answer into out.
+// ctl runs lancectl.py (Lance's own library, straight on the store) and decodes its JSON answer
+// into out.
 func (l *lanceEnv) ctl(t testing.TB, out any, args ...string) {
 	t.Helper()
 	cmd := exec.Command(l.python, append([]string{"-B", filepath.Join(l.dir, "lancectl.py")}, args...)...)
@@ -73,16 +75,17 @@ func (l *lanceEnv) ctl(t testing.TB, out any, args ...string) {
 	}
 }
 
-// store is where a test dataset lives: a directory, or a MinIO bucket.
+// store is where a test dataset lives: a directory, or a MinIO bucket. The engine reaches it only
+// through the harness's gateway; the test and lancectl reach it directly.
 type store struct {
 	url, endpoint string
 	creds         map[string]string
-	mc            *minio.Client
+	st            storage.Store // the test's own view, with the store's authority
 	bucket, root  string
 }
 
 func (s *store) uri(path string) string {
-	if s.mc != nil {
+	if s.bucket != "" {
 		return "s3://" + s.bucket + "/" + path
 	}
 	return filepath.Join(s.root, path)
@@ -97,45 +100,38 @@ func (s *store) dataset(path string) map[string]any {
 }
 
 // objects lists every object key (store-relative) under path.
-func (s *store) objects(t *testing.T, path string) map[string]bool {
+func (s *store) objects(t testing.TB, path string) map[string]bool {
 	t.Helper()
-	out := map[string]bool{}
-	if s.mc != nil {
-		for o := range s.mc.ListObjects(context.Background(), s.bucket, minio.ListObjectsOptions{Prefix: path + "/", Recursive: true}) {
-			if o.Err != nil {
-				t.Fatal(o.Err)
-			}
-			out[o.Key] = true
-		}
-		return out
+	all, err := storage.ListAll(context.Background(), s.st, path+"/")
+	if err != nil {
+		t.Fatal(err)
 	}
-	_ = filepath.WalkDir(filepath.Join(s.root, path), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			rel, _ := filepath.Rel(s.root, p)
-			out[rel] = true
-		}
-		return nil
-	})
+	out := map[string]bool{}
+	for _, o := range all {
+		out[o.Key] = true
+	}
 	return out
 }
 
 func localStore(t testing.TB) *store {
 	dir := t.TempDir()
-	return &store{url: "file://" + dir, root: dir}
+	st, err := storage.NewLocalStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &store{url: "file://" + dir, root: dir, st: st}
 }
 
 func minioStore(t *testing.T, l *lanceEnv) *store {
 	srv := testminio.Shared(t)
-	mc, err := minio.New(srv.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(srv.AccessKey, srv.SecretKey, "")})
+	bucket := testbin.RandID("lance-")
+	st, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindS3, Endpoint: srv.Endpoint,
+		Bucket: bucket, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket := fmt.Sprintf("lance-%d", time.Now().UnixNano())
-	if err := mc.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	l.s3 = []string{"STEWARD_S3_ENDPOINT=" + srv.Endpoint, "STEWARD_S3_ACCESS_KEY=" + srv.AccessKey, "STEWARD_S3_SECRET_KEY=" + srv.SecretKey}
-	return &store{url: "s3://" + bucket, endpoint: srv.Endpoint, mc: mc, bucket: bucket,
+	return &store{url: "s3://" + bucket, endpoint: srv.Endpoint, st: st, bucket: bucket,
 		creds: map[string]string{"access_key": srv.AccessKey, "secret_key": srv.SecretKey}}
 }
 
@@ -153,20 +149,15 @@ var indexCases = []indexCase{
 	{"IVF_HNSW_SQ", "vec", map[string]string{"num_partitions": "2"}},
 }
 
+// mutateReq is the request a host sends the sidecar: the dataset on its real store, with the
+// store's credentials. The harness serves that store through its gateway and hands the engine the
+// gateway instead.
 func mutateReq(s *store, path, inv string, pinned int64, op string, c indexCase, name string) map[string]any {
 	req := map[string]any{
 		"invocation_id": inv, "deadline_unix_ms": time.Now().Add(time.Hour).UnixMilli(),
 		"dataset": s.dataset(path), "pinned_version": pinned, "op": op,
 		"index": map[string]any{"name": name, "columns": []string{c.column}, "type": c.typ, "params": c.params},
 	}
-	if s.creds != nil {
-		req["credentials"] = s.creds
-	}
-	return req
-}
-
-func settleReq(s *store, path, inv string, pinned int64, reaped bool) map[string]any {
-	req := map[string]any{"invocation_id": inv, "dataset": s.dataset(path), "pinned_version": pinned, "domain_reaped": reaped}
 	if s.creds != nil {
 		req["credentials"] = s.creds
 	}
@@ -194,122 +185,181 @@ func versions(t *testing.T, l *lanceEnv, s *store, path string) []version {
 	return vs
 }
 
-// custody fails t if an object that appeared during the run is neither under a reserved prefix,
-// nor a reserved key, nor Lance's version chain, nor a steward slot claim.
-func custody(t *testing.T, before, after map[string]bool, reserves []enginetest.Reserve, path string) {
+// onlyThroughGateway fails t if an object appeared under the dataset during the session that the
+// session's gateway did not record: every object the engine wrote must be in Record.Written (and
+// in the custody the gateway took before its first byte), besides the invocation's claim (the
+// gateway's or a fence, never the engine's) and, when its commit landed, the manifest and Lance's
+// version hint. It returns the new objects, sorted.
+func onlyThroughGateway(t *testing.T, before, after map[string]bool, sess *enginetest.Session) []string {
 	t.Helper()
-	var stray []string
+	written, custody, rec := map[string]bool{}, map[string]bool{}, sess.Gateway
+	for _, k := range rec.Written {
+		written[k] = true
+	}
+	for _, k := range sess.Custody() {
+		custody[k] = true
+	}
+	for k := range written {
+		if !custody[k] {
+			t.Errorf("%s was written without custody", k)
+		}
+	}
+	var fresh, stray []string
 	for k := range after {
-		if before[k] || strings.HasPrefix(k, path+"/_versions/") || strings.HasPrefix(k, path+"/_steward/slots/") {
+		if before[k] {
 			continue
 		}
-		ok := false
-		for _, r := range reserves {
-			for _, p := range r.Prefixes {
-				ok = ok || strings.HasPrefix(k, p)
-			}
-			for _, key := range r.Keys {
-				ok = ok || k == key
-			}
-		}
-		if !ok {
+		fresh = append(fresh, k)
+		commit := rec.Slot == gateway.SlotLanded && (k == rec.SlotKey || k == sess.Dataset+"/_versions/latest_version_hint.json")
+		if !written[k] && !commit && k != slot.ClaimKey(sess.Dataset, sess.Pinned+1, sess.Invocation) {
 			stray = append(stray, k)
 		}
 	}
-	sort.Strings(stray)
+	slices.Sort(fresh)
+	slices.Sort(stray)
 	if len(stray) > 0 {
-		t.Errorf("objects written outside custody: %v (reserved %+v)", stray, reserves)
+		t.Errorf("objects the gateway did not record: %v (recorded %v)", stray, rec.Written)
 	}
+	return fresh
 }
 
-func run(t testing.TB, l *lanceEnv, kind string, req map[string]any, opt enginetest.Options) *enginetest.Session {
+// run runs one engine session to its end through the harness's gateway.
+func run(t testing.TB, l *lanceEnv, req map[string]any, opt enginetest.Options) *enginetest.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := enginetest.Run(ctx, l.engine(), kind, req, opt)
+	s, err := enginetest.Run(ctx, l.engine(), req, opt)
 	if err != nil {
 		msg := ""
 		if s != nil {
-			msg = s.Stderr.String()
+			msg = s.Stderr.String() + s.GatewayLog.String()
 		}
 		t.Fatalf("engine: %v\n%s", err, msg)
 	}
 	return s
 }
 
+// decide is the outcome storage gives the session's invocation (slot.Decide, its gateway closed).
+func decide(t testing.TB, sess *enginetest.Session) slot.Verdict {
+	t.Helper()
+	v, err := sess.Decide(context.Background())
+	if err != nil {
+		t.Fatalf("decide %s: %v", sess.Invocation, err)
+	}
+	return v
+}
+
+// lanceCheck is what `lancectl.py check` says of an index: Lance's own reader.
+type lanceCheck struct {
+	Listed    bool    `json:"listed"`
+	UsesIndex bool    `json:"uses_index"`
+	Equal     bool    `json:"equal"`
+	Rows      int     `json:"rows"`
+	Plan      string  `json:"plan"`
+	Recall    float64 `json:"recall"`
+	Last      version `json:"last"`
+}
+
+// checkIndex fails t unless Lance's own reader lists the index, its plan uses it, and it answers
+// as a scan does (a vector index: 9 of the true 10 nearest), and the chain ends with inv's commit.
+func checkIndex(t *testing.T, l *lanceEnv, s *store, path, name string, c indexCase, inv string, v int64) {
+	t.Helper()
+	var chk lanceCheck
+	l.ctl(t, &chk, "check", s.uri(path), name, c.column, c.typ)
+	if strings.HasPrefix(c.typ, "IVF") && !strings.Contains(chk.Plan, "name="+name+",") {
+		t.Errorf("the plan does not use %s:\n%s", name, chk.Plan)
+	}
+	// A vector index is approximate: its top 10 (all partitions probed, 500 candidates
+	// re-ranked exactly) missed one true neighbour in one fresh-clone run, the PQ codebook being
+	// trained from a random start. It must find 9 of the 10; a scalar index must answer exactly
+	// as the scan.
+	exact := chk.Equal
+	if strings.HasPrefix(c.typ, "IVF") {
+		exact = chk.Rows == 10 && chk.Recall >= 0.9
+		if !chk.Equal {
+			t.Logf("%s: recall %.1f of the exact top 10", c.typ, chk.Recall)
+		}
+	}
+	if !chk.Listed || !chk.UsesIndex || !exact {
+		t.Errorf("Lance's reader: listed=%v uses_index=%v equal=%v rows=%d recall=%v\n%s", chk.Listed, chk.UsesIndex, chk.Equal, chk.Rows, chk.Recall, chk.Plan)
+	}
+	if last := chk.Last; last.Version != v || last.Invocation != inv || last.Kind != "commit" {
+		t.Errorf("version chain ends with %+v, want %d by %s", last, v, inv)
+	}
+}
+
+// committed fails t unless the session answered a commit at pinned+1 and storage holds it
+// (committedInStorage).
+func committed(t *testing.T, sess *enginetest.Session) {
+	t.Helper()
+	if r := sess.Result; r == nil || r.Phase != "NATIVE_RETURN" || r.Code != 0 || r.CommittedVersion != sess.Pinned+1 {
+		t.Fatalf("result %+v, want a commit at %d\n%s%s", r, sess.Pinned+1, sess.Stderr.String(), sess.GatewayLog.String())
+	}
+	committedInStorage(t, sess)
+}
+
+// committedInStorage fails t unless the session's gateway saw its commit land and storage
+// decides COMMITTED, by the invocation's claim naming the manifest the gateway wrote.
+func committedInStorage(t *testing.T, sess *enginetest.Session) {
+	t.Helper()
+	if rec := sess.Gateway; rec.Slot != gateway.SlotLanded {
+		t.Errorf("gateway record: slot %s (last refusal %q)", rec.Slot, rec.LastRefusal)
+	}
+	if v := decide(t, sess); v.Outcome != slot.Committed || v.Fenced || v.Holder.Key != sess.Gateway.SlotKey || v.Holder.Invocation != sess.Invocation {
+		t.Errorf("decide: %+v, want COMMITTED by the claim of %s naming %s", v, sess.Invocation, sess.Gateway.SlotKey)
+	}
+}
+
+// buildEveryType builds every index type of the engine, one after the other on one dataset, each
+// through the harness's gateway: each commit lands at pinned+1, storage decides it COMMITTED,
+// Lance's own reader lists and uses the index, and every object that appeared is one the gateway
+// recorded (or its commit).
 func buildEveryType(t *testing.T, l *lanceEnv, s *store) {
 	const path = "events"
-	var created struct {
-		Version int64 `json:"version"`
-	}
-	l.ctl(t, &created, "create", s.uri(path), "--rows", "3000")
-	pinned := created.Version
+	pinned := newDataset(t, l, s, path, 3000)
 	for _, c := range indexCases {
 		t.Run(c.typ, func(t *testing.T) {
 			before := s.objects(t, path)
 			name := "idx_" + strings.ToLower(c.typ)
 			inv := "inv-" + strings.ToLower(c.typ)
-			sess := run(t, l, "mutate", mutateReq(s, path, inv, pinned, "CREATE", c, name), enginetest.Options{})
-			r := sess.Result
-			if r == nil || r.Phase != "NATIVE_RETURN" || r.Code != 0 || r.CommittedVersion != pinned+1 || r.IndexUUID == "" {
-				t.Fatalf("result %+v\n%s", r, sess.Stderr.String())
+			sess := run(t, l, mutateReq(s, path, inv, pinned, "CREATE", c, name), enginetest.Options{})
+			committed(t, sess)
+			if sess.Result.IndexUUID == "" || sess.Hello.Engine.Name != "lance" {
+				t.Errorf("index uuid %q, hello %+v", sess.Result.IndexUUID, sess.Hello)
 			}
-			if sess.Hello.Engine.Name != "lance" || sess.Hello.Engine.Settle != "claim-fence" {
-				t.Errorf("hello %+v", sess.Hello)
-			}
-			custody(t, before, s.objects(t, path), sess.Reserves, path)
+			onlyThroughGateway(t, before, s.objects(t, path), sess)
 			if len(sess.TempLeft) > 0 {
 				t.Logf("%s left in its private TMPDIR (removed with it): %v", c.typ, sess.TempLeft)
 			}
-			var chk struct {
-				Listed    bool    `json:"listed"`
-				UsesIndex bool    `json:"uses_index"`
-				Equal     bool    `json:"equal"`
-				Rows      int     `json:"rows"`
-				Plan      string  `json:"plan"`
-				Recall    float64 `json:"recall"`
-				Last      version `json:"last"`
-			}
-			l.ctl(t, &chk, "check", s.uri(path), name, c.column, c.typ)
-			if strings.HasPrefix(c.typ, "IVF") && !strings.Contains(chk.Plan, "name="+name+",") {
-				t.Errorf("the plan does not use %s:\n%s", name, chk.Plan)
-			}
-			// A vector index is approximate: its top 10 (all partitions probed, 500 candidates
-			// re-ranked exactly) missed one true neighbour in one fresh-clone run, the PQ
-			// codebook being trained from a random start. It must find 9 of the 10; a scalar
-			// index must answer exactly as the scan.
-			exact := chk.Equal
-			if strings.HasPrefix(c.typ, "IVF") {
-				exact = chk.Rows == 10 && chk.Recall >= 0.9
-				if !chk.Equal {
-					t.Logf("%s: recall %.1f of the exact top 10", c.typ, chk.Recall)
-				}
-			}
-			if !chk.Listed || !chk.UsesIndex || !exact {
-				t.Errorf("Lance's reader: listed=%v uses_index=%v equal=%v rows=%d recall=%v\n%s", chk.Listed, chk.UsesIndex, chk.Equal, chk.Rows, chk.Recall, chk.Plan)
-			}
-			last := chk.Last
-			pinned = r.CommittedVersion
-			if last.Version != r.CommittedVersion || last.Invocation != inv || last.Kind != "commit" {
-				t.Errorf("version chain ends with %+v, want %d by %s", last, r.CommittedVersion, inv)
-			}
+			pinned = sess.Result.CommittedVersion
+			checkIndex(t, l, s, path, name, c, inv, pinned)
 			if c.typ == "IVF_PQ" { // one vector index per column answers a query: drop it before the next
-				drop := run(t, l, "mutate", mutateReq(s, path, inv+"-drop", pinned, "DROP", c, name), enginetest.Options{})
-				if r := drop.Result; r == nil || r.Code != 0 || r.CommittedVersion != pinned+1 {
-					t.Fatalf("drop: %+v\n%s", r, drop.Stderr.String())
-				}
+				drop := run(t, l, mutateReq(s, path, inv+"-drop", pinned, "DROP", c, name), enginetest.Options{})
+				committed(t, drop)
 				pinned++
 			}
 		})
 	}
 }
 
+// TestLanceEveryIndexTypeLocal: every index type of the engine builds and commits through the
+// gateway over a local directory store.
 func TestLanceEveryIndexTypeLocal(t *testing.T) {
 	l := needLance(t)
 	buildEveryType(t, l, localStore(t))
 }
 
+// TestLanceEveryIndexTypeMinIO: every index type of the engine builds and commits through the
+// gateway over a real MinIO.
 func TestLanceEveryIndexTypeMinIO(t *testing.T) {
 	l := needLance(t)
 	buildEveryType(t, l, minioStore(t, l))
+}
+
+func newDataset(t *testing.T, l *lanceEnv, s *store, path string, rows int) int64 {
+	var created struct {
+		Version int64 `json:"version"`
+	}
+	l.ctl(t, &created, "create", s.uri(path), "--rows", fmt.Sprint(rows))
+	return created.Version
 }
