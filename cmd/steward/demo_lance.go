@@ -48,8 +48,8 @@ func (d *demo) vectorAct(ctx context.Context) error {
 		return err
 	}
 	pinned := created.Version
-	if small.Resolution != nil || small.State == dispatch.StateCommitted {
-		pinned++ // the fence (or, with too much memory for the demo's point, the index) took pinned+1
+	if small.State == dispatch.StateCommitted {
+		pinned++ // with too much memory for the demo's point, the index took pinned+1 (a fence takes no version)
 	}
 	fmt.Fprintf(d.out, "   IVF_PQ with the sidecar's default memory limit:\n")
 	if _, err := d.vectorJob(ctx, dispatch.Request{ID: "ivf-pq", Dataset: ref, AdmittedVersion: pinned,
