@@ -20,7 +20,8 @@ import (
 )
 
 // Main is the hostile engine's entry: with no argument it serves one request over the engine
-// protocol; "linger MARKER" and "sleep" are its own helper processes. It returns the exit code.
+// protocol; "linger MARKER", "sleep", "nop", "int80" and "after …" are its own helper processes.
+// It returns the exit code.
 func Main(args []string) int {
 	if len(args) > 0 {
 		switch args[0] {
@@ -31,6 +32,13 @@ func Main(args []string) int {
 			return 0
 		case "nop":
 			return 0
+		case "int80":
+			return int80Main()
+		case "after":
+			if len(args) != 8 {
+				return 2
+			}
+			return afterAnswer(args[1:7], args[7])
 		}
 	}
 	c, err := enginesdk.Open()
@@ -46,51 +54,60 @@ type engine struct{}
 
 var _ enginesdk.Engine = engine{}
 
-// Mutate runs every attack, then answers COMMITTED at pinned+1 without having written anything:
-// that claim is itself the last attack (the sidecar must not pass it on).
+// Mutate runs the invocation's mode (ParamMode). The main mode runs every attack area, then
+// answers COMMITTED at pinned+1 without having written a manifest: that claim is itself the last
+// attack (the sidecar must not pass it on). The other modes answer by themselves and exit.
 func (engine) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.MutateRequest) *workerproto.Result {
 	r := newRun(c, req)
-	r.all(ctx)
+	switch r.p[ParamMode] {
+	case ModeNoop:
+		r.noop()
+	case ModeUUID:
+		r.badUUID()
+	case ModeMessage:
+		r.message()
+	case ModeLinger:
+		r.lingerAfterAnswer()
+	case ModeRace:
+		r.race()
+	case ModeAlias:
+		r.alias()
+	case ModeForge:
+		r.forgeAnswer(ctx)
+	default:
+		r.all(ctx)
+	}
+	r.emit(Finding{Attack: "answer.claim-commit", Verdict: Pending,
+		Tried:    fmt.Sprintf("answer NATIVE_RETURN 0 COMMITTED at pinned+1 (%d) without having written its manifest", r.pinned+1),
+		Evidence: "the test judges the sidecar's answer: it must be INDETERMINATE -23 UNCONFIRMED_COMMIT, and index.resolve NOT_COMMITTED"})
 	r.emitDone()
 	return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeOK, CompletionReason: rpc.CompletionCommitted,
 		CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1,
 		Message: "the hostile engine committed nothing"}
 }
 
-// Settle is honest — the hostile engine never commits, so slot pinned+1 never holds its commit
-// — except for an invocation whose id holds LiarMarker: then it claims this invocation's commit,
-// as compromised engine code asked to confirm its own claim would.
+// Settle is never asked for any more (the sidecar decides outcomes from its gateway's record and
+// storage); should it be, it answers what is true: the hostile engine never commits.
 func (engine) Settle(_ context.Context, _ *enginesdk.Conn, req *workerproto.SettleRequest) *workerproto.Settled {
-	if strings.Contains(req.InvocationID, LiarMarker) {
-		return &workerproto.Settled{Outcome: rpc.OutcomeCommitted, Version: req.PinnedVersion + 1,
-			Holder: workerproto.Holder{Kind: "commit", Invocation: req.InvocationID}, Reason: "a lie: nothing was committed"}
-	}
 	return &workerproto.Settled{Outcome: rpc.OutcomeNotCommitted, Version: req.PinnedVersion + 1,
 		Reason: "the hostile engine never commits"}
 }
 
-// liar announces the lying settle of a LiarMarker invocation (its effect is the answer, which
-// only the test sees).
-func (r *run) liar(_ context.Context) {
-	f := Finding{Attack: "settle.lie", Tried: "claim COMMITTED without writing, then, asked by the sidecar to confirm it in a settle domain, confirm it: COMMITTED, holder this invocation's commit"}
-	if strings.Contains(r.inv, LiarMarker) {
-		f.Verdict, f.Evidence = Pending, "the test judges the sidecar's answer and index.resolve: neither may say COMMITTED"
-	} else {
-		f.Verdict, f.Evidence = Inconclusive, "the invocation id lacks "+LiarMarker+": its settle is honest"
-	}
-	r.emit(f)
-}
-
 // run is one mutation's attack session.
 type run struct {
-	c    *enginesdk.Conn
-	req  *workerproto.MutateRequest
-	p    map[string]string
-	inv  string
-	ds   string // the dataset path, without slashes at the ends
-	tmp  string // the domain's private temp dir
-	only map[string]bool
-	scan *memScan // the sidecar's memory as sidecar.mem read it: the forged answer's epoch and id
+	c      *enginesdk.Conn
+	req    *workerproto.MutateRequest
+	p      map[string]string
+	inv    string
+	ds     string // the dataset path, without slashes at the ends
+	pinned int64
+	tmp    string // the domain's private temp dir
+	only   map[string]bool
+	scan   *memScan // the sidecar's memory as sidecar.mem read it: the forged answer's epoch and id
+
+	gw        *s3raw // its storage gateway, as the request names it (nil: none named)
+	gwOK      bool   // the gateway served a control write, read and delete
+	gwControl string // what the control got
 
 	mu sync.Mutex
 	n  int
@@ -98,7 +115,7 @@ type run struct {
 
 func newRun(c *enginesdk.Conn, req *workerproto.MutateRequest) *run {
 	r := &run{c: c, req: req, p: req.Index.Params, inv: req.InvocationID, ds: strings.Trim(req.Dataset.Path, "/"),
-		tmp: req.TempDir}
+		pinned: req.PinnedVersion, tmp: req.TempDir}
 	if r.p == nil {
 		r.p = map[string]string{}
 	}
@@ -111,12 +128,16 @@ func newRun(c *enginesdk.Conn, req *workerproto.MutateRequest) *run {
 			r.only[a] = true
 		}
 	}
+	st := req.Dataset.Store
+	if bucket, ok := strings.CutPrefix(st.URL, "s3://"); ok && st.Endpoint != "" && req.Credentials != nil {
+		r.gw = &s3raw{addr: st.Endpoint, bucket: strings.Trim(bucket, "/"), ak: req.Credentials.AccessKey}
+	}
 	return r
 }
 
 // all runs the attack areas in an order that keeps each attack's preconditions: the victim and
-// the sidecar before anything that could end the session, custody names before the ticket
-// flood, and the forged host answer last (once the host takes it, the test moves on).
+// the sidecar before anything that could end the session, reserve frames before the gateway's
+// quotas are spent, the gateway's request flood and the progress flood last.
 func (r *run) all(ctx context.Context) {
 	areas := []struct {
 		name string
@@ -132,18 +153,26 @@ func (r *run) all(ctx context.Context) {
 		{"seccomp", r.seccomp},
 		{"fs", r.filesystem},
 		{"net", r.network},
+		{"store", r.store},
 		{"custody", r.custody},
-		{"forge", r.forgeAnswer},
-		{"liar", r.liar},
+		{"gateway", r.gateway},
+		{"objects", r.objects},
+		{"progress", r.progressFlood},
+	}
+	// The slow-loris connection waits out the gateway's header timeout (10 s) beside the others.
+	var slow chan Finding
+	if r.p[ParamSlowLoris] == "1" && (r.only == nil || r.only["gateway"]) {
+		slow = make(chan Finding, 1)
+		go func() { slow <- r.slowLoris() }()
 	}
 	for _, a := range areas {
 		if r.only == nil || r.only[a.name] {
 			a.fn(ctx)
 		}
 	}
-	r.emit(Finding{Attack: "answer.claim-commit", Verdict: Pending,
-		Tried:    fmt.Sprintf("answer NATIVE_RETURN 0 COMMITTED at pinned+1 (%d) without writing anything", r.req.PinnedVersion+1),
-		Evidence: "the test judges the sidecar's answer: it must be INDETERMINATE -23 UNCONFIRMED_COMMIT"})
+	if slow != nil {
+		r.emit(<-slow)
+	}
 }
 
 // emit writes one finding line to stderr (bounded well under the sidecar's 4 KiB line cut).
@@ -202,6 +231,8 @@ func helper(args ...string) *exec.Cmd {
 	cmd.Env = os.Environ()
 	return cmd
 }
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // intParam reads an integer parameter (0 if absent or malformed).
 func (r *run) intParam(k string) int {

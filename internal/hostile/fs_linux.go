@@ -5,25 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 func (r *run) filesystem(_ context.Context) {
 	name := "hostile-" + r.inv
-	// A file:// store's other datasets and root (an s3:// store has no directory to write).
-	if r.p[ParamOtherDir] != "" {
-		r.emit(r.writeOutside("fs.write-other-dataset", "another dataset's directory", filepath.Join(r.p[ParamOtherDir], "data", name)))
-	}
-	if root := r.p[ParamStoreRoot]; root != "" {
-		r.emit(r.writeOutside("fs.write-store-root", "the store's root, outside the dataset", filepath.Join(root, name)))
-	}
 	r.emit(r.writeOutside("fs.write-state-dir", "the sidecar's state directory", filepath.Join(r.p[ParamStateDir], name)))
 	r.emit(r.writeOutside("fs.write-host-dir", "a directory of the host's /tmp", filepath.Join(r.p[ParamHostDir], name)))
 	r.emit(r.writeOutside("fs.write-tmp", "/tmp itself", filepath.Join("/tmp", name)))
@@ -32,6 +23,10 @@ func (r *run) filesystem(_ context.Context) {
 	r.emit(r.readFile("fs.read-kcore", "/proc/kcore (kernel memory)", "/proc/kcore", false))
 	r.emit(r.execShell())
 	r.emit(r.mknodDisk())
+	r.emit(r.execWritten())
+	r.emit(r.execMemfd())
+	r.emit(r.setuidFifo())
+	r.emit(r.tmpQuota())
 }
 
 // writeOutside creates path (O_EXCL). A created file is Pending: a private mount could have
@@ -152,27 +147,4 @@ func (r *run) mknodDisk() Finding {
 		return blocked(attack, tried, fmt.Errorf("mknod %s and open succeeded, read: %w", dev, err))
 	}
 	return Finding{Attack: attack, Tried: tried, Verdict: Succeeded, Evidence: fmt.Sprintf("read %d bytes of %s (%d:%d)", n, dev, major, minor)}
-}
-
-func (r *run) network(_ context.Context) {
-	const attack = "net.connect"
-	addr := r.p[ParamListen]
-	tried := "connect to the test's TCP listener " + addr + " and send a line"
-	if addr == "" {
-		r.emit(Finding{Attack: attack, Tried: tried, Verdict: Inconclusive, Evidence: "the test named no listener"})
-		return
-	}
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		r.emit(blocked(attack, tried, err))
-		return
-	}
-	defer c.Close()
-	_, err = fmt.Fprintf(c, "hostile %s\n", r.inv)
-	ifs, _ := net.Interfaces()
-	var names []string
-	for _, i := range ifs {
-		names = append(names, i.Name)
-	}
-	r.emit(Finding{Attack: attack, Tried: tried, Verdict: Succeeded, Evidence: fmt.Sprintf("connected from %s (write: %v); interfaces %v", c.LocalAddr(), err, names)})
 }
