@@ -6,13 +6,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testminio"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // toyMutate runs one mutation of the toy engine with index params and returns its answer, which
@@ -35,70 +39,170 @@ func wantReport(t *testing.T, res rpc.MutateResult, err error, want string) {
 	}
 }
 
-// TestWorkerReservesOnlyNewNames drives a real sidecar with a real engine of the public protocol
-// (internal/testengine) on the local store: it may reserve new names of its dataset's data and
-// index folders only; an existing object (another writer's data file), the slot's manifest, a
-// shared file, another folder or another dataset are refused, each with its reason in the
-// reserved frame; past its --ledger-quota a reservation is refused whole. When the failed
-// invocation is abandoned, only what it was granted is deleted: the dataset it named is intact.
-func TestWorkerReservesOnlyNewNames(t *testing.T) {
-	bin := buildTestEngine(t)
-	e := newSidecarWithEnv(t, os.Environ(), "--state-dir", t.TempDir(), "--engine", "toy="+bin+" --settle fence",
-		"--ledger-quota", "8", "--ledger-capacity", "64")
-	if q := e.c.Info().Limits.LedgerQuota; q != 8 {
-		t.Fatalf("hello limits.ledger_quota %d, want 8", q)
+// listing is every key under prefix with its size.
+func listing(t *testing.T, st storage.Store, prefix string) map[string]int64 {
+	t.Helper()
+	all, err := storage.ListAll(context.Background(), st, prefix)
+	if err != nil {
+		t.Fatal(err)
 	}
-	e.makeDataset("ds", 100)
-	e.makeDataset("other", 100)
-	ctx := context.Background()
-	var theirs string
-	for info, err := range e.store.List(ctx, "ds/data/") {
-		if err != nil {
-			t.Fatal(err)
-		}
-		theirs = strings.TrimPrefix(info.Key, "ds/")
-		break
+	out := map[string]int64{}
+	for _, o := range all {
+		out[o.Key] = o.Size
 	}
-	ref := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + e.root}, Path: "ds"}
-	res, err := toyMutate(t, e.c, ref, nil, map[string]string{"reserve_keys": strings.Join([]string{
-		"data/new-1.bin", theirs, "_versions/00000000000000000002.manifest", "_versions/latest_version_hint.json",
-		"_deletions/1.arrow", "_indices/toy-a/", "../other/data/x", "_transactions/1-u.txn"}, ",")})
-	wantReport(t, res, err, strings.Join([]string{
-		"data/new-1.bin=granted", theirs + "=refused:exists", "_versions/00000000000000000002.manifest=refused:foreign",
-		"_versions/latest_version_hint.json=refused:foreign", "_deletions/1.arrow=refused:foreign", "_indices/toy-a/=granted",
-		"../other/data/x=refused:foreign", "_transactions/1-u.txn=granted"}, ";"))
-	// The quota: 8 keys fit, 9 are refused whole.
-	res, err = toyMutate(t, e.c, ref, nil, map[string]string{"reserve_many": "8"})
-	wantReport(t, res, err, "granted=8 refusal=none")
-	res, err = toyMutate(t, e.c, ref, nil, map[string]string{"reserve_many": "9"})
-	wantReport(t, res, err, "granted=0 refusal=quota")
-	waitTickets(t, e.c, 0)
-	if _, err := e.store.Stat(ctx, "ds/data/new-1.bin"); !errors.Is(err, storage.ErrNotFound) {
-		t.Errorf("the granted, abandoned key survived: %v", err)
-	}
-	if _, err := e.store.Stat(ctx, "ds/"+theirs); err != nil {
-		t.Fatalf("the existing object a worker named was touched: %v", err)
-	}
-	for _, path := range []string{"ds", "other"} {
-		if _, err := dataset.Open(ctx, e.store, path, 1); err != nil {
-			t.Errorf("dataset %s after the hostile reservations: %v", path, err)
+	return out
+}
+
+// sameListing fails t unless the store holds exactly what it held before under prefix.
+func sameListing(t *testing.T, st storage.Store, prefix string, before map[string]int64, when string) {
+	t.Helper()
+	now := listing(t, st, prefix)
+	for k, size := range now {
+		if b, ok := before[k]; !ok || b != size {
+			t.Errorf("%s: %s (%d bytes) is new or changed in the store", when, k, size)
 		}
 	}
-	for name, want := range map[string]float64{"steward_ledger_invocation_quota": 8, "steward_ledger_quota_refusals_total": 1,
-		"steward_ledger_existing_name_refusals_total": 1} {
-		if got := metricOf(t, e.c, name); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
+	for k := range before {
+		if _, ok := now[k]; !ok {
+			t.Errorf("%s: %s, which the engine did not write, is gone", when, k)
 		}
 	}
 }
 
-// TestWorkerGetsOnlyItsStoresKeys: a sidecar with its own keys for one MinIO prefix. A worker of
-// a call without credentials on that store gets the sidecar's keys in its request frame; on a
-// file store it gets none; a call with its own credentials gets those, never the sidecar's; a
-// call without credentials on another prefix of the same bucket is refused (-32016) before any
-// worker starts. On the allowed store an existing object is refused to the worker (checked with
-// the sidecar's keys) and survives the invocation's abandon.
-func TestWorkerGetsOnlyItsStoresKeys(t *testing.T) {
+// TestWorkerWritesOnlyNewNames drives a real sidecar with a real engine of the public protocol
+// (internal/testengine) on a local store. The engine reaches the store only through its
+// invocation's gateway, as an S3 client, and custody is taken by observation, without a reserve
+// frame: it may create new keys in its own dataset's data/, _indices/ and _transactions/ folders
+// and nothing else. An existing key (another writer's data file, or its own written a moment
+// before), a committed version's manifest or a later one than its slot, the version hint, any
+// other _versions/ file, a forged claim under _steward/, _deletions/, the dataset's root,
+// another dataset by key, by "..", and by percent-encoded dots and separators are each refused
+// with an S3 error and never reach the store; it may delete what it wrote and nothing else.
+// When the invocation ends NOT_COMMITTED, everything it wrote is deleted (ledger Deleted, and the
+// store lists exactly what it did before). Past --ledger-quota objects, and past --worker-disk
+// bytes, its next PUT is refused.
+func TestWorkerWritesOnlyNewNames(t *testing.T) {
+	bin := buildTestEngine(t)
+	e := newSidecarWithEnv(t, os.Environ(), "--state-dir", t.TempDir(), "--engine", "toy="+bin+" --settle fence",
+		"--ledger-quota", "8", "--ledger-capacity", "64", "--worker-disk", "4096")
+	if q := e.c.Info().Limits.LedgerQuota; q != 8 {
+		t.Fatalf("hello limits.ledger_quota %d, want 8", q)
+	}
+	if s := e.c.Info().Storage; s == nil || s.Mode != "gateway" || s.Reach != "domain" || s.Endpoint != "127.0.0.1:7480" || s.WorkerDiskBytes != 4096 {
+		t.Fatalf("hello storage %+v: want the gateway in each domain, 4096 bytes per invocation", s)
+	}
+	e.makeDataset("ds", 100)
+	e.makeDataset("other", 100)
+	ctx := context.Background()
+	first := func(prefix string) string {
+		for info, err := range e.store.List(ctx, prefix) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return info.Key
+		}
+		t.Fatalf("nothing under %s", prefix)
+		return ""
+	}
+	theirs, otherData := strings.TrimPrefix(first("ds/data/"), "ds/"), first("other/data/")
+	before := listing(t, e.store, "")
+	ref := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + e.root}, Path: "ds"}
+	puts := []struct{ name, want string }{
+		{"data/new-1.bin", "ok"},
+		{theirs, "AccessDenied"},           // another writer's object: custody refuses an existing key
+		{"data/new-1.bin", "AccessDenied"}, // its own, written a moment ago: no overwrite either
+		{"_indices/toy-a/part-0", "ok"},
+		{"_transactions/1-u.txn", "ok"},
+		{"_versions/00000000000000000001.manifest", "PreconditionFailed"}, // committed, not its slot
+		{"_versions/00000000000000000003.manifest", "PreconditionFailed"}, // past its slot
+		{"_versions/latest_version_hint.json", "AccessDenied"},            // no commit of its own
+		{"_versions/notes.txt", "AccessDenied"},
+		{"_steward/claims/00000000000000000002/forged.json", "AccessDenied"},
+		{"_deletions/1.arrow", "AccessDenied"},
+		{"top.bin", "AccessDenied"},
+		{"/other/data/x", "AccessDenied"},
+		{"../other/data/x", "AccessDenied"},
+		{"%2e%2e/other/data/y", "AccessDenied"},
+		{"data%2f..%2f..%2fother%2fdata%2fz", "AccessDenied"},
+	}
+	deletes := []struct{ name, want string }{
+		{theirs, "AccessDenied"}, {"/" + otherData, "AccessDenied"}, {"_transactions/1-u.txn", "ok"},
+	}
+	var names, want []string
+	for _, p := range puts {
+		names, want = append(names, p.name), append(want, "put "+p.name+"="+p.want)
+	}
+	var dels []string
+	for _, d := range deletes {
+		dels, want = append(dels, d.name), append(want, "delete "+d.name+"="+d.want)
+	}
+	res, err := toyMutate(t, e.c, ref, nil, map[string]string{"put": strings.Join(names, ","), "delete": strings.Join(dels, ",")})
+	wantReport(t, res, err, strings.Join(want, ";"))
+	// What it wrote was in custody and is deleted with the abandon (the one it deleted itself
+	// counts as deleted too); what it was refused never reached the store.
+	if f := waitTickets(t, e.c, 0); f.Deleted != 3 {
+		t.Errorf("ledger after the abandon: %+v, want the 3 keys the engine wrote deleted", f)
+	}
+	sameListing(t, e.store, "", before, "after the abandon")
+
+	// The quotas: 8 objects fit in the ledger quota and the 9th PUT is refused; 4 objects of
+	// 1000 bytes fit in --worker-disk 4096 and the 5th is refused. All of them are abandoned.
+	res, err = toyMutate(t, e.c, ref, nil, map[string]string{"put_many": "8"})
+	wantReport(t, res, err, "written=8 refusal=none")
+	res, err = toyMutate(t, e.c, ref, nil, map[string]string{"put_many": "9"})
+	wantReport(t, res, err, "written=8 refusal=AccessDenied")
+	res, err = toyMutate(t, e.c, ref, nil, map[string]string{"put_many": "10", "size": "1000"})
+	wantReport(t, res, err, "written=4 refusal=QuotaExceeded")
+	if f := waitTickets(t, e.c, 0); f.Deleted != 3+8+8+4 {
+		t.Errorf("ledger after the quota runs: %+v, want %d keys deleted", f, 3+8+8+4)
+	}
+	sameListing(t, e.store, "", before, "after the quota runs")
+	for _, path := range []string{"ds", "other"} {
+		if _, err := dataset.Open(ctx, e.store, path, 1); err != nil {
+			t.Errorf("dataset %s after the hostile writes: %v", path, err)
+		}
+	}
+	for name, want := range map[string]float64{"steward_ledger_invocation_quota": 8, "steward_ledger_quota_refusals_total": 1,
+		"steward_ledger_existing_name_refusals_total": 2} {
+		if got := metricOf(t, e.c, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	refused := 2 // the two quota runs
+	for _, w := range append(puts, deletes...) {
+		if w.want != "ok" {
+			refused++
+		}
+	}
+	if n := strings.Count(e.logs.String(), `"gateway refused a request"`); n != refused {
+		t.Errorf("%d gateway refusals logged, want %d: one for each refused request", n, refused)
+	}
+}
+
+// report splits a toy report "k=v k=v …" into its fields.
+func report(t *testing.T, res rpc.MutateResult, err error) map[string]string {
+	t.Helper()
+	if err != nil || res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeNotSupported {
+		t.Fatalf("answer %+v, %v; want the toy's NOT_SUPPORTED with a report", res, err)
+	}
+	out := map[string]string{}
+	for _, f := range strings.Fields(res.Message) {
+		k, v, _ := strings.Cut(f, "=")
+		out[k] = v
+	}
+	return out
+}
+
+// TestWorkerGetsOnlyAGatewayKey: a sidecar with its own keys for one MinIO prefix. Whatever the
+// call brings — no credentials on that store (the sidecar's keys serve it), keys of its own for
+// a store of its own (another MinIO), or a file:// store — the engine's request names its
+// gateway (s3://steward at 127.0.0.1:7480) and carries a key of its invocation's own: never the
+// call's keys nor the sidecar's, a new one each invocation, one the gateway accepts (another key
+// id is refused there) and neither MinIO knows. A call without credentials on another prefix of the same bucket is refused
+// (-32016) before any worker starts. Through the gateway an existing object of the store is
+// refused to the engine (PUT and DELETE), and survives the invocation's abandon, while what it
+// wrote is deleted.
+func TestWorkerGetsOnlyAGatewayKey(t *testing.T) {
 	bin := buildTestEngine(t)
 	e := newLedgerEnv(t, "--engine", "toy="+bin+" --settle fence")
 	if c := e.c.Info().Credentials; c == nil || c.Source != "file" || len(c.AllowStores) != 1 {
@@ -106,18 +210,57 @@ func TestWorkerGetsOnlyItsStoresKeys(t *testing.T) {
 	}
 	fp := func(ak string) string {
 		sum := sha256.Sum256([]byte(ak))
-		return "credentials=" + hex.EncodeToString(sum[:8])
+		return hex.EncodeToString(sum[:8])
+	}
+	direct := func(endpoint, ak string) string {
+		cl, err := minio.New(endpoint, &minio.Options{Creds: credentials.NewStaticV4(ak, "any-secret", ""), Region: "us-east-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.BucketExists(context.Background(), "ledger-e2e")
+		return minio.ToErrorResponse(err).Code
 	}
 	ref := rpc.DatasetRef{Store: e.spec, Path: "ds"}
-	res, err := toyMutate(t, e.c, ref, nil, map[string]string{"report": "credentials"})
-	wantReport(t, res, err, fp(e.minio.AccessKey))
-	res, err = toyMutate(t, e.c, rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + t.TempDir()}, Path: "ds"}, nil,
-		map[string]string{"report": "credentials"})
-	wantReport(t, res, err, "credentials=none")
-	res, err = toyMutate(t, e.c, ref, &rpc.Credentials{AccessKey: "the-callers-own", SecretKey: "s3cr3t"}, map[string]string{"report": "credentials"})
-	wantReport(t, res, err, fp("the-callers-own"))
+	e.put("ds/data/seen.parquet")
+	// A call with keys of its own, for a store of its own (another MinIO, other root keys).
+	own := testminio.Dedicated(t)
+	callers := &rpc.Credentials{AccessKey: own.AccessKey, SecretKey: own.SecretKey}
+	ownRef := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://callers-own", Endpoint: own.Endpoint}, Path: "ds"}
+	var keys []string
+	for _, c := range []struct {
+		name  string
+		ref   rpc.DatasetRef
+		creds *rpc.Credentials
+	}{
+		{"the sidecar's keys", ref, nil},
+		{"the sidecar's keys again", ref, nil},
+		{"the call's own keys", ownRef, callers},
+		{"a file store", rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + t.TempDir()}, Path: "ds"}, nil},
+	} {
+		res, err := toyMutate(t, e.c, c.ref, c.creds, map[string]string{"report": "credentials"})
+		r := report(t, res, err)
+		key, herr := hex.DecodeString(r["key"])
+		switch {
+		case herr != nil || len(key) == 0 || r["credentials"] != fp(string(key)):
+			t.Errorf("%s: the report's key %q does not match its fingerprint: %q", c.name, r["key"], res.Message)
+		case r["credentials"] == fp(e.minio.AccessKey) || r["credentials"] == fp(callers.AccessKey):
+			t.Errorf("%s: the engine got the sidecar's or the call's keys: %q", c.name, res.Message)
+		case r["store"] != "s3://steward" || r["endpoint"] != "127.0.0.1:7480" || r["region"] != "us-east-1":
+			t.Errorf("%s: the engine's store is not its gateway: %q", c.name, res.Message)
+		case r["gateway"] != "ok" || r["wrong_key"] != "InvalidAccessKeyId":
+			t.Errorf("%s: at the gateway the key gives %q and another key id %q; want ok and InvalidAccessKeyId", c.name, r["gateway"], r["wrong_key"])
+		case slices.Contains(keys, string(key)):
+			t.Errorf("%s: the key of an earlier invocation again", c.name)
+		}
+		for _, endpoint := range []string{e.minio.Endpoint, own.Endpoint} {
+			if code := direct(endpoint, string(key)); code != "InvalidAccessKeyId" {
+				t.Errorf("%s: the engine's key against MinIO itself (%s): %q, want InvalidAccessKeyId", c.name, endpoint, code)
+			}
+		}
+		keys = append(keys, string(key))
+	}
 	other := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://ledger-e2e/" + randID("elsewhere"), Endpoint: e.minio.Endpoint}, Path: "ds"}
-	res, err = toyMutate(t, e.c, other, nil, map[string]string{"report": "credentials"})
+	res, err := toyMutate(t, e.c, other, nil, map[string]string{"report": "credentials"})
 	var we *rpc.Error
 	if !errors.Is(err, rpc.ErrStoreNotAllowed) || !errors.As(err, &we) || we.Code != rpc.CodeStoreNotAllowed {
 		t.Fatalf("a call without credentials on a store off the list: %+v, %v; want -32016", res, err)
@@ -127,11 +270,14 @@ func TestWorkerGetsOnlyItsStoresKeys(t *testing.T) {
 	}
 
 	e.put("ds/data/theirs.parquet")
-	res, err = toyMutate(t, e.c, ref, nil, map[string]string{"reserve_keys": "data/theirs.parquet,data/mine.parquet"})
-	wantReport(t, res, err, "data/theirs.parquet=refused:exists;data/mine.parquet=granted")
+	res, err = toyMutate(t, e.c, ref, nil, map[string]string{"put": "data/theirs.parquet,data/mine.parquet", "delete": "data/theirs.parquet"})
+	wantReport(t, res, err, "put data/theirs.parquet=AccessDenied;put data/mine.parquet=ok;delete data/theirs.parquet=AccessDenied")
 	e.waitUsed(0)
 	if !e.exists("ds/data/theirs.parquet") {
 		t.Fatal("the existing object a worker named was deleted")
+	}
+	if e.exists("ds/data/mine.parquet") {
+		t.Fatal("the object the abandoned invocation wrote survived")
 	}
 	if strings.Contains(e.logs.String(), e.minio.SecretKey) {
 		t.Fatal("the sidecar logged its own secret key")

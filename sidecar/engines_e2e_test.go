@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/cba1309c/steward/internal/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage/dataset"
+	"github.com/cba1309c/steward/storage/slot"
 )
 
 // buildTestEngine builds internal/testengine, a toy engine written against the Go SDK.
@@ -29,53 +31,94 @@ func buildTestEngine(t *testing.T) string {
 }
 
 // TestEngineRegistry: engines other than the built-in one, registered with --engine and written
-// against the Go SDK. hello lists each with its guarantee; a claimed commit that the engine's own
-// settle does not confirm is INDETERMINATE -23; the prefix the engine reserved is deleted with
-// what it wrote under it; its private TMPDIR is removed; an engine declaring settle none is never
-// settled by index.resolve; an engine that does not start is not registered.
+// against the Go SDK, reach storage through their gateway and are judged by storage alone. hello
+// lists every engine with settle "fence" — including one registered with --settle none — and
+// leaves out one that does not start. A claimed commit with no manifest is INDETERMINATE -23 and
+// index.resolve, for either engine, fences the slot and answers NOT_COMMITTED. A manifest PUT
+// through the gateway commits: the sidecar claimed the slot for it first, the answer is
+// COMMITTED, resolve agrees, and the engine's objects are kept; a second writer of the same
+// version is refused at the gateway and answers NOT_COMMITTED; a commit the engine denies is
+// -23 and resolve says COMMITTED. What the uncommitted invocations wrote is deleted by custody;
+// every domain's TMPDIR is removed; undeclared types and faults are -32602.
 func TestEngineRegistry(t *testing.T) {
 	bin := buildTestEngine(t)
 	tmp := t.TempDir()
 	noTempDirsLeft(t, tmp)
-	// Its own state dir: the loose engine's ticket stays in this journal (a person's to settle),
-	// and no later sidecar of this test process should adopt it.
 	e := newSidecarWithEnv(t, append(os.Environ(), "TMPDIR="+tmp), "--state-dir", t.TempDir(),
 		"--engine", "toy="+bin+" --settle fence", "--engine", "loose="+bin+" --settle none", "--engine", "broken=/bin/false")
 	got := map[string]string{}
 	for _, eng := range e.c.Info().Engines {
 		got[eng.Name] = eng.Settle + " " + strings.Join(eng.IndexTypes, ",")
 	}
-	if len(got) != 3 || got["builtin"] != "fence BTREE,BITMAP" || got["toy"] != "fence TOY" || got["loose"] != "none TOY" {
+	if len(got) != 3 || got["builtin"] != "fence BTREE,BITMAP" || got["toy"] != "fence TOY" || got["loose"] != "fence TOY" {
 		t.Fatalf("hello engines %v", got)
 	}
-	e.makeDataset("ds", 100)
-	mut := func(engine, claim string) rpc.MutateResult {
-		p := e.params(randID("inv-"), "ds", 1, rpc.OpCreate, "ix", "name", "TOY")
+	for _, ds := range []string{"ds", "commit", "deny"} {
+		e.makeDataset(ds, 100)
+	}
+	mut := func(engine, path, commit string) rpc.MutateResult {
+		p := e.params(randID("inv-"), path, 1, rpc.OpCreate, "ix", "name", "TOY")
 		p.Engine = engine
-		if claim != "" {
-			p.Index.Params = map[string]string{"claim": claim}
+		if commit != "" {
+			p.Index.Params = map[string]string{"commit": commit}
 		}
 		return e.mutate(p)
 	}
-	if res := mut("toy", ""); res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeNotSupported {
-		t.Errorf("toy: %+v", res)
-	}
-	lie := mut("toy", "commit")
-	if lie.Phase != rpc.PhaseIndeterminate || lie.Code != rpc.ReasonUnconfirmedCommit || lie.CommittedVersion != 0 {
-		t.Errorf("a claimed commit the slot does not hold: %+v", lie)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := e.c.Resolve(ctx, rpc.ResolveParams{InvocationID: lie.InvocationID, Engine: "toy", PinnedVersion: 1,
-		Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + e.root}, Path: "ds"}})
-	if err != nil || r.Outcome != rpc.OutcomeNotCommitted {
-		t.Errorf("resolve through the toy's settle: %+v %v", r, err)
+	resolve := func(res rpc.MutateResult, engine, path string) rpc.ResolveResult {
+		r, err := e.c.Resolve(ctx, rpc.ResolveParams{InvocationID: res.InvocationID, Engine: engine, PinnedVersion: 1,
+			Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + e.root}, Path: path}})
+		if err != nil {
+			t.Fatalf("resolve %s: %v", res.InvocationID, err)
+		}
+		return r
 	}
-	loose := mut("loose", "")
-	r, err = e.c.Resolve(ctx, rpc.ResolveParams{InvocationID: loose.InvocationID, Engine: "loose", PinnedVersion: 1,
-		Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + e.root}, Path: "ds"}})
-	if err != nil || r.Outcome != rpc.OutcomeUnknown {
-		t.Errorf("resolve of an engine without a settle guarantee: %+v %v", r, err)
+	wrote := func(res rpc.MutateResult) bool {
+		return res.Phase == rpc.PhaseNativeReturn && res.Code == rpc.NativeNotSupported &&
+			strings.HasSuffix(res.Message, "/part-0.toy=ok)")
+	}
+	if res := mut("toy", "ds", ""); !wrote(res) {
+		t.Errorf("toy: %+v, want NOT_SUPPORTED after its object went through its gateway", res)
+	}
+	for _, engine := range []string{"toy", "loose"} {
+		lie := mut(engine, "ds", "lie")
+		if lie.Phase != rpc.PhaseIndeterminate || lie.Code != rpc.ReasonUnconfirmedCommit || lie.CommittedVersion != 0 {
+			t.Errorf("%s: a claimed commit storage lacks: %+v, want INDETERMINATE -23", engine, lie)
+		}
+		if r := resolve(lie, engine, "ds"); r.Outcome != rpc.OutcomeNotCommitted || !r.Fenced {
+			t.Errorf("%s: resolve of a claimed commit storage lacks: %+v, want NOT_COMMITTED, fenced", engine, r)
+		}
+		fence, err := slot.Read(ctx, e.store, "ds", 2, lie.InvocationID)
+		if err != nil || fence.Kind != slot.KindFence {
+			t.Errorf("%s: the fence resolve wrote: %+v %v", engine, fence, err)
+		}
+	}
+	// A real commit through the slot, and a second writer of the same version.
+	won := mut("toy", "commit", "yes")
+	if won.Phase != rpc.PhaseNativeReturn || won.Code != rpc.NativeOK || won.CommittedVersion != 2 {
+		t.Fatalf("a commit through the gateway: %+v, want NATIVE_RETURN 0 at version 2", won)
+	}
+	if c, err := slot.Read(ctx, e.store, "commit", 2, won.InvocationID); err != nil || c.Kind != slot.KindCommit ||
+		c.Key != "commit/_versions/00000000000000000002.manifest" {
+		t.Errorf("the sidecar's claim of the commit: %+v %v", c, err)
+	}
+	if r := resolve(won, "toy", "commit"); r.Outcome != rpc.OutcomeCommitted || r.Fenced {
+		t.Errorf("resolve of the commit: %+v", r)
+	}
+	lost := mut("toy", "commit", "yes")
+	if lost.Phase != rpc.PhaseNativeReturn || lost.Code != rpc.NativeNotSupported || !strings.HasSuffix(lost.Message, "put the manifest=PreconditionFailed)") {
+		t.Errorf("a second commit of version 2: %+v, want the gateway's PreconditionFailed", lost)
+	}
+	if r := resolve(lost, "toy", "commit"); r.Outcome != rpc.OutcomeNotCommitted {
+		t.Errorf("resolve of the second writer: %+v", r)
+	}
+	denied := mut("toy", "deny", "deny")
+	if denied.Phase != rpc.PhaseIndeterminate || denied.Code != rpc.ReasonUnconfirmedCommit {
+		t.Errorf("a commit the engine denies: %+v, want INDETERMINATE -23", denied)
+	}
+	if r := resolve(denied, "toy", "deny"); r.Outcome != rpc.OutcomeCommitted {
+		t.Errorf("resolve of the denied commit: %+v, want COMMITTED", r)
 	}
 	for name, p := range map[string]rpc.MutateParams{
 		"unknown engine": func() rpc.MutateParams {
@@ -100,21 +143,16 @@ func TestEngineRegistry(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	// Custody: the loose engine's tickets stay until a person settles them (its settle is never
-	// trusted); the toy's were abandoned and everything under its prefixes deleted.
-	var st rpc.ObjectsStatusResult
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if err := e.c.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st); err != nil {
-			t.Fatal(err)
-		}
-		if st.Ledger.PendingDelete == 0 && st.Ledger.Used <= 1 || time.Now().After(deadline) {
-			break
-		}
-	}
-	left, _ := filepath.Glob(filepath.Join(e.root, "ds", "_indices", "toy-*", "*"))
-	t.Logf("ledger after the toy runs: %+v; objects left under toy prefixes: %v", st.Ledger, left)
-	if st.Ledger.PrefixObjectsDeleted != 2 || st.Ledger.Used != 1 || len(left) != 1 || !strings.Contains(left[0], loose.InvocationID) {
-		t.Errorf("want the toy's two prefixes deleted and only the loose engine's kept: %+v, left %v", st.Ledger, left)
+	// Custody: the four uncommitted invocations' objects are deleted, the two committed ones'
+	// kept (the denied commit is in storage all the same).
+	st := waitTickets(t, e.c, 0)
+	left, _ := filepath.Glob(filepath.Join(e.root, "*", "_indices", "toy-*", "*"))
+	slices.Sort(left)
+	want := []string{filepath.Join(e.root, "commit", "_indices", "toy-"+won.InvocationID, "part-0.toy"),
+		filepath.Join(e.root, "deny", "_indices", "toy-"+denied.InvocationID, "part-0.toy")}
+	slices.Sort(want)
+	if st.Deleted != 4 || !slices.Equal(left, want) {
+		t.Errorf("ledger %+v and toy objects left %v: want the 4 uncommitted ones deleted and %v kept", st, left, want)
 	}
 }
 

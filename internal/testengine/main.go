@@ -3,192 +3,281 @@
 //
 //	testengine --settle fence|claim-fence|none
 //
-// It builds index type TOY and commits nothing. A mutation reserves the prefix
-// <dataset>/_indices/toy-<invocation>/, writes one object under it (file:// stores only) and one
-// file into its private TMPDIR, and answers NOT_SUPPORTED (7) — or, with index.params claim=commit,
-// lies: COMMITTED at pinned+1. Its settle answers NOT_COMMITTED (nothing of it is ever in a slot).
+// It builds index type TOY. Like every engine it reaches storage only through its invocation's
+// gateway: it opens the request's store (an S3 endpoint) with the request's key, as an S3 client
+// (minio-go), and never learns where the dataset really lives. A mutation writes one object,
+// <dataset>/_indices/toy-<invocation>/part-0.toy, through the gateway and one file into its
+// private TMPDIR, and answers NOT_SUPPORTED (7) with "put <key>=<result>" in its message, where a
+// result is "ok" or the gateway's S3 error code. With index.params commit:
 //
-// With index.params claim=slot it also claims the slot pinned+1 for its commit as a claim-fence
-// engine does (file:// stores only), holds its answer for index.params hold (a Go duration), and
-// records when it answered in <dataset>/toy-<invocation>.answered; the settle of such an
-// invocation records when its process started and when its request came in
-// <dataset>/toy-<invocation>.settle ("<started> <requested>", Unix nanoseconds).
+//   - lie: it answers COMMITTED at pinned+1 and writes no manifest;
+//   - yes: it PUTs the manifest of pinned+1 (_versions/<20 digits>.manifest) and answers
+//     COMMITTED at pinned+1 (NOT_SUPPORTED with the code if the gateway refused it);
+//   - deny: it PUTs that manifest and answers NOT_SUPPORTED all the same.
 //
-// For the custody and credential tests, index.params select other behaviours, each answering
-// NOT_SUPPORTED with a report in its message: report=credentials (a fingerprint of the keys its
-// request frame carried, or "none"); reserve_keys=a,b/,… (each name, relative to the dataset,
-// reserved in its own frame, written when granted on a file:// store); reserve_many=N (N fresh
-// keys in frames of 1000, until one is refused).
+// Other index.params select the behaviours of the custody and credential tests, each answering
+// NOT_SUPPORTED with a report in its message instead:
+//
+//   - report=credentials: what the request says about storage, "credentials=<fingerprint>
+//     key=<access key id, hex> store=<url> endpoint=<endpoint> region=<region>", then
+//     "gateway=<result>" (a listing of the dataset with the request's key) and
+//     "wrong_key=<result>" (the same listing signed with another key id);
+//   - put=a,b,… then delete=c,…: each name, relative to the dataset (a leading "/" makes it a
+//     key of the whole store), is PUT, then DELETEd, through the gateway; a name holding "%" is
+//     sent as written (percent-encoded separators and dots reach the gateway encoded) in a
+//     request the toy signs itself. The report is "put a=<result>;…;delete c=<result>";
+//   - put_many=N (and size=B, bytes per object, default 16): N new objects under data/, one
+//     PUT each, until one is refused: "written=<count> refusal=<code or none>".
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
+	"encoding/xml"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/enginesdk"
 	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/signer"
 )
 
 type toy struct{}
 
+// gateway is the toy's S3 view of its dataset, as its request names it.
+type gateway struct {
+	client *minio.Client
+	spec   rpc.ParsedStore
+	creds  rpc.Credentials
+	region string
+	base   string // the dataset's key prefix, with its trailing "/"
+}
+
+// open opens the request's store with the request's key.
+func open(req *workerproto.MutateRequest) (*gateway, error) {
+	p, err := req.Dataset.Store.Parse()
+	if err != nil {
+		return nil, err
+	}
+	if p.Kind != rpc.StoreS3 || req.Credentials == nil {
+		return nil, fmt.Errorf("the request names no S3 endpoint with a key (store %q)", req.Dataset.Store.URL)
+	}
+	g := &gateway{spec: p, creds: *req.Credentials, region: req.Dataset.Store.Region,
+		base: strings.Trim(p.Prefix+"/"+strings.Trim(req.Dataset.Path, "/"), "/") + "/"}
+	if g.region == "" {
+		g.region = "us-east-1"
+	}
+	g.client, err = g.clientWith(g.creds.AccessKey)
+	return g, err
+}
+
+func (g *gateway) clientWith(accessKey string) (*minio.Client, error) {
+	return minio.New(g.spec.Endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(accessKey, g.creds.SecretKey, g.creds.SessionToken),
+		Secure: g.spec.Secure, Region: g.region, BucketLookup: minio.BucketLookupPath, MaxRetries: 1,
+	})
+}
+
+// key is name's key in the store: relative to the dataset, or the store's own after a "/".
+func (g *gateway) key(name string) string {
+	if abs, ok := strings.CutPrefix(name, "/"); ok {
+		return abs
+	}
+	return g.base + name
+}
+
+// put creates key holding body; the result is "ok" or the S3 error code.
+func (g *gateway) put(ctx context.Context, key string, body []byte) string {
+	_, err := g.client.PutObject(ctx, g.spec.Bucket, key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
+	return result(err)
+}
+
+func (g *gateway) delete(ctx context.Context, key string) string {
+	return result(g.client.RemoveObject(ctx, g.spec.Bucket, key, minio.RemoveObjectOptions{}))
+}
+
+// raw sends method on key exactly as written (no client-side encoding), signed with the
+// request's key.
+func (g *gateway) raw(ctx context.Context, method, key string, body []byte) string {
+	scheme := "http"
+	if g.spec.Secure {
+		scheme = "https"
+	}
+	u, err := url.Parse(scheme + "://" + g.spec.Endpoint + "/" + g.spec.Bucket + "/" + key)
+	if err != nil {
+		return "bad-url"
+	}
+	r, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return "bad-request"
+	}
+	r.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+	r = signer.SignV4(*r, g.creds.AccessKey, g.creds.SecretKey, g.creds.SessionToken, g.region)
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		return "unreachable"
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		return "ok"
+	}
+	var e struct{ Code string }
+	if b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10)); xml.Unmarshal(b, &e) != nil || e.Code == "" {
+		return "HTTP" + strconv.Itoa(resp.StatusCode)
+	}
+	return e.Code
+}
+
+// result names an S3 call's outcome: "ok", the S3 error code, or "unreachable".
+func result(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	if code := minio.ToErrorResponse(err).Code; code != "" {
+		return code
+	}
+	return "unreachable"
+}
+
 func (toy) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.MutateRequest) *workerproto.Result {
+	g, err := open(req)
+	if err != nil {
+		return notSupported("no gateway: " + err.Error())
+	}
+	params := req.Index.Params
 	switch {
-	case req.Index.Params["report"] == "credentials":
-		return notSupported("credentials=" + fingerprint(req.Credentials))
-	case req.Index.Params["reserve_keys"] != "":
-		return notSupported(reserveEach(ctx, c, req, strings.Split(req.Index.Params["reserve_keys"], ",")))
-	case req.Index.Params["reserve_many"] != "":
-		return notSupported(reserveMany(ctx, c, req, req.Index.Params["reserve_many"]))
+	case params["report"] == "credentials":
+		return notSupported(g.reportCredentials(ctx, req))
+	case params["put"] != "" || params["delete"] != "":
+		return notSupported(g.putAndDelete(ctx, req, split(params["put"]), split(params["delete"])))
+	case params["put_many"] != "":
+		return notSupported(g.putMany(ctx, req, params["put_many"], params["size"]))
 	}
-	prefix := strings.Trim(req.Dataset.Path, "/") + "/_indices/toy-" + req.InvocationID + "/"
-	if err := c.Reserve(ctx, nil, []string{prefix}); err != nil {
-		return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeIO, Message: err.Error()}
-	}
-	if root, ok := strings.CutPrefix(req.Dataset.Store.URL, "file://"); ok {
-		root, _ = url.PathUnescape(root)
-		dir := filepath.Join(root, prefix)
-		if err := os.MkdirAll(dir, 0o755); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, "part-0.toy"), []byte("toy"), 0o644)
-		}
-	}
+	key := g.base + "_indices/toy-" + req.InvocationID + "/part-0.toy"
+	wrote := "put " + strings.TrimPrefix(key, g.base) + "=" + g.put(ctx, key, []byte("toy"))
 	_ = os.WriteFile(filepath.Join(os.Getenv("TMPDIR"), "shuffle.tmp"), []byte("left behind"), 0o644)
 	c.Progress("build", 1, 1)
-	if req.Index.Params["claim"] == "slot" {
-		claimSlot(req)
-		hold, _ := time.ParseDuration(req.Index.Params["hold"])
-		time.Sleep(hold)
-		writeFile(req.Dataset, toyRecord(req.Dataset.Path, req.InvocationID, "answered"), strconv.FormatInt(time.Now().UnixNano(), 10))
+	committed := &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeOK, CompletionReason: rpc.CompletionCommitted,
+		CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1}
+	switch params["commit"] {
+	case "lie":
+		return committed
+	case "yes", "deny":
+		manifest := fmt.Sprintf("%s_versions/%020d.manifest", g.base, req.PinnedVersion+1)
+		res := g.put(ctx, manifest, fmt.Appendf(nil, `{"toy":%q}`, req.InvocationID))
+		if res == "ok" && params["commit"] == "yes" {
+			return committed
+		}
+		wrote += "; put the manifest=" + res
 	}
-	if c := req.Index.Params["claim"]; c == "commit" || c == "slot" {
-		return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeOK, CompletionReason: rpc.CompletionCommitted,
-			CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1}
-	}
-	return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeNotSupported, Message: "the toy engine builds nothing"}
+	return notSupported("the toy engine builds nothing (" + wrote + ")")
 }
 
 func notSupported(msg string) *workerproto.Result {
 	return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeNotSupported, Message: msg}
 }
 
-// fingerprint names the credentials the engine was given without revealing them: "none", or the
-// first 8 bytes of the access key's SHA-256 in hex.
-func fingerprint(c *rpc.Credentials) string {
-	if c == nil {
+func split(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// fingerprint names a key without revealing it: "none", or the first 8 bytes of its SHA-256 in
+// hex.
+func fingerprint(key string) string {
+	if key == "" {
 		return "none"
 	}
-	sum := sha256.Sum256([]byte(c.AccessKey))
+	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:8])
 }
 
-// reserveEach reserves each name (relative to the dataset; a trailing "/" makes it a prefix) in
-// its own frame, writes a granted key on a file:// store, and reports name=granted or
-// name=refused:<refusal> for each, joined by ";".
-func reserveEach(ctx context.Context, c *enginesdk.Conn, req *workerproto.MutateRequest, names []string) string {
-	base := strings.Trim(req.Dataset.Path, "/") + "/"
+// reportCredentials says what the request gave the engine and whether its key opens the
+// gateway. The access key id goes out in hex: it names the key without being its secret, and
+// the test tries it against the real store; the SDK redacts the plain form from every answer.
+func (g *gateway) reportCredentials(ctx context.Context, req *workerproto.MutateRequest) string {
+	list := func(cl *minio.Client) string {
+		ctx, cancel := context.WithCancel(ctx) // stops the lister at the first object
+		defer cancel()
+		for o := range cl.ListObjects(ctx, g.spec.Bucket, minio.ListObjectsOptions{Prefix: g.base, Recursive: true, MaxKeys: 1}) {
+			return result(o.Err)
+		}
+		return "ok"
+	}
+	wrong := "unreachable"
+	if cl, err := g.clientWith(g.creds.AccessKey + "X"); err == nil {
+		wrong = list(cl)
+	}
+	s := req.Dataset.Store
+	return fmt.Sprintf("credentials=%s key=%s store=%s endpoint=%s region=%s gateway=%s wrong_key=%s",
+		fingerprint(g.creds.AccessKey), hex.EncodeToString([]byte(g.creds.AccessKey)), s.URL, s.Endpoint, s.Region,
+		list(g.client), wrong)
+}
+
+// putAndDelete PUTs each of puts, then DELETEs each of deletes, and reports each result.
+func (g *gateway) putAndDelete(ctx context.Context, req *workerproto.MutateRequest, puts, deletes []string) string {
+	body := fmt.Appendf(nil, `{"toy":%q}`, req.InvocationID)
 	var out []string
-	for _, n := range names {
-		name := base + n
-		var err error
-		if strings.HasSuffix(name, "/") {
-			err = c.Reserve(ctx, nil, []string{name})
+	for _, n := range puts {
+		res := ""
+		if strings.Contains(n, "%") {
+			res = g.raw(ctx, http.MethodPut, g.key(n), body)
 		} else {
-			err = c.Reserve(ctx, []string{name}, nil)
+			res = g.put(ctx, g.key(n), body)
 		}
-		var refused *enginesdk.RefusedError
-		switch {
-		case errors.As(err, &refused):
-			out = append(out, n+"=refused:"+refused.Refusal)
-		case err != nil:
-			out = append(out, n+"=error")
-		default:
-			out = append(out, n+"=granted")
-			writeFile(req.Dataset, name, "toy")
+		out = append(out, "put "+n+"="+res)
+	}
+	for _, n := range deletes {
+		res := ""
+		if strings.Contains(n, "%") {
+			res = g.raw(ctx, http.MethodDelete, g.key(n), nil)
+		} else {
+			res = g.delete(ctx, g.key(n))
 		}
+		out = append(out, "delete "+n+"="+res)
 	}
 	return strings.Join(out, ";")
 }
 
-// reserveMany reserves n fresh keys under data/, in frames of at most MaxReserveNames, until one
-// is refused, and reports granted=<count> refusal=<refusal or none>.
-func reserveMany(ctx context.Context, c *enginesdk.Conn, req *workerproto.MutateRequest, n string) string {
+// putMany PUTs n new objects of size bytes under data/, one at a time, until one is refused.
+func (g *gateway) putMany(ctx context.Context, req *workerproto.MutateRequest, n, size string) string {
 	total, err := strconv.Atoi(n)
 	if err != nil {
-		return "bad reserve_many"
+		return "bad put_many"
 	}
-	base := strings.Trim(req.Dataset.Path, "/") + "/data/many-" + req.InvocationID + "-"
-	granted := 0
-	for granted < total {
-		var keys []string
-		for i := granted; i < total && len(keys) < workerproto.MaxReserveNames; i++ {
-			keys = append(keys, base+strconv.Itoa(i))
+	bytesEach := 16
+	if size != "" {
+		if bytesEach, err = strconv.Atoi(size); err != nil || bytesEach < 0 {
+			return "bad size"
 		}
-		var refused *enginesdk.RefusedError
-		if err := c.Reserve(ctx, keys, nil); errors.As(err, &refused) {
-			return fmt.Sprintf("granted=%d refusal=%s", granted, refused.Refusal)
-		} else if err != nil {
-			return fmt.Sprintf("granted=%d error", granted)
+	}
+	body := bytes.Repeat([]byte("t"), bytesEach)
+	for i := range total {
+		if res := g.put(ctx, fmt.Sprintf("%sdata/many-%s-%d", g.base, req.InvocationID, i), body); res != "ok" {
+			return fmt.Sprintf("written=%d refusal=%s", i, res)
 		}
-		granted += len(keys)
 	}
-	return fmt.Sprintf("granted=%d refusal=none", granted)
+	return fmt.Sprintf("written=%d refusal=none", total)
 }
 
-// writeFile writes the object name, holding content, on a file:// store (the engine has no S3
-// client).
-func writeFile(ds rpc.DatasetRef, name, content string) {
-	p, ok := localPath(ds, name)
-	if !ok || strings.HasSuffix(name, "/") {
-		return
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
-		_ = os.WriteFile(p, []byte(content), 0o644)
-	}
-}
-
-// localPath is where object name of a file:// store lies.
-func localPath(ds rpc.DatasetRef, name string) (string, bool) {
-	root, ok := strings.CutPrefix(ds.Store.URL, "file://")
-	if !ok {
-		return "", false
-	}
-	root, _ = url.PathUnescape(root)
-	return filepath.Join(root, name), true
-}
-
-// claimSlot writes the commit claim of req's invocation at pinned+1 (docs/ENGINE.md §5.3).
-func claimSlot(req *workerproto.MutateRequest) {
-	name := fmt.Sprintf("%s/_steward/slots/%020d.json", strings.Trim(req.Dataset.Path, "/"), req.PinnedVersion+1)
-	writeFile(req.Dataset, name, fmt.Sprintf(`{"invocation":%q,"kind":"commit"}`, req.InvocationID))
-}
-
-// toyRecord names a record of invocation inv in its dataset.
-func toyRecord(dataset, inv, what string) string {
-	return strings.Trim(dataset, "/") + "/toy-" + inv + "." + what
-}
-
-// started is when this process started (near enough: when its package was initialized).
-var started = time.Now()
-
+// Settle is never called any more (the sidecar decides every outcome from its gateway's record
+// and storage); the SDK still asks for it.
 func (toy) Settle(_ context.Context, _ *enginesdk.Conn, req *workerproto.SettleRequest) *workerproto.Settled {
-	if p, ok := localPath(req.Dataset, toyRecord(req.Dataset.Path, req.InvocationID, "answered")); ok {
-		if _, err := os.Stat(p); err == nil {
-			writeFile(req.Dataset, toyRecord(req.Dataset.Path, req.InvocationID, "settle"),
-				fmt.Sprintf("%d %d", started.UnixNano(), time.Now().UnixNano()))
-		}
-	}
-	return &workerproto.Settled{Outcome: rpc.OutcomeNotCommitted, Version: req.PinnedVersion + 1,
-		Reason: fmt.Sprintf("the toy engine never commits (domain_reaped=%v)", req.DomainReaped)}
+	return &workerproto.Settled{Outcome: rpc.OutcomeUnknown, Version: req.PinnedVersion + 1, Reason: "the toy engine does not settle"}
 }
 
 func main() {
