@@ -90,16 +90,16 @@ func TestDelegatedUnprivileged(t *testing.T) {
 
 	ok := e.mutate(e.params(randID("inv-"), "ok", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree))
 	expect(t, ok, rpc.PhaseNativeReturn, 0)
-	// The build's segments were reserved through the ledger of a slot the uid-65534 sidecar
-	// made in its own state dir: the journal and its write-ahead log, both its own, 0600.
+	// The build's segments were taken into custody, as its gateway saw them written, in the
+	// ledger of a slot the uid-65534 sidecar made in its own state dir: the journal and its write-ahead log, both its own, 0600.
 	for _, f := range []string{"ledger-0.db", "ledger-0.db.wal"} {
 		fi, err := os.Stat(filepath.Join(home, "state", f))
 		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(nobody) || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("ledger file %s of the uid-%d sidecar: %v %v", f, nobody, fi, err)
 		}
 	}
-	// The spare started after that call is born for its dataset, on one CPU, by a sidecar
-	// without privileges; the build it serves widens itself to every CPU.
+	// The spare started after that call is born on one CPU, by a sidecar without privileges;
+	// the build it serves widens itself to every CPU.
 	all := sidecarCPUs(t)
 	waitFor(t, func() bool { return e.domains() == 1 })
 	// Its workers start from the worker image it wrote as uid 65534 in its temp dir (the
@@ -114,7 +114,7 @@ func TestDelegatedUnprivileged(t *testing.T) {
 	assertSpareWidened(t, e, onSpare.InvocationID, all)
 	// Without privileges the sidecar holds its domains' empty namespaces past the answer too
 	// (the guest is its own uid, in a user namespace it owns): once that answer is written, it
-	// holds those of its one live spare, born for a local dataset (no host network), only.
+	// holds those of its one live spare only.
 	waitFor(t, func() bool { ipc, net := foreignNamespaces(t, e.c.Pid()); return ipc == 1 && net == 1 })
 	oom := e.params(randID("inv-oom-"), "f-oom", 1, rpc.OpCreate, "ix", "name", rpc.IndexBTree)
 	oom.Fault, oom.Limits = "oom", &rpc.WorkerLimits{MemoryBytes: 64 << 20}
@@ -135,7 +135,8 @@ func TestDelegatedUnprivileged(t *testing.T) {
 	}
 	logAnswer(t, "fork_bomb", res)
 
-	// Another engine's spare, for an s3:// dataset, is frozen while it waits and thawed to serve:
+	// Another engine's spare is frozen while it waits and thawed to serve, here for an s3://
+	// dataset:
 	// the cgroup freezer of a domain the uid-65534 sidecar made itself.
 	srv := testminio.Shared(t)
 	ref := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://" + strings.ToLower(randID("deleg-")), Endpoint: srv.Endpoint}, Path: "ds"}

@@ -164,9 +164,7 @@ func (e *sidecarEnv) assertDomainGone(inv string, res rpc.MutateResult) {
 				if dom != "" && d.Name() == dom {
 					e.t.Errorf("the domain of %s (%s) is still in %s after its answer", inv, dom, h)
 				}
-				// Settle domains (an engine's self-fence after an indeterminate answer) may run on
-				// after an answer; they are no spares.
-				if h == "unified" && !strings.HasPrefix(d.Name(), "settle-") {
+				if h == "unified" {
 					left++
 				}
 			}

@@ -69,7 +69,7 @@ func newLanceSidecar(t testing.TB, onMinIO bool, extra ...string) *lanceSidecar 
 		l.s3 = []string{"STEWARD_S3_ENDPOINT=" + srv.Endpoint, "STEWARD_S3_ACCESS_KEY=" + srv.AccessKey, "STEWARD_S3_SECRET_KEY=" + srv.SecretKey}
 		l.store = rpc.StoreSpec{URL: "s3://" + l.bucket, Endpoint: srv.Endpoint}
 		l.creds = &rpc.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
-		// The sidecar's own credentials (cleanup of abandoned prefixes, custody's settles), from
+		// The sidecar's own credentials (the gateway's upstream, custody's cleanup, resolve), from
 		// a file and for this bucket only, as in production.
 		extra = append(extra, "--s3-credentials-file", testsidecar.CredentialsFile(t, *l.creds, 0),
 			"--allow-store", "s3://"+l.bucket+"@"+srv.Endpoint)
@@ -233,9 +233,9 @@ func lanceStores(t *testing.T, fn func(t *testing.T, onMinIO bool)) {
 }
 
 // TestLanceBuildsThroughSidecar: hello lists the Lance engine and its guarantee; BTREE and IVF_PQ
-// builds are COMMITTED at pinned+1 (confirmed by the engine's settle before the answer), visible
-// to Lance's own reader (listed, used by the plan, equal to a scan), custody accepted, no temp dir
-// left.
+// builds are COMMITTED at pinned+1 (confirmed from the gateway's record and storage before the
+// answer), visible to Lance's own reader (listed, used by the plan, equal to a scan), custody
+// accepted, no temp dir left.
 func TestLanceBuildsThroughSidecar(t *testing.T) {
 	lanceStores(t, func(t *testing.T, onMinIO bool) {
 		l := newLanceSidecar(t, onMinIO)
