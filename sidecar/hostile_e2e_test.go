@@ -248,7 +248,7 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 		}
 	}
 	if v, err := dataset.LatestVersion(context.Background(), h.st, "ds"); err != nil || v != 1 {
-		t.Errorf("dataset ds is at version %d (%v) after mutations that committed nothing; want 1", v, err)
+		t.Errorf("dataset ds is at version %d (%v) after mutations that answered no commit; want 1 (a manifest written after an answer: see answer.after-answer-writes)", v, err)
 	}
 	for _, c := range append([]*hostileCall{main}, answered...) {
 		if r, err := h.resolveOf(c.inv, "ds"); err != nil || r.Outcome != rpc.OutcomeNotCommitted {
@@ -845,19 +845,23 @@ func outsideSaw(f *hostile.Finding, seen bool) {
 // claim it aimed at may only be the sidecar's fence.
 func (h *hostileRun) judgeLeft(f *hostile.Finding, x judgeFacts) {
 	var ev []string
+	looked := 0
 	for _, l := range f.Left {
 		switch {
 		case strings.HasPrefix(l, "marker:"):
+			continue // a process: judgeOne looked for it
 		case strings.HasPrefix(l, "key:"):
 			k := strings.TrimPrefix(l, "key:")
 			if x.before == nil {
 				continue
 			}
+			looked++
 			if d := changed(x.before, x.after, k); d != "" {
 				f.Verdict = hostile.Succeeded
 				ev = append(ev, d)
 			}
 		case strings.HasPrefix(l, "claim:"):
+			looked++
 			k := strings.TrimPrefix(l, "claim:")
 			b, err := storage.ReadAll(context.Background(), h.st, k, 4096)
 			var claim struct {
@@ -868,6 +872,7 @@ func (h *hostileRun) judgeLeft(f *hostile.Finding, x judgeFacts) {
 				ev = append(ev, fmt.Sprintf("%s holds a %q claim", k, claim.Kind))
 			}
 		default:
+			looked++
 			_, err := os.Lstat(l)
 			if err == nil {
 				f.Verdict = hostile.Succeeded
@@ -877,13 +882,13 @@ func (h *hostileRun) judgeLeft(f *hostile.Finding, x judgeFacts) {
 			}
 		}
 	}
-	if f.Verdict == hostile.Pending && len(f.Left) > 0 && !slices.ContainsFunc(f.Left, func(l string) bool { return strings.HasPrefix(l, "marker:") }) {
+	if f.Verdict == hostile.Pending && looked > 0 && looked == len(f.Left) && len(ev) == 0 {
 		f.Verdict = hostile.Blocked // every key and path it left was looked at and found unchanged
 	}
 	if len(ev) > 0 {
 		f.Evidence += "; outside: " + strings.Join(ev, ", ")
-	} else if len(f.Left) > 0 && x.before != nil {
-		f.Evidence += "; outside: what it aimed at is unchanged"
+	} else if looked > 0 {
+		f.Evidence += fmt.Sprintf("; outside: the %d keys and paths it aimed at are unchanged", looked)
 	}
 }
 
