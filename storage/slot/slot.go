@@ -39,6 +39,12 @@ const (
 	KindFence  = "fence"  // nobody may write the version's manifest any more
 )
 
+// ClaimGrace is how long after its claim an invocation whose gateway is gone, and whose manifest
+// is not in the store, stays Unknown rather than fenced: an S3 put that its client (the gateway)
+// gave up on may still complete at the server for a while, and a fence written before it would
+// call a landed commit NOT_COMMITTED. Within the grace Decide answers Unknown; callers ask again.
+const ClaimGrace = time.Minute
+
 // MaxClaimSize bounds a claim object: anything larger under _steward/slots/ is not a claim.
 const MaxClaimSize = 4096
 
@@ -161,9 +167,9 @@ type Verdict struct {
 
 // Decide settles invocation's commit of version pinned+1 from storage alone. live says the
 // invocation's gateway may still forward its manifest (its domain runs in this sidecar): its
-// commit claim without the manifest is then Unknown; otherwise the claim is overwritten by a
-// fence (the gateway that wrote it is gone, so the manifest it admitted can never be written)
-// and the answer is NotCommitted. Without a claim the invocation is fenced with put-if-absent
+// commit claim without the manifest is then Unknown; otherwise, once the claim is older than
+// ClaimGrace, it is overwritten by a fence (the gateway that wrote it is gone, so the manifest it
+// admitted can never be written) and the answer is NotCommitted. Without a claim the invocation is fenced with put-if-absent
 // first, so whatever a live invocation does next, it can no longer commit. A storage error is
 // returned as is: the outcome is then Unknown.
 func Decide(ctx context.Context, st storage.Store, dataset string, pinned int64, invocation string, live bool) (Verdict, error) {
@@ -208,6 +214,10 @@ func decideClaimed(ctx context.Context, st storage.Store, dataset string, v int6
 		return Verdict{}, err
 	} else if found {
 		return Verdict{Outcome: NotCommitted, Holder: c, Reason: "another writer committed the version first"}, nil
+	}
+	if age := time.Since(time.UnixMilli(c.UnixMS)); age < ClaimGrace {
+		return Verdict{Outcome: Unknown, Holder: c, Reason: fmt.Sprintf("claimed %v ago and its manifest is not there: a put cut off then may still land; ask again after %v",
+			age.Round(time.Second), ClaimGrace)}, nil
 	}
 	fence := Claim{Invocation: c.Invocation, Kind: KindFence, UnixMS: time.Now().UnixMilli()}
 	b, _ := json.Marshal(fence)
