@@ -79,6 +79,12 @@ type Config struct {
 	// user namespace maps to it). Default: DefaultGuestID when the supervisor is root, else the
 	// supervisor's own uid and gid (the only identity an unprivileged process can map).
 	GuestUID, GuestGID int
+	// TempDirBytes is the size of a contained domain's temp dir (Spec.TempDir): a tmpfs of its
+	// own in the domain's mount namespace, whose pages are charged to the domain's memory
+	// cgroup. Default 0: half the domain's memory limit (512 MiB at the default 1 GiB), so that
+	// a write past it fails with ENOSPC while the domain still has the other half to run in;
+	// a size at or above the memory limit leaves the memory limit the only bound (an OOM kill).
+	TempDirBytes int64
 	// ForkHere makes the supervisor fork contained workers itself instead of through its
 	// launcher process (see launcher_linux.go), which it uses by default in the modes with v1
 	// groups (hybrid, v1). The tests run the containment suite both ways.
@@ -109,6 +115,17 @@ func (c Config) WithDefaults() Config {
 		c.WorkerPath = DefaultWorkerPath
 	}
 	return c
+}
+
+// tempDirBytes is the size of the temp dir of a domain with memory limit mem.
+func (c Config) tempDirBytes(spec, mem int64) int64 {
+	switch {
+	case spec > 0:
+		return spec
+	case c.TempDirBytes > 0:
+		return c.TempDirBytes
+	}
+	return mem / 2
 }
 
 // Spec describes one worker launch.
@@ -142,9 +159,13 @@ type Spec struct {
 	Gateway uint16
 	// Policy is what the contained worker may reach once it calls Contain (which may add to it).
 	Policy Policy
-	// TempDir is the domain's private temp dir (a host path): a contained domain gets it
-	// chowned to the guest and mounted on /tmp, with TMPDIR and HOME pointing there.
+	// TempDir is the domain's private temp dir (a host path): a contained domain gets a tmpfs
+	// of its own mounted there in its mount namespace (noexec, nosuid, nodev; nothing of it
+	// reaches the host's directory), with TMPDIR, HOME and the working directory there.
 	TempDir string
+	// TempDirBytes, when > 0, is the size of the temp dir's tmpfs for this domain. Default
+	// Config.TempDirBytes, or half the domain's memory limit.
+	TempDirBytes int64
 	// CPUs, when it names fewer CPUs than the supervisor runs on (Supervisor.CPUs), are the
 	// only ones the worker is born allowed on; its threads and children inherit them until it
 	// calls WidenCPUs. A CPU the supervisor does not run on fails Start with ErrInvalidSpec.

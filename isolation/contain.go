@@ -14,8 +14,9 @@ type Containment string
 const (
 	// ContainAuto (the zero value) applies every layer the kernel offers and reports the ones
 	// it lacks: a guest identity in a user namespace, PID/mount/IPC/UTS/cgroup namespaces (and a
-	// network namespace for domains without network), read-only mounts with a private /tmp,
-	// Landlock, a seccomp filter and no_new_privs from birth.
+	// network namespace for domains without network), read-only mounts with the host's trees
+	// hidden and a private, size-limited, noexec temp dir, Landlock, a seccomp filter and
+	// no_new_privs from birth.
 	ContainAuto Containment = ""
 	// ContainRequire is ContainAuto that refuses to start (NewSupervisor fails with
 	// ErrContainment) when any layer is missing: `steward serve --require-containment`.
@@ -31,13 +32,15 @@ const (
 const DefaultGuestID = 65534
 
 // Policy is what a contained worker may reach once Contain has run. Paths are absolute paths
-// as the supervisor sees them; a path that does not exist is left out.
+// as the supervisor sees them; a path that does not exist is left out. The domain's mount
+// namespace hides every host tree but the system's, and shows the trees of Spec.Policy again
+// (mounts_linux.go): a path given to Contain only must lie in one of those.
 type Policy struct {
 	// Read lists trees the worker may read and execute from, in addition to the system's own
 	// (/usr, /lib*, /bin, /sbin, /etc, /proc, a few devices): an engine's installation.
 	Read []string `json:"read,omitempty"`
 	// Write lists trees the worker may create, write and remove in (Landlock), in addition to
-	// its private temp dir: the dataset folder of a file:// store and the store's staging dir.
+	// its private temp dir; bound writable, noexec, nosuid and nodev.
 	Write []string `json:"write,omitempty"`
 	// Mount lists trees bind-mounted writable into the otherwise read-only mount namespace: a
 	// file:// store's root, so that a rename from its staging dir into a dataset stays on one
@@ -117,6 +120,9 @@ type ContainmentReport struct {
 	Mode string `json:"mode"`
 	// Guest is the host uid:gid the domain runs as ("65534:65534"); "" when off.
 	Guest string `json:"guest,omitempty"`
+	// TempDirBytes is the size of each domain's temp dir (a tmpfs) at the default memory
+	// limit; 0 when off.
+	TempDirBytes int64 `json:"temp_dir_bytes,omitempty"`
 	// Layers lists each layer, enforced or not, with what it holds.
 	Layers []Layer `json:"layers"`
 }

@@ -95,34 +95,6 @@ var systemRead = []string{"/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "
 // systemDevices may be opened read-write by every contained worker.
 var systemDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
 
-// enterNamespaces builds the worker's mount namespace (the worker is root of its own user
-// namespace here, before Contain): mounts private, a /proc of its own PID namespace, every
-// mount read-only but its private temp dir (EnvTmp, at its own path: a private mount over /tmp
-// would hide store roots below /tmp, and Landlock grants a tree with everything mounted below
-// it), and its own cgroup namespace rooted at its domain.
-func enterNamespaces() error {
-	fail := func(op string, err error) error { return fmt.Errorf("%w: %s: %w", ErrContainment, op, err) }
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fail("make mounts private", err)
-	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fail("mount /proc", err)
-	}
-	if err := unix.MountSetattr(-1, "/", unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}); err != nil {
-		return fail("make mounts read-only", err)
-	}
-	tempDir = os.Getenv(EnvTmp)
-	_ = os.Unsetenv(EnvTmp)
-	if tempDir != "" {
-		if err := bindTree(tempDir); err != nil {
-			return fmt.Errorf("%w (the guest must be able to reach its temp dir)", err)
-		}
-		_ = os.Setenv("TMPDIR", tempDir)
-		_ = os.Setenv("HOME", tempDir)
-	}
-	return enterCgroupNamespace()
-}
-
 // enterCgroupNamespace puts every thread of the process in one new cgroup namespace rooted at
 // the domain. unshare(CLONE_NEWCGROUP) moves only the calling thread, and a Go process has
 // several: one thread unshares, then every thread (the first included, a no-op for it) joins
@@ -149,36 +121,14 @@ func enterCgroupNamespace() error {
 	return nil
 }
 
-// tempDir is the domain's private temp dir (TMPDIR), writable through Contain's Landlock rules.
-var tempDir string
-
-// bindTree makes dir's tree writable in the read-only mount namespace: a clone of its mount,
-// made read-write, moved back onto dir. A dir that does not exist is skipped.
-func bindTree(dir string) error {
-	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%w: clone %s: %w", ErrContainment, dir, err)
-	}
-	defer unix.Close(tree)
-	attr := unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		return fmt.Errorf("%w: mount attributes of %s: %w", ErrContainment, dir, err)
-	}
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("%w: mount %s: %w", ErrContainment, dir, err)
-	}
-	return nil
-}
-
 // Contain is the last step before engine code runs in a worker launched by a Supervisor: it
 // makes the launch's policy (EnvPolicy) merged with extra hold for every thread of the process
 // and everything it starts afterwards — the write paths bound writable, then a Landlock domain
-// (read and execute: the system's trees and Policy.Read; write: the private /tmp and
-// Policy.Write; TCP connect: Policy.Connect only; no signals or abstract sockets out of the
-// domain), every capability dropped for good, and the seccomp filter. It is a no-op when the
+// (read and execute: the system's trees and Policy.Read; write, never execute: the temp dir
+// and Policy.Write; TCP connect: Policy.Connect only; no signals or abstract sockets out of the
+// domain, and from ABI 9 no pathname socket made outside it), every capability dropped for
+// good, and the seccomp filter. A path of extra that the mount namespace hides (it shows the
+// system's trees and the launch's Policy only) is ErrInvalidSpec. It is a no-op when the
 // worker was not born contained (ContainOff). It may be called once.
 func Contain(extra Policy) error {
 	if os.Getenv(EnvContain) != "1" {
@@ -189,6 +139,9 @@ func Contain(extra Policy) error {
 		return err
 	}
 	if err := extra.check(); err != nil {
+		return err
+	}
+	if err := checkShown(extra); err != nil {
 		return err
 	}
 	p := base.merge(extra)
@@ -212,6 +165,13 @@ func Contain(extra Policy) error {
 	return nil
 }
 
+// writableAccess is what a contained worker may do in its temp dir and Policy.Write: read,
+// write, create and remove files, directories, symlinks and sockets, never execute what it
+// can write, make a FIFO or a device node. A variable for the tests that take one layer of the
+// temp dir's no-exec rule away to prove the other still holds.
+var writableAccess landlock.AccessFSSet = ll.AccessFSReadFile | ll.AccessFSReadDir | ll.AccessFSWriteFile | ll.AccessFSTruncate |
+	ll.AccessFSRemoveDir | ll.AccessFSRemoveFile | ll.AccessFSMakeDir | ll.AccessFSMakeReg | ll.AccessFSMakeSym | ll.AccessFSMakeSock
+
 func restrictLandlock(p Policy) error {
 	abi, err := ll.LandlockGetABIVersion()
 	if err != nil || abi < 1 {
@@ -226,12 +186,15 @@ func restrictLandlock(p Policy) error {
 		read,
 		landlock.PathAccess(ll.AccessFSExecute|ll.AccessFSReadFile, existing(p.Exec)...),
 		landlock.RWFiles(existing(systemDevices)...),
-		landlock.RWDirs(existing(append([]string{tempDir}, p.Write...))...).WithRefer(),
+		landlock.PathAccess(writableAccess, existing(append([]string{tempDir}, p.Write...))...).WithRefer(),
 	}
 	for _, port := range p.Connect {
 		rules = append(rules, landlock.ConnectTCP(port))
 	}
-	if err := landlock.V7.BestEffort().Restrict(rules...); err != nil {
+	// V9 where the kernel has it: connect(2) and sendmsg(2) to a pathname unix socket made
+	// outside the domain refused (no rule grants it); below ABI 9 only the mount namespace
+	// keeps the host's sockets out of reach (mounts_linux.go).
+	if err := landlock.V9.BestEffort().Restrict(rules...); err != nil {
 		return fmt.Errorf("%w: landlock: %w", ErrContainment, err)
 	}
 	return nil
@@ -337,6 +300,16 @@ var namespaceCloneFlags = []uint64{unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CL
 // as on a kernel built without it. socketpair(2) may make unix pairs only.
 var socketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
 
+// refuseExecMemfd: memfd_create(2) without MFD_NOEXEC_SEAL fails with EPERM, so that no memfd
+// a worker makes can be executed (execve of /proc/self/fd/N or execveat): a memfd lives on no
+// mount the domain has, so neither the temp dir's noexec nor Landlock (which leaves the
+// kernel's internal mounts alone) would stop a program written into one. A sealed memfd works
+// as before but for its execute bits. A variable for the test that takes it away.
+var refuseExecMemfd = true
+
+// memfdFlagsArg is memfd_create(2)'s flags argument.
+const memfdFlagsArg = 1
+
 // socketFamilyArg is the family argument of socket(2) and socketpair(2).
 const socketFamilyArg = 0
 
@@ -358,6 +331,11 @@ func seccompPolicy() seccomp.Policy {
 			Conditions: []seccomp.Condition{{Argument: cloneFlagsArg, Operation: seccomp.BitsSet, Value: f}}})
 	}
 	families := []seccomp.NameWithConditions{onlyFamilies("socket", socketFamilies), onlyFamilies("socketpair", socketFamilies[:1])}
+	var memfd []seccomp.NameWithConditions
+	if refuseExecMemfd {
+		memfd = append(memfd, seccomp.NameWithConditions{Name: "memfd_create",
+			Conditions: []seccomp.Condition{{Argument: memfdFlagsArg, Operation: seccomp.BitsNotSet, Value: unix.MFD_NOEXEC_SEAL}}})
+	}
 	return seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{
@@ -365,6 +343,7 @@ func seccompPolicy() seccomp.Policy {
 			{Action: seccomp.ActionErrno, NamesWithCondtions: clone},
 			{Action: errnoAction(unix.ENOSYS), Names: []string{"clone3"}},
 			{Action: errnoAction(unix.EAFNOSUPPORT), NamesWithCondtions: families},
+			{Action: seccomp.ActionErrno, NamesWithCondtions: memfd},
 		},
 	}
 }
@@ -459,23 +438,37 @@ func probeContainment(cfg Config) (rep ContainmentReport, ok bool) {
 	rep.Layers = append(rep.Layers, ns,
 		Layer{Name: "namespaces", Enforced: err == nil, Detail: "pid (the worker is init of its own), mount, ipc, uts, cgroup (rooted at its domain); network: a namespace of its own with no interface but lo for a domain without network (and down there unless it has a gateway), the host's for a domain with network (TCP connect only to the endpoint's port, by Landlock)"},
 		Layer{Name: "gateway", Enforced: err == nil, Detail: "a domain started with a gateway port reaches storage only through it: in its own network namespace, lo alone, where the sidecar accepts on 127.0.0.1:<port> (a listener the domain's entry code made and handed over before any engine code ran, keeping no copy); TCP connect to that port only and no TCP bind (Landlock), no socket family but unix, inet, inet6 and netlink (seccomp)"},
-		Layer{Name: "mounts", Enforced: err == nil, Detail: "every mount read-only and nosuid but its private temp dir and a file:// store; /proc of its own PID namespace"},
+		Layer{Name: "mounts", Enforced: err == nil, Detail: "every mount read-only and nosuid but its temp dir; /proc of its own PID namespace; its working directory its temp dir"},
+		Layer{Name: "host paths", Enforced: err == nil, Detail: fmt.Sprintf("every entry of / but %s lies under an empty read-only tmpfs (a file under /dev/null), and so do /dev/shm, /dev/mqueue and the sockets in /dev; only the trees its launch names (an engine's installation) are shown again: no pathname unix socket of the host (/tmp, /run and /var/run, /dev/shm, /home, the sidecar's own directories) has a name in the domain, whatever its mode. Sockets below the system's trees stay reachable as their mode allows; %s", strings.Join(keptRoot, ", "), unixSocketLandlock())},
+		Layer{Name: "temp dir", Enforced: err == nil, Detail: fmt.Sprintf("a tmpfs of its own at its temp dir (TMPDIR, HOME), %d bytes by default (half the domain's memory limit, whose charge its pages share: a write past it fails ENOSPC, not an OOM kill), mounted noexec, nosuid and nodev; Landlock lets it read, write and make files, directories, symlinks and sockets there, never execute, make a FIFO or a device node; gone with the domain's mount namespace", cfg.tempDirBytes(0, cfg.MemoryLimit))},
 		Layer{Name: "no_new_privs", Enforced: true, Detail: "from birth: set on the thread that forks the worker, so every thread and child has it"},
 	)
 	abi, lerr := ll.LandlockGetABIVersion()
 	land := Layer{Name: "landlock", Enforced: err == nil && lerr == nil && abi >= 4,
-		Detail: fmt.Sprintf("ABI %d: read the system's trees and the engine's, execute only an engine's own command (the built-in worker: the system's), write its temp dir and dataset folder, TCP connect to the store's or gateway's port only, no TCP bind, no signals or abstract sockets out of its domain", abi)}
+		Detail: fmt.Sprintf("ABI %d: read the system's trees and the engine's, execute only an engine's own command (the built-in worker: the system's) and nothing it can write, write its temp dir, TCP connect to the store's or gateway's port only, no TCP bind, no signals or abstract sockets out of its domain", abi)}
 	if lerr != nil || abi < 4 {
 		land.Detail = fmt.Sprintf("Landlock ABI ≥ 4 is needed (filesystem and TCP rules); this kernel offers %d (%v)", abi, lerr)
 	}
 	sc := Layer{Name: "seccomp", Enforced: err == nil && seccomp.Supported(),
-		Detail: fmt.Sprintf("%d syscalls refused (EPERM: ptrace, process_vm_*, mount family, setns/unshare, bpf, perf_event_open, kexec, modules, keys, io_uring, clocks), namespace flags refused in clone, clone3 ENOSYS, socket families but unix, inet, inet6 and netlink EAFNOSUPPORT (socketpair: unix only), every call through a foreign ABI (i386 on amd64) ENOSYS", len(refusedSyscalls))}
+		Detail: fmt.Sprintf("%d syscalls refused (EPERM: ptrace, process_vm_*, mount family, setns/unshare, bpf, perf_event_open, kexec, modules, keys, io_uring, clocks), namespace flags refused in clone, clone3 ENOSYS, socket families but unix, inet, inet6 and netlink EAFNOSUPPORT (socketpair: unix only), memfd_create without MFD_NOEXEC_SEAL EPERM (no executable memfd), every call through a foreign ABI (i386 on amd64) ENOSYS", len(refusedSyscalls))}
 	if !seccomp.Supported() {
 		sc.Detail = "the kernel has no seccomp filter mode"
 	}
 	caps := Layer{Name: "capabilities", Enforced: err == nil, Detail: "none, even inside its user namespace: ambient, permitted and effective sets empty on every thread, bounding set empty on the thread that runs the engine, securebits locked (root regains nothing at execve)"}
 	rep.Layers = append(rep.Layers, land, sc, caps)
+	if err == nil {
+		rep.TempDirBytes = cfg.tempDirBytes(0, cfg.MemoryLimit)
+	}
 	return rep, err == nil
+}
+
+// unixSocketLandlock says what Landlock adds for pathname unix sockets on this kernel.
+func unixSocketLandlock() string {
+	abi, err := ll.LandlockGetABIVersion()
+	if err == nil && abi >= 9 {
+		return fmt.Sprintf("Landlock ABI %d also refuses connect(2) and sendmsg(2) to a pathname socket made outside the domain", abi)
+	}
+	return fmt.Sprintf("Landlock ABI %d covers no connect(2) to a pathname socket (ABI 9 does) and seccomp cannot read the path: the mount namespace alone keeps them out of reach", abi)
 }
 
 // runContainedProbe starts the contained probe child and waits for it (bounded).
@@ -509,8 +502,16 @@ func runContainedProbe(cfg Config) error {
 		errW.Close()
 		gwChild.Close()
 	}
+	// It builds its mount namespace as every domain does, a temp dir's tmpfs included.
+	tmp, err := os.MkdirTemp("", "steward-probe-")
+	if err != nil {
+		closeChildEnds()
+		return err
+	}
+	defer os.Remove(tmp)
 	env := []string{EnvProbe + "=1", EnvParent + "=" + strconv.Itoa(os.Getpid()), EnvBarrierFD + "=3", EnvContain + "=1",
-		EnvNoFile + "=" + strconv.FormatUint(cfg.NoFile, 10), EnvGatewayFD + "=4", EnvGatewayPort + "=" + strconv.Itoa(probeGatewayPort)}
+		EnvNoFile + "=" + strconv.FormatUint(cfg.NoFile, 10), EnvGatewayFD + "=4", EnvGatewayPort + "=" + strconv.Itoa(probeGatewayPort),
+		EnvTmp + "=" + tmp, EnvTmpBytes + "=" + strconv.FormatInt(cfg.tempDirBytes(0, cfg.MemoryLimit), 10)}
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	containAttr(cfg, sys, false)
 	exe, err := openExecutable(cfg.WorkerPath)

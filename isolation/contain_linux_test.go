@@ -86,7 +86,7 @@ func helperContained() {
 	enter()
 	write := os.Getenv("STEWARD_TEST_WRITE")
 	port, _ := strconv.Atoi(os.Getenv("STEWARD_TEST_PORT"))
-	if err := Contain(Policy{Write: []string{write}, Connect: []uint16{uint16(port)}}); err != nil {
+	if err := Contain(Policy{}); err != nil { // the policy came with the Spec (startContained)
 		fmt.Fprintln(os.Stderr, "Contain:", err)
 		os.Exit(ExitRefused)
 	}
@@ -220,8 +220,13 @@ func TestContainedWorker(t *testing.T) {
 			if res.Pid != 1 || res.Ppid != 0 || res.UID != 0 || res.PidsVisible != 1 || res.Tmp != filepath.Join(base, "tmp") || !res.Leader {
 				t.Errorf("inside: %+v", res)
 			}
-			if _, err := os.Stat(filepath.Join(base, "tmp", "t")); err != nil {
+			// TMPDIR is the domain's own tmpfs: what the guest wrote there is in its mount
+			// namespace (seen through /proc/<pid>/root), not in the host's directory.
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d/root%s/t", d.Pid(), filepath.Join(base, "tmp"))); err != nil {
 				t.Errorf("TMPDIR is not the domain's temp dir: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(base, "tmp", "t")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the guest's temp file is in the host's directory: %v", err)
 			}
 			checkStagedDirect(t, filepath.Join(write, largeKey))
 			var st syscall.Stat_t
@@ -288,12 +293,36 @@ func TestContainedWithoutNetwork(t *testing.T) {
 
 func startContained(t *testing.T, s *Supervisor, spec Spec) (*Domain, func() probeResult) {
 	t.Helper()
+	// helperContained's one writable dir and one TCP port, in the Spec: a path named to Contain
+	// alone would lie under a tree the domain's mount namespace hides.
+	for _, kv := range spec.Env {
+		switch k, v, _ := strings.Cut(kv, "="); k {
+		case "STEWARD_TEST_WRITE":
+			spec.Policy.Write = append(spec.Policy.Write, v)
+		case "STEWARD_TEST_PORT":
+			port, _ := strconv.Atoi(v)
+			spec.Policy.Connect = append(spec.Policy.Connect, uint16(port))
+		}
+	}
+	d, report := startJSONHelper(t, s, "contained", spec, 20*time.Second)
+	return d, func() probeResult {
+		var res probeResult
+		report(&res)
+		return res
+	}
+}
+
+// startJSONHelper starts helper h in a domain of s with spec (fd 3 its report pipe, its stderr
+// kept for the failure message) and returns the domain and a function that waits up to wait
+// for the helper's one-line JSON report and decodes it into out.
+func startJSONHelper(t *testing.T, s *Supervisor, h string, spec Spec, wait time.Duration) (*Domain, func(out any)) {
+	t.Helper()
 	rd, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rd.Close() })
-	spec.Env = workerEnv("contained", spec.Env...)
+	spec.Env = workerEnv(h, spec.Env...)
 	spec.ExtraFiles = []*os.File{w}
 	var stderr strings.Builder
 	spec.Stderr = &lockedBuilder{b: &stderr}
@@ -303,18 +332,17 @@ func startContained(t *testing.T, s *Supervisor, spec Spec) (*Domain, func() pro
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { d.Close() })
-	return d, func() probeResult {
-		_ = rd.SetReadDeadline(time.Now().Add(20 * time.Second))
+	return d, func(out any) {
+		t.Helper()
+		_ = rd.SetReadDeadline(time.Now().Add(wait))
 		line, err := bufio.NewReader(rd).ReadBytes('\n')
 		if err != nil {
 			o, _ := d.Kill(context.Background())
 			t.Fatalf("no report (%v): outcome %+v, stderr %q", err, o, spec.Stderr.(*lockedBuilder).String())
 		}
-		var res probeResult
-		if err := json.Unmarshal(line, &res); err != nil {
+		if err := json.Unmarshal(line, out); err != nil {
 			t.Fatalf("report %q: %v", line, err)
 		}
-		return res
 	}
 }
 

@@ -9,7 +9,9 @@
 // and attached by pid where the thread cannot move), contained workers in the hybrid and v1 modes
 // forked by a small launcher process as the supervisor's own children (launcher_linux.go),
 // so that the supervisor's address space is never copied into a fork,
-// the worker-side entry checks (EnterWorker), a contained domain's gateway listener (a TCP socket
+// the worker-side entry checks (EnterWorker), a contained domain's mount namespace (the host's
+// trees hidden but the system's and the engine's, a size-limited noexec tmpfs for its temp dir,
+// mounts_linux.go), a contained domain's gateway listener (a TCP socket
 // the domain makes in its own network namespace and hands to the supervisor before its engine
 // runs, gateway_linux.go), the kill ladder (SIGTERM → grace → cgroup kill →
 // reap), reaping of re-parented descendants as a child subreaper, OOM and peak-memory facts read

@@ -18,8 +18,11 @@ const (
 	// EnvContain is set to "1" when the worker was born in its own namespaces: EnterWorker
 	// builds its mount namespace, Contain applies Landlock and seccomp.
 	EnvContain = "STEWARD_ISOLATION_CONTAIN"
-	// EnvTmp holds the host path of the domain's private temp dir, mounted on /tmp.
+	// EnvTmp holds the host path of the domain's private temp dir, where EnterWorker mounts a
+	// tmpfs of its own (mounts_linux.go).
 	EnvTmp = "STEWARD_ISOLATION_TMP"
+	// EnvTmpBytes holds the size of that tmpfs in bytes (Spec.TempDirBytes, resolved).
+	EnvTmpBytes = "STEWARD_ISOLATION_TMP_BYTES"
 	// EnvExecFD holds the descriptor a contained worker was executed through; EnterWorker
 	// closes it.
 	EnvExecFD = "STEWARD_ISOLATION_EXEC_FD"

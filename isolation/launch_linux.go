@@ -28,7 +28,8 @@ type launchSpec struct {
 	network bool   // contained: keep the host's network namespace
 	gateway uint16 // contained, without network: the port of the listener handed over (Spec.Gateway)
 	policy  Policy
-	tmp     string       // contained: host path of the private temp dir mounted on /tmp
+	tmp     string       // contained: host path of the private temp dir (a tmpfs in the domain)
+	tmpSize int64        // contained: its size in bytes
 	cpus    *unix.CPUSet // the launching thread's affinity for the fork (nil: unchanged)
 	widen   string       // EnvCPUs for the worker when cpus is set
 	via     *launcher    // contained: fork through it while it works (nil: fork here)
@@ -81,7 +82,7 @@ func launch(ctx context.Context, cfg Config, id string, cg *domainCgroups, ls la
 			if err := os.Chown(ls.tmp, uid, gid); err != nil {
 				return nil, opErr("hand the temp dir to the guest", cg.mode, ls.tmp, ErrContainment, err)
 			}
-			env = append(env, EnvTmp+"="+ls.tmp)
+			env = append(env, EnvTmp+"="+ls.tmp, EnvTmpBytes+"="+strconv.FormatInt(ls.tmpSize, 10))
 		}
 		env = append(env, EnvContain+"=1", EnvPolicy+"="+ls.policy.encode())
 	}

@@ -256,7 +256,8 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 	d, err := launch(ctx, s.cfg, id, cg, launchSpec{
 		path: p, argv: append([]string{p}, spec.Args...), env: spec.Env,
 		extra: spec.ExtraFiles, stdout: spec.Stdout, stderr: spec.Stderr,
-		contain: s.Contained(), network: spec.Network, gateway: spec.Gateway, policy: spec.policy(), tmp: spec.TempDir, via: s.fork,
+		contain: s.Contained(), network: spec.Network, gateway: spec.Gateway, policy: spec.policy(),
+		tmp: spec.TempDir, tmpSize: s.cfg.tempDirBytes(spec.TempDirBytes, mem), via: s.fork,
 	}.onCPUs(narrowed, spec.CPUs, s.cpus))
 	if err != nil {
 		_ = cg.remove()
