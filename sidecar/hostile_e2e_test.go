@@ -198,9 +198,11 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	}
 	slices.Sort(parts)
 	params[hostile.ParamExisting] = strings.Join(parts, ";")
+	// The file:// store's root (on MinIO, the sidecar env's unused local root: a host
+	// directory all the same, which the domain must not see either).
+	params[hostile.ParamStoreRoot] = h.e.root
 	if !onMinIO {
 		params[hostile.ParamOtherDir] = filepath.Join(h.e.root, "other")
-		params[hostile.ParamStoreRoot] = h.e.root
 		params[hostile.ParamSlowLoris] = "1" // one store is enough for the HTTP server's timeout
 	}
 	injectedBefore := h.requests(rpc.MethodObjectsStatus)
@@ -1265,7 +1267,7 @@ func (h *hostileRun) required() []string {
 		"fs.exec-shell", "fs.mknod-disk", "fs.exec-tmpdir", "fs.exec-memfd", "fs.setuid-fifo", "fs.tmpdir-quota",
 		"net.connect", "net.connect-other-addrs", "net.udp", "net.bind-listen", "net.interfaces", "net.vsock", "net.packet",
 		"net.i386-socket", "net.unix-host", "net.unix-abstract",
-		"store.root-visible", "store.direct", "store.gateway-key", "secrets.request", "store.outside-unchanged", "custody.orphans",
+		"store.root-visible", "fs.write-store-root", "store.direct", "store.gateway-key", "secrets.request", "store.outside-unchanged", "custody.orphans",
 		"custody.reserve-foreign-manifest", "custody.reserve-foreign-data", "custody.reserve-own-manifest", "custody.reserve-own-data",
 		"custody.reserve-prefix",
 		"gateway.put-foreign-data", "gateway.put-foreign-manifest", "gateway.put-own-manifest-other-version", "gateway.forge-claim",
@@ -1278,7 +1280,7 @@ func (h *hostileRun) required() []string {
 		"answer.claim-commit", "answer.noop-unasked", "answer.index-uuid", "answer.message-control", "leak.gateway-key-forms",
 		"answer.linger", "answer.after-answer-writes"}
 	if !h.onMinIO {
-		names = append(names, "fs.write-other-dataset", "fs.write-store-root", "gateway.slowloris")
+		names = append(names, "fs.write-other-dataset", "gateway.slowloris")
 	}
 	return names
 }
