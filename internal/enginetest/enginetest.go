@@ -25,6 +25,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -195,7 +197,7 @@ func Start(ctx context.Context, eng Engine, req any, opt Options) (_ *Session, r
 		return nil, err
 	}
 	s := &Session{TempDir: tmp, Dataset: strings.Trim(p.Dataset.Path, "/"), Invocation: p.InvocationID,
-		Pinned: p.PinnedVersion, Request: m, done: make(chan struct{})}
+		Pinned: p.PinnedVersion, done: make(chan struct{})}
 	defer func() {
 		if retErr != nil {
 			s.gw.close()
@@ -212,6 +214,13 @@ func Start(ctx context.Context, eng Engine, req any, opt Options) (_ *Session, r
 	if err != nil {
 		return nil, err
 	}
+	var sent struct {
+		Request map[string]any `json:"request"`
+	}
+	if err := json.Unmarshal(body, &sent); err != nil {
+		return nil, err
+	}
+	s.Request = sent.Request
 	if len(body) > MaxRequestFrame {
 		return nil, fmt.Errorf("request of %d bytes exceeds %d", len(body), MaxRequestFrame)
 	}
@@ -372,9 +381,8 @@ func (s *Session) converse(w io.Writer, r io.Reader, request []byte, start time.
 		return fmt.Errorf("%w: hello: %v", ErrProtocol, err)
 	}
 	s.HelloAt = time.Since(start)
-	if e := s.Hello.Engine; s.Hello.PID != s.cmd.Process.Pid || e.Protocol != 1 || len(e.IndexTypes) == 0 || len(e.Name) > 64 {
-		return fmt.Errorf("%w: hello pid %d (want %d) protocol %d, %d index types, name of %d bytes",
-			ErrProtocol, s.Hello.PID, s.cmd.Process.Pid, e.Protocol, len(e.IndexTypes), len(e.Name))
+	if err := s.checkHello(); err != nil {
+		return err
 	}
 	if opt.OnHello != nil {
 		opt.OnHello(s)
@@ -396,7 +404,8 @@ func (s *Session) converse(w io.Writer, r io.Reader, request []byte, start time.
 			s.Progress = append(s.Progress, p)
 		case "reserve":
 			var rv Reserve
-			if err := json.Unmarshal(f.raw, &rv); err != nil || len(rv.Keys)+len(rv.Prefixes) == 0 || len(rv.Keys) > 1000 || len(rv.Prefixes) > 1000 {
+			if err := json.Unmarshal(f.raw, &rv); err != nil || len(rv.Keys)+len(rv.Prefixes) == 0 || len(rv.Keys) > 1000 || len(rv.Prefixes) > 1000 ||
+				slices.ContainsFunc(rv.Prefixes, func(p string) bool { return !strings.HasSuffix(p, "/") }) {
 				return fmt.Errorf("%w: reserve %s", ErrProtocol, f.raw)
 			}
 			if rv.Seq != len(s.Reserves)+1 {
@@ -409,18 +418,57 @@ func (s *Session) converse(w io.Writer, r io.Reader, request []byte, start time.
 			}
 		case "result":
 			var env struct {
-				Result Result `json:"result"`
+				Result struct {
+					Result
+					Created []string `json:"created"`
+				} `json:"result"`
 			}
 			if err := json.Unmarshal(f.raw, &env); err != nil {
 				return fmt.Errorf("%w: result: %v", ErrProtocol, err)
 			}
-			s.Result = &env.Result
+			if u := env.Result.IndexUUID; u != "" && !validUUID.MatchString(u) || len(env.Result.Created) > 1000 {
+				return fmt.Errorf("%w: result index_uuid %q, %d created keys", ErrProtocol, truncate(u, 80), len(env.Result.Created))
+			}
+			s.Result = &env.Result.Result
 			return expectEOF(r)
 		default:
 			return fmt.Errorf("%w: unexpected frame %q", ErrProtocol, f.T)
 		}
 	}
 	return fmt.Errorf("%w: more than %d frames", ErrProtocol, MaxFrames)
+}
+
+// Declaration and result bounds of docs/ENGINE.md §3 and §3.1.
+var (
+	validIndexType = regexp.MustCompile(`^[A-Z0-9_]{1,32}$`)
+	validUUID      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+)
+
+// checkHello holds the hello to ENGINE.md §3.1: the engine's own pid, protocol 1, 1-64 index
+// types of [A-Z0-9_], a settle guarantee the sidecar accepts (without effect), a name of at most
+// 64 bytes.
+func (s *Session) checkHello() error {
+	e := s.Hello.Engine
+	switch {
+	case s.Hello.PID != s.cmd.Process.Pid:
+		return fmt.Errorf("%w: hello pid %d, the engine is %d", ErrProtocol, s.Hello.PID, s.cmd.Process.Pid)
+	case e.Protocol != 1:
+		return fmt.Errorf("%w: hello protocol %d", ErrProtocol, e.Protocol)
+	case len(e.IndexTypes) == 0 || len(e.IndexTypes) > 64 || slices.ContainsFunc(e.IndexTypes, func(t string) bool { return !validIndexType.MatchString(t) }):
+		return fmt.Errorf("%w: hello index types %q", ErrProtocol, e.IndexTypes)
+	case !slices.Contains([]string{"", "fence", "claim-fence", "none"}, e.Settle):
+		return fmt.Errorf("%w: hello settle %q", ErrProtocol, truncate(e.Settle, 80))
+	case len(e.Name) > 64:
+		return fmt.Errorf("%w: hello name of %d bytes", ErrProtocol, len(e.Name))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // expectEOF: after the answer the engine may only exit.
