@@ -179,18 +179,24 @@ func TestWorkerWritesOnlyNewNames(t *testing.T) {
 	}
 }
 
-// report splits a toy report "k=v k=v …" into its fields.
-func report(t *testing.T, res rpc.MutateResult, err error) map[string]string {
-	t.Helper()
-	if err != nil || res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeNotSupported {
-		t.Fatalf("answer %+v, %v; want the toy's NOT_SUPPORTED with a report", res, err)
-	}
+// fields splits a toy report "k=v k=v …" into its fields.
+func fields(msg string) map[string]string {
 	out := map[string]string{}
-	for _, f := range strings.Fields(res.Message) {
+	for _, f := range strings.Fields(msg) {
 		k, v, _ := strings.Cut(f, "=")
 		out[k] = v
 	}
 	return out
+}
+
+// openTestStore opens the test's own view of a store.
+func openTestStore(t *testing.T, cfg storage.StoreConfig) storage.Store {
+	t.Helper()
+	st, err := storage.OpenStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // TestWorkerGetsOnlyAGatewayKey: a sidecar with its own keys for one MinIO prefix. Whatever the
@@ -198,8 +204,9 @@ func report(t *testing.T, res rpc.MutateResult, err error) map[string]string {
 // a store of its own (another MinIO), or a file:// store — the engine's request names its
 // gateway (s3://steward at 127.0.0.1:7480) and carries a key of its invocation's own: never the
 // call's keys nor the sidecar's, a new one each invocation, one the gateway accepts (another key
-// id is refused there) and neither MinIO knows. A call without credentials on another prefix of the same bucket is refused
-// (-32016) before any worker starts. Through the gateway an existing object of the store is
+// id is refused there) and neither MinIO knows (the toy writes its key id into an object its
+// commit keeps, for the test to try). A call without credentials on another prefix of the same
+// bucket is refused (-32016) before any worker starts. Through the gateway an existing object of the store is
 // refused to the engine (PUT and DELETE), and survives the invocation's abandon, while what it
 // wrote is deleted.
 func TestWorkerGetsOnlyAGatewayKey(t *testing.T) {
@@ -221,43 +228,54 @@ func TestWorkerGetsOnlyAGatewayKey(t *testing.T) {
 		return minio.ToErrorResponse(err).Code
 	}
 	ref := rpc.DatasetRef{Store: e.spec, Path: "ds"}
-	e.put("ds/data/seen.parquet")
 	// A call with keys of its own, for a store of its own (another MinIO, other root keys).
 	own := testminio.Dedicated(t)
 	callers := &rpc.Credentials{AccessKey: own.AccessKey, SecretKey: own.SecretKey}
-	ownRef := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://callers-own", Endpoint: own.Endpoint}, Path: "ds"}
+	ownStore := openTestStore(t, storage.StoreConfig{Kind: storage.KindS3, Endpoint: own.Endpoint, Bucket: "callers-own",
+		AccessKey: own.AccessKey, SecretKey: own.SecretKey})
+	dir := t.TempDir()
+	local := openTestStore(t, storage.StoreConfig{Kind: storage.KindLocal, Root: dir})
 	var keys []string
 	for _, c := range []struct {
 		name  string
-		ref   rpc.DatasetRef
+		store rpc.StoreSpec
 		creds *rpc.Credentials
+		st    storage.Store // the test's view of that store
 	}{
-		{"the sidecar's keys", ref, nil},
-		{"the sidecar's keys again", ref, nil},
-		{"the call's own keys", ownRef, callers},
-		{"a file store", rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + t.TempDir()}, Path: "ds"}, nil},
+		{"the sidecar's keys", e.spec, nil, e.store},
+		{"the sidecar's keys again", e.spec, nil, e.store},
+		{"the call's own keys", rpc.StoreSpec{URL: "s3://callers-own", Endpoint: own.Endpoint}, callers, ownStore},
+		{"a file store", rpc.StoreSpec{URL: "file://" + dir}, nil, local},
 	} {
-		res, err := toyMutate(t, e.c, c.ref, c.creds, map[string]string{"report": "credentials"})
-		r := report(t, res, err)
-		key, herr := hex.DecodeString(r["key"])
+		// The toy commits (a dataset of its own each time), so that the object holding its key
+		// id is kept for the test to read.
+		path := randID("keys-")
+		res, err := toyMutate(t, e.c, rpc.DatasetRef{Store: c.store, Path: path}, c.creds,
+			map[string]string{"report": "credentials", "commit": "yes"})
+		if err != nil || res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeOK || res.CommittedVersion != 2 {
+			t.Fatalf("%s: %+v %v; want the toy's commit at version 2", c.name, res, err)
+		}
+		r := fields(res.Message)
+		b, err := storage.ReadAll(context.Background(), c.st, path+"/data/toy-key-"+res.InvocationID, 1024)
+		key := string(b)
 		switch {
-		case herr != nil || len(key) == 0 || r["credentials"] != fp(string(key)):
-			t.Errorf("%s: the report's key %q does not match its fingerprint: %q", c.name, r["key"], res.Message)
-		case r["credentials"] == fp(e.minio.AccessKey) || r["credentials"] == fp(callers.AccessKey):
-			t.Errorf("%s: the engine got the sidecar's or the call's keys: %q", c.name, res.Message)
+		case err != nil || r["key_object"] != "ok" || key == "" || r["credentials"] != fp(key):
+			t.Errorf("%s: the key id the toy wrote (%v) does not match its report %q", c.name, err, res.Message)
+		case key == e.minio.AccessKey || key == callers.AccessKey:
+			t.Errorf("%s: the engine got the sidecar's or the call's keys", c.name)
 		case r["store"] != "s3://steward" || r["endpoint"] != "127.0.0.1:7480" || r["region"] != "us-east-1":
 			t.Errorf("%s: the engine's store is not its gateway: %q", c.name, res.Message)
 		case r["gateway"] != "ok" || r["wrong_key"] != "InvalidAccessKeyId":
 			t.Errorf("%s: at the gateway the key gives %q and another key id %q; want ok and InvalidAccessKeyId", c.name, r["gateway"], r["wrong_key"])
-		case slices.Contains(keys, string(key)):
+		case slices.Contains(keys, key):
 			t.Errorf("%s: the key of an earlier invocation again", c.name)
 		}
 		for _, endpoint := range []string{e.minio.Endpoint, own.Endpoint} {
-			if code := direct(endpoint, string(key)); code != "InvalidAccessKeyId" {
+			if code := direct(endpoint, key); code != "InvalidAccessKeyId" {
 				t.Errorf("%s: the engine's key against MinIO itself (%s): %q, want InvalidAccessKeyId", c.name, endpoint, code)
 			}
 		}
-		keys = append(keys, string(key))
+		keys = append(keys, key)
 	}
 	other := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://ledger-e2e/" + randID("elsewhere"), Endpoint: e.minio.Endpoint}, Path: "ds"}
 	res, err := toyMutate(t, e.c, other, nil, map[string]string{"report": "credentials"})

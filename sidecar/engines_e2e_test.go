@@ -76,7 +76,7 @@ func TestEngineRegistry(t *testing.T) {
 	}
 	wrote := func(res rpc.MutateResult) bool {
 		return res.Phase == rpc.PhaseNativeReturn && res.Code == rpc.NativeNotSupported &&
-			strings.HasSuffix(res.Message, "/part-0.toy=ok)")
+			strings.HasSuffix(res.Message, "/part-0.toy=ok")
 	}
 	if res := mut("toy", "ds", ""); !wrote(res) {
 		t.Errorf("toy: %+v, want NOT_SUPPORTED after its object went through its gateway", res)
@@ -107,7 +107,7 @@ func TestEngineRegistry(t *testing.T) {
 		t.Errorf("resolve of the commit: %+v", r)
 	}
 	lost := mut("toy", "commit", "yes")
-	if lost.Phase != rpc.PhaseNativeReturn || lost.Code != rpc.NativeNotSupported || !strings.HasSuffix(lost.Message, "put the manifest=PreconditionFailed)") {
+	if lost.Phase != rpc.PhaseNativeReturn || lost.Code != rpc.NativeNotSupported || !strings.HasSuffix(lost.Message, "; put the manifest=PreconditionFailed") {
 		t.Errorf("a second commit of version 2: %+v, want the gateway's PreconditionFailed", lost)
 	}
 	if r := resolve(lost, "toy", "commit"); r.Outcome != rpc.OutcomeNotCommitted {

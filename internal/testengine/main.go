@@ -7,27 +7,32 @@
 // gateway: it opens the request's store (an S3 endpoint) with the request's key, as an S3 client
 // (minio-go), and never learns where the dataset really lives. A mutation writes one object,
 // <dataset>/_indices/toy-<invocation>/part-0.toy, through the gateway and one file into its
-// private TMPDIR, and answers NOT_SUPPORTED (7) with "put <key>=<result>" in its message, where a
-// result is "ok" or the gateway's S3 error code. With index.params commit:
+// private TMPDIR, and answers NOT_SUPPORTED (7) with "the toy engine builds nothing: put
+// <key>=<result>" in its message, where a result is "ok" or the gateway's S3 error code.
 //
-//   - lie: it answers COMMITTED at pinned+1 and writes no manifest;
-//   - yes: it PUTs the manifest of pinned+1 (_versions/<20 digits>.manifest) and answers
-//     COMMITTED at pinned+1 (NOT_SUPPORTED with the code if the gateway refused it);
-//   - deny: it PUTs that manifest and answers NOT_SUPPORTED all the same.
-//
-// Other index.params select the behaviours of the custody and credential tests, each answering
-// NOT_SUPPORTED with a report in its message instead:
+// Other index.params select the behaviours of the custody and credential tests, each reporting
+// in its answer's message instead:
 //
 //   - report=credentials: what the request says about storage, "credentials=<fingerprint>
-//     key=<access key id, hex> store=<url> endpoint=<endpoint> region=<region>", then
-//     "gateway=<result>" (a listing of the dataset with the request's key) and
-//     "wrong_key=<result>" (the same listing signed with another key id);
+//     store=<url> endpoint=<endpoint> region=<region>", then "gateway=<result>" (a listing of
+//     the dataset with the request's key) and "wrong_key=<result>" (the same listing signed with
+//     another key id); with commit=yes it also writes its access key id (which names the key,
+//     and is no secret) into data/toy-key-<invocation> and reports "key_object=<result>": the
+//     commit keeps that object for the test to try the key elsewhere;
 //   - put=a,b,… then delete=c,…: each name, relative to the dataset (a leading "/" makes it a
 //     key of the whole store), is PUT, then DELETEd, through the gateway; a name holding "%" is
 //     sent as written (percent-encoded separators and dots reach the gateway encoded) in a
 //     request the toy signs itself. The report is "put a=<result>;…;delete c=<result>";
 //   - put_many=N (and size=B, bytes per object, default 16): N new objects under data/, one
 //     PUT each, until one is refused: "written=<count> refusal=<code or none>".
+//
+// Then, with index.params commit:
+//
+//   - lie: it answers COMMITTED at pinned+1 and writes no manifest;
+//   - yes: it PUTs the manifest of pinned+1 (_versions/<20 digits>.manifest) and answers
+//     COMMITTED at pinned+1 (NOT_SUPPORTED, "; put the manifest=<code>" added, if the gateway
+//     refused it);
+//   - deny: it PUTs that manifest and answers NOT_SUPPORTED all the same.
 package main
 
 import (
@@ -157,20 +162,25 @@ func (toy) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.Mutat
 		return notSupported("no gateway: " + err.Error())
 	}
 	params := req.Index.Params
+	var report string
 	switch {
 	case params["report"] == "credentials":
-		return notSupported(g.reportCredentials(ctx, req))
+		report = g.reportCredentials(ctx, req)
+		if params["commit"] == "yes" {
+			report += " key_object=" + g.put(ctx, g.base+"data/toy-key-"+req.InvocationID, []byte(g.creds.AccessKey))
+		}
 	case params["put"] != "" || params["delete"] != "":
-		return notSupported(g.putAndDelete(ctx, req, split(params["put"]), split(params["delete"])))
+		report = g.putAndDelete(ctx, req, split(params["put"]), split(params["delete"]))
 	case params["put_many"] != "":
-		return notSupported(g.putMany(ctx, req, params["put_many"], params["size"]))
+		report = g.putMany(ctx, req, params["put_many"], params["size"])
+	default:
+		key := g.base + "_indices/toy-" + req.InvocationID + "/part-0.toy"
+		report = "the toy engine builds nothing: put " + strings.TrimPrefix(key, g.base) + "=" + g.put(ctx, key, []byte("toy"))
+		_ = os.WriteFile(filepath.Join(os.Getenv("TMPDIR"), "shuffle.tmp"), []byte("left behind"), 0o644)
+		c.Progress("build", 1, 1)
 	}
-	key := g.base + "_indices/toy-" + req.InvocationID + "/part-0.toy"
-	wrote := "put " + strings.TrimPrefix(key, g.base) + "=" + g.put(ctx, key, []byte("toy"))
-	_ = os.WriteFile(filepath.Join(os.Getenv("TMPDIR"), "shuffle.tmp"), []byte("left behind"), 0o644)
-	c.Progress("build", 1, 1)
 	committed := &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeOK, CompletionReason: rpc.CompletionCommitted,
-		CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1}
+		CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1, Message: report}
 	switch params["commit"] {
 	case "lie":
 		return committed
@@ -180,9 +190,9 @@ func (toy) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.Mutat
 		if res == "ok" && params["commit"] == "yes" {
 			return committed
 		}
-		wrote += "; put the manifest=" + res
+		report += "; put the manifest=" + res
 	}
-	return notSupported("the toy engine builds nothing (" + wrote + ")")
+	return notSupported(report)
 }
 
 func notSupported(msg string) *workerproto.Result {
@@ -207,8 +217,7 @@ func fingerprint(key string) string {
 }
 
 // reportCredentials says what the request gave the engine and whether its key opens the
-// gateway. The access key id goes out in hex: it names the key without being its secret, and
-// the test tries it against the real store; the SDK redacts the plain form from every answer.
+// gateway (never the key itself: the sidecar and the SDK redact it from every answer).
 func (g *gateway) reportCredentials(ctx context.Context, req *workerproto.MutateRequest) string {
 	list := func(cl *minio.Client) string {
 		ctx, cancel := context.WithCancel(ctx) // stops the lister at the first object
@@ -223,9 +232,8 @@ func (g *gateway) reportCredentials(ctx context.Context, req *workerproto.Mutate
 		wrong = list(cl)
 	}
 	s := req.Dataset.Store
-	return fmt.Sprintf("credentials=%s key=%s store=%s endpoint=%s region=%s gateway=%s wrong_key=%s",
-		fingerprint(g.creds.AccessKey), hex.EncodeToString([]byte(g.creds.AccessKey)), s.URL, s.Endpoint, s.Region,
-		list(g.client), wrong)
+	return fmt.Sprintf("credentials=%s store=%s endpoint=%s region=%s gateway=%s wrong_key=%s",
+		fingerprint(g.creds.AccessKey), s.URL, s.Endpoint, s.Region, list(g.client), wrong)
 }
 
 // putAndDelete PUTs each of puts, then DELETEs each of deletes, and reports each result.
