@@ -98,7 +98,7 @@ func enterNamespaces() error {
 // hideHost does steps 2 to 4: the host's trees hidden, the policy's put back, and mount points
 // made for them and for the temp dir.
 func hideHost(p Policy) error {
-	masks, err := maskTargets()
+	masks, dirs, err := maskTargets()
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func hideHost(p Policy) error {
 		if slices.Contains(keep, m) {
 			continue
 		}
-		if err := mask(m, skeleton[m], &shared); err != nil {
+		if err := mask(m, dirs[m], skeleton[m], &shared); err != nil {
 			return err
 		}
 		hidden = append(hidden, m)
@@ -160,42 +160,43 @@ func hideHost(p Policy) error {
 }
 
 // maskTargets lists what step 3 hides: every entry of / but keptRoot and symlinks, the trees
-// of hiddenInDev, and the sockets in /dev.
-func maskTargets() ([]string, error) {
-	var out []string
+// of hiddenInDev, and the sockets in /dev; dirs says which of them are directories. The type
+// comes from the listing (the directory the entry is in): a stat of a mount point would ask
+// the file system mounted there, which may be a network's that does not answer.
+func maskTargets() (paths []string, dirs map[string]bool, _ error) {
+	dirs = map[string]bool{}
 	for _, dir := range []string{"/", "/dev"} {
 		ents, err := os.ReadDir(dir)
 		if err != nil {
-			return nil, fmt.Errorf("%w: list %s: %w", ErrContainment, dir, err)
+			return nil, nil, fmt.Errorf("%w: list %s: %w", ErrContainment, dir, err)
 		}
 		for _, e := range ents {
 			path := filepath.Join(dir, e.Name())
 			switch t := e.Type(); {
 			case t&os.ModeSymlink != 0:
+				continue
 			case dir == "/" && !slices.Contains(keptRoot, e.Name()):
-				out = append(out, path)
 			case dir == "/dev" && (t&os.ModeSocket != 0 || slices.Contains(hiddenInDev, path) && t.IsDir()):
-				out = append(out, path)
+			default:
+				continue
 			}
+			paths = append(paths, path)
+			dirs[path] = e.IsDir()
 		}
 	}
-	return out, nil
+	return paths, dirs, nil
 }
 
 // mask puts an empty read-only tree over a directory (a tmpfs of its own when mount points are
 // to be made in it, else a clone of one shared tmpfs, mounted first at *shared), /dev/null over
 // anything else.
-func mask(path string, own bool, shared *string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		return nil // gone meanwhile
-	}
+func mask(path string, dir, own bool, shared *string) error {
 	var (
 		fd  int
 		err error
 	)
 	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+	case !dir:
 		fd, err = unix.OpenTree(unix.AT_FDCWD, os.DevNull, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	case own || *shared == "":
 		fd, err = newTmpfs(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, "size=64k", "mode=0755")
@@ -206,10 +207,14 @@ func mask(path string, own bool, shared *string) error {
 		return fmt.Errorf("%w: mask for %s: %w", ErrContainment, path, err)
 	}
 	defer unix.Close(fd)
-	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	err = unix.MoveMount(fd, "", unix.AT_FDCWD, path, unix.MOVE_MOUNT_F_EMPTY_PATH)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // gone since the listing
+	}
+	if err != nil {
 		return fmt.Errorf("%w: hide %s: %w", ErrContainment, path, err)
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR && !own && *shared == "" {
+	if dir && !own && *shared == "" {
 		*shared = path
 	}
 	return nil
