@@ -210,7 +210,9 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	// The main invocation: every attack area, then a claimed commit that never happened.
 	before := h.snapshot()
 	params[hostile.ParamOnly] = hostileAreas
+	fds := watchFDs(sc)
 	main := h.mutate("ds", hostile.ModeMain, params, nil, 2*time.Minute)
+	fdBase, fdPeak := fds()
 	main.findings = h.settle(main.inv)
 	injected := h.requests(rpc.MethodObjectsStatus) - injectedBefore - float64(h.statusCalls)
 	survivors := markerProcesses(hostile.MarkerPrefix + main.inv)
@@ -218,7 +220,8 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	h.waitCustody()
 	after := h.snapshot()
 	var table []hostile.Finding
-	table = append(table, h.judge(main, judgeFacts{survivors: survivors, injected: injected, victim: victimRes, before: before, after: after})...)
+	table = append(table, h.judge(main, judgeFacts{survivors: survivors, injected: injected, victim: victimRes, before: before, after: after,
+		fdBase: fdBase, fdPeak: fdPeak})...)
 	table = append(table, victimNNP, h.outsideUnchanged(before, after), h.orphans(main.inv, before, after))
 
 	// The object quota, in an invocation of its own (the main one spent its byte quota).
@@ -713,11 +716,45 @@ func (h *hostileRun) resolveOf(inv, path string) (rpc.ResolveResult, error) {
 }
 
 type judgeFacts struct {
-	survivors     []string
-	injected      float64
-	victim        rpc.MutateResult
-	before, after map[string]string
+	survivors      []string
+	injected       float64
+	victim         rpc.MutateResult
+	before, after  map[string]string
+	fdBase, fdPeak int // the sidecar's open descriptors before the invocation and at most during it
 }
+
+// watchFDs counts the open descriptors of process pid every 10 ms until the returned function
+// is called, which returns the first count and the highest.
+func watchFDs(pid int) func() (int, int) {
+	count := func() int {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		return len(ents)
+	}
+	base := count()
+	peak := base
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				peak = max(peak, count())
+			}
+		}
+	}()
+	return func() (int, int) {
+		close(stop)
+		<-done
+		return base, peak
+	}
+}
+
+// connectionBound is how many of the sidecar's descriptors one invocation may hold through its
+// gateway: its domain's own RLIMIT_NOFILE per process (1,024), and room for the sidecar's own
+// work beside it (its pipes, the victim's, the store's connections).
+const connectionBound = 1024 + 128
 
 func verdictOf(succeeded bool) hostile.Verdict {
 	if succeeded {
@@ -814,6 +851,14 @@ func (h *hostileRun) judgeOne(c *hostileCall, f *hostile.Finding, x judgeFacts) 
 		got := h.heard.of(c.inv)
 		outsideSaw(f, len(got) > 0)
 		f.Evidence += fmt.Sprintf("; the test's listeners heard %q", got)
+	case "gateway.connection-flood":
+		if x.fdPeak-x.fdBase > connectionBound {
+			f.Verdict = hostile.Succeeded
+		} else if f.Verdict == hostile.Pending {
+			f.Verdict = hostile.Blocked
+		}
+		f.Evidence += fmt.Sprintf("; the sidecar's descriptors: %d before, at most %d during the invocation (+%d; bound +%d), of a hard limit of %s",
+			x.fdBase, x.fdPeak, x.fdPeak-x.fdBase, connectionBound, nofileHard(h.e.c.Pid()))
 	case "store.gateway-key":
 		h.judgeHandoff(f)
 	case "secrets.request":
@@ -831,6 +876,17 @@ func (h *hostileRun) judgeOne(c *hostileCall, f *hostile.Finding, x judgeFacts) 
 		f.Verdict = verdictOf(peak > 12)
 		f.Evidence += fmt.Sprintf("; the host got %d notifications, at most %d in one second (ENGINE.md: 10 a second)", len(notes), peak)
 	}
+}
+
+// nofileHard is process pid's hard RLIMIT_NOFILE, from /proc/<pid>/limits.
+func nofileHard(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); strings.HasPrefix(l, "Max open files") && len(f) >= 5 {
+			return f[4]
+		}
+	}
+	return "?"
 }
 
 // outsideSaw sets the verdict of an attack whose effect the test looked for from outside: seen,
@@ -1273,7 +1329,7 @@ func (h *hostileRun) required() []string {
 		"gateway.put-foreign-data", "gateway.put-foreign-manifest", "gateway.put-own-manifest-other-version", "gateway.forge-claim",
 		"gateway.version-hint", "gateway.traversal", "gateway.read-foreign", "gateway.overwrite", "gateway.delete-foreign",
 		"gateway.delete-objects", "gateway.copy-outside", "gateway.list-outside", "gateway.list-huge", "gateway.second-connection",
-		"gateway.bytes-quota", "gateway.objects-quota", "gateway.flood",
+		"gateway.bytes-quota", "gateway.objects-quota", "gateway.flood", "gateway.connection-flood",
 		"gateway.race-fence/delay-400ms", "gateway.race-fence/delay-0ms", "gateway.concurrent-commit/delay-400ms",
 		"gateway.concurrent-commit/delay-0ms", "gateway.manifest-alias",
 		"progress.flood-size", "progress.flood-rate",

@@ -20,7 +20,8 @@ import (
 )
 
 // Main is the hostile engine's entry: with no argument it serves one request over the engine
-// protocol; "linger MARKER", "sleep", "nop", "int80" and "after …" are its own helper processes.
+// protocol; "linger MARKER", "sleep", "nop", "int80", "conns …" and "after …" are its own helper
+// processes.
 // It returns the exit code.
 func Main(args []string) int {
 	if len(args) > 0 {
@@ -34,6 +35,8 @@ func Main(args []string) int {
 			return 0
 		case "int80":
 			return int80Main()
+		case "conns":
+			return connsMain(args[1:])
 		case "after":
 			if len(args) != 8 {
 				return 2

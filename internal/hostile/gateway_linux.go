@@ -1,14 +1,19 @@
 package hostile
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -150,6 +155,7 @@ func (r *run) gateway(ctx context.Context) {
 	r.emit(r.secondConnection(ownManifest))
 	r.emit(r.bytesQuota())
 	r.emit(r.flood())
+	r.emit(r.connectionFlood())
 }
 
 // existingDataset is the other dataset's path, from the key the test named.
@@ -605,4 +611,99 @@ func (r *run) slowLoris() Finding {
 		f.Evidence += " (the gateway did not serve the other connection)"
 	}
 	return f
+}
+
+// connsPerChild is how many gateway connections each helper of connectionFlood holds: under
+// the domain's own RLIMIT_NOFILE (1024), which is why several processes are needed.
+const connsPerChild = 1000
+
+// connectionFlood holds connections to the gateway from several processes at once, each one
+// answered (a connection the server reads from holds a descriptor and a goroutine of the
+// sidecar's): a domain bounded to 1,024 descriptors per process must not make the sidecar hold
+// more than that for it, or with its pids limit it holds the sidecar's whole descriptor table.
+func (r *run) connectionFlood() Finding {
+	const attack = "gateway.connection-flood"
+	const children = 4
+	f := Finding{Attack: attack, Tried: fmt.Sprintf("hold %d connections to the gateway at once from %d processes (%d each, under its RLIMIT_NOFILE of 1,024), each with a request answered", children*connsPerChild, children, connsPerChild)}
+	if !r.canTry(&f, true, "") {
+		return f
+	}
+	type child struct {
+		cmd  *exec.Cmd
+		in   io.WriteCloser
+		out  io.Reader
+		line string
+	}
+	var cs []*child
+	for i := 0; i < children; i++ {
+		cmd := helper("conns", r.gw.addr, r.gw.bucket, r.gw.ak, strconv.Itoa(connsPerChild))
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			break
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil || cmd.Start() != nil {
+			break
+		}
+		cs = append(cs, &child{cmd: cmd, in: in, out: out})
+	}
+	for _, c := range cs { // all of them connect at once; each says when it holds its share
+		c.line, _ = bufio.NewReader(c.out).ReadString('\n')
+	}
+	held := 0
+	var ev []string
+	for _, c := range cs {
+		n, _ := strconv.Atoi(strings.TrimSpace(c.line))
+		held += n
+		ev = append(ev, strings.TrimSpace(c.line))
+	}
+	f.AtUnixMs = time.Now().UnixMilli()
+	time.Sleep(500 * time.Millisecond) // held while the test counts the sidecar's descriptors
+	for _, c := range cs {
+		c.in.Close()
+		_ = c.cmd.Wait()
+	}
+	f.Verdict = Pending
+	f.Evidence = fmt.Sprintf("%d connections answered and held at once (per process: %v)", held, ev)
+	if held > 1024 {
+		f.Verdict = Succeeded
+	}
+	return f
+}
+
+// connsMain is the helper "conns ADDR BUCKET AK N": it opens N connections to the gateway,
+// sends a HEAD on each and counts the answers (any status), prints the count, and holds the
+// connections until its stdin closes.
+func connsMain(args []string) int {
+	if len(args) != 4 {
+		return 2
+	}
+	n, _ := strconv.Atoi(args[3])
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	req := fmt.Sprintf("HEAD /%s HTTP/1.1\r\nHost: %s\r\nAuthorization: AWS4-HMAC-SHA256 Credential=%s/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0\r\n\r\n", args[1], args[0], args[2])
+	for i := 0; i < n; i++ {
+		c, err := net.DialTimeout("tcp", args[0], 2*time.Second)
+		if err != nil {
+			break
+		}
+		conns = append(conns, c)
+		_, _ = io.WriteString(c, req)
+	}
+	answered := 0
+	deadline := time.Now().Add(3 * time.Second)
+	for _, c := range conns {
+		_ = c.SetReadDeadline(deadline)
+		if resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "HEAD"}); err == nil {
+			resp.Body.Close()
+			answered++
+		}
+	}
+	fmt.Println(answered)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
 }
