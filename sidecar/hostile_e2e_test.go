@@ -826,6 +826,16 @@ func (h *hostileRun) judgeOne(c *hostileCall, f *hostile.Finding, x judgeFacts) 
 		f.Evidence = fmt.Sprintf("the host was told %s; unprintable characters in its message: %q", answerOf(c.res, c.err), bad)
 	case "leak.gateway-key-forms":
 		h.judgeLeak(c, f)
+	case "log.forge-line":
+		forged := 0
+		for _, l := range strings.Split(h.e.logs.String(), "\n") {
+			var entry map[string]any
+			if json.Unmarshal([]byte(l), &entry) == nil && entry["@message"] == hostile.ForgedLogMessage {
+				forged++
+			}
+		}
+		f.Verdict = verdictOf(forged > 0)
+		f.Evidence += fmt.Sprintf("; entries of the sidecar's log with that @message: %d", forged)
 	case "answer.linger":
 		h.judgeLinger(c, f)
 	case "process.orphan", "cgroup.escape":
@@ -1014,11 +1024,8 @@ func (h *hostileRun) judgeHandoff(f *hostile.Finding) {
 		lerr = err
 		break
 	}
-	f.Verdict = verdictOf(perr == nil || lerr == nil && perr == nil)
+	f.Verdict = verdictOf(perr == nil || lerr == nil)
 	f.Evidence = fmt.Sprintf("with the gateway key at MinIO %s: put %v; list %v", srv.Endpoint, perr, lerr)
-	if perr == nil || lerr == nil {
-		f.Verdict = hostile.Succeeded
-	}
 }
 
 // judgeLeak looks for every form of the engine's gateway key (named by its digest) in the
@@ -1211,7 +1218,8 @@ func (h *hostileRun) orphans(inv string, before, after map[string]string) hostil
 
 // races runs the manifest PUT against index.resolve's fence twice: the PUT 400 ms after the
 // announcement (the fence should win) and at once (either may). The outcome must be one: never
-// a resolve NOT_COMMITTED beside an answer COMMITTED or a later resolve COMMITTED.
+// a resolve NOT_COMMITTED beside an answer COMMITTED or a later resolve COMMITTED. (UNKNOWN is
+// no contradiction: a claim whose manifest is absent stays unknown for storage/slot's grace.)
 func (h *hostileRun) races(params map[string]string) []hostile.Finding {
 	var out []hostile.Finding
 	for i, delay := range []string{"400", "0"} {
@@ -1267,9 +1275,6 @@ func (h *hostileRun) judgeRace(c *hostileCall, f *hostile.Finding, first rpc.Res
 	}
 	if landed && second.Outcome != rpc.OutcomeCommitted {
 		wrong = append(wrong, "the manifest is in the store and resolve does not say COMMITTED")
-	}
-	if second.Outcome == rpc.OutcomeUnknown {
-		wrong = append(wrong, "resolve still UNKNOWN after the domain is gone")
 	}
 	f.Verdict = verdictOf(len(wrong) > 0)
 	f.Evidence += fmt.Sprintf("; resolve during the PUT: %s (fenced %v), the host was told %s, resolve after: %s; manifest of version 2 in the store: %v (latest version %d); inconsistent: %v",
@@ -1333,7 +1338,7 @@ func (h *hostileRun) required() []string {
 		"gateway.race-fence/delay-400ms", "gateway.race-fence/delay-0ms", "gateway.concurrent-commit/delay-400ms",
 		"gateway.concurrent-commit/delay-0ms", "gateway.manifest-alias",
 		"progress.flood-size", "progress.flood-rate",
-		"answer.claim-commit", "answer.noop-unasked", "answer.index-uuid", "answer.message-control", "leak.gateway-key-forms",
+		"answer.claim-commit", "answer.noop-unasked", "answer.index-uuid", "answer.message-control", "leak.gateway-key-forms", "log.forge-line",
 		"answer.linger", "answer.after-answer-writes"}
 	if !h.onMinIO {
 		names = append(names, "fs.write-other-dataset", "gateway.slowloris")

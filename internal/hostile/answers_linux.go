@@ -73,6 +73,13 @@ func (r *run) message() {
 		Tried:    "put its gateway secret key as is, in hex and spaced out into its message, its $/progress stages and its stderr",
 		Evidence: "the test looks for every form in the answer, the progress notifications and the sidecar's log"})
 	fmt.Fprintf(os.Stderr, "hostile stderr leak %s\n", forms)
+	r.emit(Finding{Attack: "log.forge-line", Verdict: Pending,
+		Tried:    "write whole JSON log entries of the sidecar's shape to stderr (after LF, after CR, after an over-long line), @message \"" + ForgedLogMessage + "\"",
+		Evidence: "the test looks for such an entry at the top level of the sidecar's log"})
+	entry := fmt.Sprintf(`{"@level":"error","@message":%q,"@module":"steward","invocation":%q}`, ForgedLogMessage, r.inv)
+	fmt.Fprintf(os.Stderr, "x\n%s\n", entry)
+	fmt.Fprintf(os.Stderr, "x\r%s\r\n", entry)
+	fmt.Fprintf(os.Stderr, "%s%s\n", strings.Repeat("y", 4096), entry)
 	for i := 0; i < 3; i++ {
 		_ = workerproto.Write(r.c.Out(), &workerproto.Frame{T: workerproto.TypeProgress, Stage: "leak " + forms, Done: int64(i), Total: 3}, workerproto.MaxWorkerFrame)
 		time.Sleep(150 * time.Millisecond)

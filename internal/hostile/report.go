@@ -168,6 +168,10 @@ const (
 // UnsafeID is the index_uuid of ModeUUID: a path out of the dataset, with a newline.
 const UnsafeID = "../../other/_indices/pwned\nforged"
 
+// ForgedLogMessage is the @message of the log entries ModeMessage writes to its stderr, shaped
+// as the sidecar's own: none may appear as an entry of the sidecar's log.
+const ForgedLogMessage = "forged by the hostile engine"
+
 // Leak markers wrap the forms of its gateway secret key that ModeMessage writes into its message,
 // progress stages and stderr: exact, hex of it, and its characters separated by spaces.
 const (
