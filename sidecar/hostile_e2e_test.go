@@ -169,6 +169,7 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 			t.Fatalf("create %s: %v", ds, err)
 		}
 	}
+	h.plantMany(hostileManyPrefix, 1010)
 	const sibling = "dsX/data/sibling.bin" // a dataset whose name starts with "ds"
 	if err := h.st.Put(context.Background(), sibling, strings.NewReader("sibling"), 7); err != nil {
 		t.Fatal(err)
@@ -348,8 +349,35 @@ func (h *hostileRun) firstKey(prefix string) string {
 	return ""
 }
 
+// hostileManyPrefix holds the keys planted so that the dataset's listing is longer than one
+// page (gateway.list-huge).
+const hostileManyPrefix = "ds/hostile-many/"
+
+// plantMany puts n small objects under prefix, 16 at a time.
+func (h *hostileRun) plantMany(prefix string, n int) {
+	h.t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs <- h.st.Put(context.Background(), fmt.Sprintf("%sk%05d", prefix, i), strings.NewReader("k"), 1)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			h.t.Fatalf("plant %s: %v", prefix, err)
+		}
+	}
+}
+
 // snapshot is every object of the store (the local store's staging folder excluded) by key,
-// as the SHA-256 of its bytes.
+// as the SHA-256 of its bytes (the planted many by their size and time: no attack aims at them).
 func (h *hostileRun) snapshot() map[string]string {
 	h.t.Helper()
 	ctx := context.Background()
@@ -357,6 +385,10 @@ func (h *hostileRun) snapshot() map[string]string {
 	for info, err := range h.st.List(ctx, "") {
 		if err != nil {
 			h.t.Fatalf("snapshot: %v", err)
+		}
+		if strings.HasPrefix(info.Key, hostileManyPrefix) {
+			out[info.Key] = fmt.Sprintf("%d bytes at %v", info.Size, info.ModTime.UnixNano())
+			continue
 		}
 		b, err := storage.ReadAll(ctx, h.st, info.Key, 256<<20)
 		if err != nil {

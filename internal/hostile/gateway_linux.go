@@ -366,26 +366,65 @@ func (r *run) listOutside(other string) Finding {
 	return f
 }
 
-// listHuge asks for more keys in one page than S3 serves and walks a forged continuation.
+// listHuge asks for more keys in one page than S3 serves, walks the pages of a listing longer
+// than one (the test plants more than 1,000 keys under the dataset) and sends forged
+// continuation tokens.
 func (r *run) listHuge() Finding {
 	const attack = "gateway.list-huge"
-	f := Finding{Attack: attack, Tried: "ListObjectsV2 with max-keys 2147483647, 99999999999, -1, and a forged continuation token"}
+	f := Finding{Attack: attack, Tried: "ListObjectsV2 of a dataset of more than 1,000 keys with max-keys 2147483647 and 99999999999, every page of it, max-keys -1, and forged continuation tokens"}
 	if !r.canTry(&f, true, "") {
 		return f
 	}
 	var ev []string
-	over := false
+	bad := 0
 	base := "/" + r.gw.bucket + "?list-type=2&prefix=" + url.QueryEscape(r.ds+"/")
 	for _, q := range []string{"&max-keys=2147483647", "&max-keys=99999999999", "&max-keys=-1", "&continuation-token=" + url.QueryEscape("Li4vLi4v"), "&continuation-token=%00%00"} {
 		p := r.gw.do("GET", base+q, nil, nil)
 		n := len(keyRE.FindAllSubmatch(p.body, -1))
-		over = over || n > 1000
+		if n > 1000 {
+			bad++
+		}
 		ev = append(ev, fmt.Sprintf("%s: %v, %d keys", q, p, n))
 	}
-	f.Verdict = verdict(over)
-	f.Evidence = strings.Join(ev, "; ")
+	seen := map[string]int{}
+	pages, token := 0, ""
+	for pages < 5 {
+		q := base + "&max-keys=2147483647"
+		if token != "" {
+			q += "&continuation-token=" + url.QueryEscape(token)
+		}
+		p := r.gw.do("GET", q, nil, nil)
+		pages++
+		keys := keyRE.FindAllSubmatch(p.body, -1)
+		if !p.ok() || len(keys) > 1000 {
+			bad++
+		}
+		for _, m := range keys {
+			seen[string(m[1])]++
+		}
+		next := nextTokenRE.FindSubmatch(p.body)
+		if next == nil {
+			break
+		}
+		token = string(next[1])
+	}
+	dup, outside := 0, 0
+	for k, n := range seen {
+		dup += n - 1
+		if !strings.HasPrefix(k, r.ds+"/") {
+			outside++
+		}
+	}
+	bad += dup + outside
+	ev = append(ev, fmt.Sprintf("the whole listing: %d pages, %d keys, %d listed twice, %d outside", pages, len(seen), dup, outside))
+	f.Verdict, f.Evidence = verdict(bad > 0), strings.Join(ev, "; ")
+	if len(seen) <= 1000 {
+		f.Verdict, f.Evidence = Inconclusive, "the dataset holds no more than one page of keys: "+f.Evidence
+	}
 	return f
 }
+
+var nextTokenRE = regexp.MustCompile(`<NextContinuationToken>([^<]*)</NextContinuationToken>`)
 
 // secondConnection opens more connections: with another key, unsigned, and with its own.
 func (r *run) secondConnection(ownManifest string) Finding {
