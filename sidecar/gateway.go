@@ -106,6 +106,13 @@ func (ig *invocationGateway) close() gateway.Record {
 	return ig.gw.Record()
 }
 
+// seal refuses the invocation's writes from now on (its engine has answered).
+func (ig *invocationGateway) seal() {
+	if ig != nil {
+		ig.gw.Seal()
+	}
+}
+
 // liveGateways counts the open gateways by invocation: resolve answers UNKNOWN for an
 // invocation whose claimed manifest may still go through one.
 type liveGateways struct {
@@ -162,6 +169,13 @@ type gatewayCustody struct {
 
 func (c gatewayCustody) Reserve(ctx context.Context, key string) error {
 	return c.s.reserve(c.j, []string{key}, nil)
+}
+
+func (c gatewayCustody) Release(ctx context.Context, key string) error {
+	if c.s.custody == nil {
+		return nil
+	}
+	return c.s.custody.Release(ctx, invocationOf(c.j), []string{key})
 }
 
 // decide is the invocation's outcome once its domain is reaped and its gateway closed, from the

@@ -514,6 +514,7 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 		}
 	case f.T == workerproto.TypeResult && ss.requested && ss.result == nil:
 		ss.result = f.Result
+		ss.gw.seal() // its last word: a lingering process of the domain writes nothing more
 		ss.s.log.Debug("worker result", "invocation", ss.j.p.InvocationID, "phase", f.Result.Phase, "code", f.Result.Code, "created", len(f.Result.Created))
 		return false // keep reading: a second result or garbage after it is still a violation
 	default:

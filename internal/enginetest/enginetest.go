@@ -363,6 +363,19 @@ func (c custodian) Reserve(_ context.Context, key string) error {
 	return c.onWrite(key)
 }
 
+// Release drops key from the session's custody: its upload found the key taken.
+func (c custodian) Release(_ context.Context, key string) error {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	for i, k := range c.s.custody {
+		if k == key {
+			c.s.custody = append(c.s.custody[:i], c.s.custody[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)

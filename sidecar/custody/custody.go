@@ -177,6 +177,17 @@ func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys, prefixes []
 	return err
 }
 
+// Release gives up custody of keys the invocation reserved and then found taken when it wrote
+// them (its create-only upload lost to another writer): they are someone else's objects, never to
+// be deleted with the invocation's. Keys it holds no ticket for are skipped.
+func (c *Custody) Release(ctx context.Context, inv Invocation, keys []string) error {
+	p, err := inv.Dataset.Store.Parse()
+	if err != nil {
+		return err
+	}
+	return c.l.Accept(ctx, Owner(inv.ID), p.Name(), keys)
+}
+
 // Finish settles a finished invocation's tickets, before its answer is sent, from what the
 // sidecar decided (its gateway's record and storage): a commit accepts them, a certain failure
 // abandons them, and an unknown outcome is decided again in the background (Decide, the domain

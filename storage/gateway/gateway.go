@@ -33,10 +33,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Custodian takes custody of a key for the invocation before any byte of it is written; an
-// error refuses the write (nothing is forwarded).
+// Custodian keeps custody of what the invocation writes.
 type Custodian interface {
+	// Reserve takes custody of key for the invocation before any byte of it is written; an
+	// error refuses the write (nothing is forwarded).
 	Reserve(ctx context.Context, key string) error
+	// Release gives custody of key up: its create-only upload found the key taken, so the
+	// object there is another writer's and must never be deleted as the invocation's.
+	Release(ctx context.Context, key string) error
 }
 
 // Limits bound one invocation. Zero fields take the defaults.
@@ -136,6 +140,7 @@ type Gateway struct {
 
 	mu       sync.Mutex
 	closed   bool
+	sealed   bool // the invocation answered: nothing more is written
 	inflight sync.WaitGroup
 	rec      Record
 	written  map[string]struct{} // keys this invocation created (DELETE is allowed for these)
@@ -237,6 +242,15 @@ func (g *Gateway) Close() error {
 	return err
 }
 
+// Seal refuses every write from now on: the engine has answered, and after its answer it writes
+// nothing more (docs/ENGINE.md §3), whatever a lingering process of its domain tries. Writes
+// already in flight finish and are recorded.
+func (g *Gateway) Seal() {
+	g.mu.Lock()
+	g.sealed = true
+	g.mu.Unlock()
+}
+
 // Record returns what the gateway saw; final once Close returned.
 func (g *Gateway) Record() Record {
 	g.mu.Lock()
@@ -247,16 +261,16 @@ func (g *Gateway) Record() Record {
 	return r
 }
 
-// enter admits one request, or reports that the gateway is closed.
-func (g *Gateway) enter() bool {
+// enter admits one request, or reports that the gateway is closed; sealed says writes are over.
+func (g *Gateway) enter() (ok, sealed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return false
+		return false, true
 	}
 	g.inflight.Add(1)
 	g.rec.Requests++
-	return true
+	return true, g.sealed
 }
 
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, e *s3Error) {

@@ -63,11 +63,19 @@ func upstreams() map[string]func(t testing.TB) storage.Store {
 // recorder is a Custodian that notes each key and checks it is not yet in the store: custody
 // must come before the first byte.
 type recorder struct {
-	st     storage.Store
-	mu     sync.Mutex
-	keys   []string
-	refuse string // a key to refuse
-	early  []string
+	st       storage.Store
+	mu       sync.Mutex
+	keys     []string
+	refuse   string // a key to refuse
+	early    []string
+	released []string
+}
+
+func (c *recorder) Release(_ context.Context, k string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released = append(c.released, k)
+	return nil
 }
 
 func (c *recorder) Reserve(ctx context.Context, k string) error {
@@ -293,6 +301,7 @@ func TestRefusals(t *testing.T) {
 	if err := up.Put(ctx, "lake/other/data/x", strings.NewReader("x"), 1); err != nil {
 		t.Fatal(err)
 	}
+	pinnedManifest(t, up, "00000000000000000003.manifest") // the dataset's naming: the built-in one
 	for _, c := range []struct{ key, code string }{
 		{"lake/other/data/y", "AccessDenied"},                                // another dataset
 		{dataset + "/../other/data/y", "AccessDenied"},                       // traversal
@@ -301,6 +310,8 @@ func TestRefusals(t *testing.T) {
 		{dataset + "/_versions/latest_version_hint.json", "InvalidArgument"}, // not a hint
 		{dataset + "/_versions/other.json", "AccessDenied"},
 		{dataset + "/_versions/00000000000000000009.manifest", "PreconditionFailed"}, // not pinned+1
+		{dataset + "/_versions/4.manifest", "AccessDenied"},                          // pinned+1 in another naming
+		{dataset + "/_versions/04.manifest", "AccessDenied"},                         // in no naming
 		{dataset + "/_steward/claims/00000000000000000004/" + inv + ".json", "AccessDenied"},
 		{dataset + "/_deletions/x", "AccessDenied"},
 		{dataset + "/data", "AccessDenied"}, // a folder's name, not a key inside it
@@ -347,6 +358,7 @@ func TestCommitSlot(t *testing.T) {
 			ctx := context.Background()
 			t.Run("lands", func(t *testing.T) {
 				f := start(t, open(t), gateway.Limits{})
+				pinnedManifest(t, f.up, "18446744073709551612.manifest")
 				mk := dataset + "/_versions/18446744073709551611.manifest" // Lance V2 name of version 4
 				if err := f.put(t, mk, []byte("manifest-4")); err != nil {
 					t.Fatal(err)
@@ -383,6 +395,7 @@ func TestCommitSlot(t *testing.T) {
 			})
 			t.Run("fenced first", func(t *testing.T) {
 				f := start(t, open(t), gateway.Limits{})
+				pinnedManifest(t, f.up, "00000000000000000003.manifest")
 				v, err := slot.Decide(ctx, f.up, dataset, 3, inv, true)
 				if err != nil || v.Outcome != slot.NotCommitted || !v.Fenced {
 					t.Fatalf("fence: %+v %v", v, err)
@@ -411,6 +424,7 @@ func TestCommitSlot(t *testing.T) {
 			})
 			t.Run("foreign writer", func(t *testing.T) {
 				f := start(t, open(t), gateway.Limits{})
+				pinnedManifest(t, f.up, "3.manifest")
 				mk := dataset + "/_versions/4.manifest" // Lance V1 name
 				if err := f.up.Put(ctx, mk, strings.NewReader("theirs"), 6); err != nil {
 					t.Fatal(err)
@@ -530,4 +544,81 @@ func rawStatus(t *testing.T, addr, method, path string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// pinnedManifest puts the pinned version's (3) manifest under name: the naming the gateway
+// expects the commit's manifest in.
+func pinnedManifest(t *testing.T, up storage.Store, name string) {
+	t.Helper()
+	if err := up.Put(context.Background(), dataset+"/_versions/"+name, strings.NewReader("v3"), 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSealed: once the engine has answered its gateway takes no more writes (a lingering process
+// of the domain writes nothing), and still serves reads.
+func TestSealed(t *testing.T) {
+	up := upstreams()["local"](t)
+	f := start(t, up, gateway.Limits{})
+	if err := f.put(t, dataset+"/data/before", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	f.gw.Seal()
+	if err := f.put(t, dataset+"/data/after", []byte("x")); code(err) != "AccessDenied" {
+		t.Fatalf("a put after the answer: %v", err)
+	}
+	if err := f.cl.RemoveObject(context.Background(), bucket, dataset+"/data/before", minio.RemoveObjectOptions{}); code(err) != "AccessDenied" {
+		t.Fatalf("a delete after the answer: %v", err)
+	}
+	if _, err := f.cl.StatObject(context.Background(), bucket, dataset+"/data/before", minio.StatObjectOptions{}); err != nil {
+		t.Fatalf("a read after the answer: %v", err)
+	}
+	if _, err := up.Stat(context.Background(), dataset+"/data/after"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("the sealed put landed: %v", err)
+	}
+}
+
+// TestLostRaceReleasesCustody: another writer creates a key between its reservation and the
+// invocation's create-only upload; the upload fails and custody of the key is given up, so the
+// other writer's object is never deleted as the invocation's.
+func TestLostRaceReleasesCustody(t *testing.T) {
+	up := upstreams()["local"](t)
+	cust := &racer{st: up}
+	gw, err := gateway.New(gateway.Config{Upstream: up, Bucket: bucket, Dataset: dataset, Invocation: inv,
+		Pinned: 3, AccessKey: key, Custody: cust, StageDir: filepath.Join(t.TempDir(), "stage")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gw.Serve(ln)
+	defer gw.Close()
+	cl, _ := minio.New(ln.Addr().String(), &minio.Options{Creds: credentials.NewStaticV4(key, "s", ""), Region: "us-east-1"})
+	k := dataset + "/data/raced"
+	if _, err := cl.PutObject(context.Background(), bucket, k, strings.NewReader("mine"), 4, minio.PutObjectOptions{}); code(err) != "PreconditionFailed" {
+		t.Fatalf("put: %v", err)
+	}
+	if !slices.Equal(cust.released, []string{k}) {
+		t.Fatalf("released %v, want [%s]", cust.released, k)
+	}
+	if got := readUp(t, up, k); string(got) != "theirs" {
+		t.Fatalf("the other writer's object: %q", got)
+	}
+}
+
+// racer is a Custodian that lets another writer create each key right after reserving it.
+type racer struct {
+	st       storage.Store
+	released []string
+}
+
+func (c *racer) Reserve(ctx context.Context, k string) error {
+	return c.st.Put(ctx, k, strings.NewReader("theirs"), 6)
+}
+
+func (c *racer) Release(_ context.Context, k string) error {
+	c.released = append(c.released, k)
+	return nil
 }

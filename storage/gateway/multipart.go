@@ -153,6 +153,7 @@ func (g *Gateway) completeUpload(w http.ResponseWriter, r *http.Request, key, id
 		readers[i] = f
 	}
 	if err := g.cfg.Upstream.PutIfAbsent(r.Context(), key, io.MultiReader(readers...), total); err != nil {
+		g.lost(r.Context(), key, err)
 		g.refuse(w, r, upstreamError(err))
 		return
 	}

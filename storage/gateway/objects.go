@@ -155,12 +155,26 @@ func (g *Gateway) putObject(w http.ResponseWriter, r *http.Request, key string) 
 		return
 	}
 	if err := g.cfg.Upstream.PutIfAbsent(r.Context(), key, g.metered(body), size); err != nil {
+		g.lost(r.Context(), key, err)
 		g.refuse(w, r, upstreamError(err))
 		return
 	}
 	g.created(key)
 	w.Header().Set("ETag", `"`+requestID()+`"`)
 	w.WriteHeader(http.StatusOK)
+}
+
+// lost gives up custody of key when its create-only upload found it taken (another writer's
+// object, which must never be deleted with the invocation's); any other failure keeps custody,
+// since the object may be the invocation's.
+func (g *Gateway) lost(ctx context.Context, key string, err error) {
+	if !errors.Is(err, storage.ErrExists) || g.cfg.Custody == nil {
+		return
+	}
+	if rerr := g.cfg.Custody.Release(context.WithoutCancel(ctx), key); rerr != nil {
+		g.log.Error("releasing custody of a key another writer holds failed: its ticket stays",
+			"invocation", g.cfg.Invocation, "key", key, "error", rerr)
+	}
 }
 
 // conditionsServed refuses conditions other than create-only, which every put is anyway.
@@ -188,6 +202,10 @@ func (g *Gateway) putManifest(w http.ResponseWriter, r *http.Request, key string
 		g.refuse(w, r, errf(http.StatusBadRequest, "IncompleteBody", "the manifest body was cut short or is too large"))
 		return
 	}
+	if e := g.slotNaming(ctx, key); e != nil {
+		g.refuse(w, r, e)
+		return
+	}
 	c := slot.Commit(g.cfg.Invocation, key, b)
 	g.setSlot(key, SlotAmbiguous) // from here the claim may be in storage
 	if e := g.claim(ctx, c); e != nil {
@@ -211,6 +229,25 @@ func (g *Gateway) putManifest(w http.ResponseWriter, r *http.Request, key string
 	default:
 		g.refuse(w, r, upstreamError(err))
 	}
+}
+
+// slotNaming refuses a manifest of pinned+1 named otherwise than the dataset names its versions:
+// the naming under which the pinned version's manifest is in the store. A manifest under
+// another name would commit nothing any reader sees.
+func (g *Gateway) slotNaming(ctx context.Context, key string) *s3Error {
+	pinned, next := slot.ManifestNames(g.cfg.Pinned), slot.ManifestNames(g.cfg.Pinned+1)
+	for i, name := range pinned {
+		_, err := g.cfg.Upstream.Stat(ctx, g.base+"_versions/"+name)
+		switch {
+		case err == nil && key == g.base+"_versions/"+next[i]:
+			return nil
+		case err == nil:
+			return errf(http.StatusForbidden, "AccessDenied", "the dataset names version "+strconv.FormatInt(g.cfg.Pinned+1, 10)+"'s manifest "+next[i])
+		case !errors.Is(err, storage.ErrNotFound):
+			return upstreamError(err)
+		}
+	}
+	return errf(http.StatusPreconditionFailed, "PreconditionFailed", "the pinned version's manifest is not in the store")
 }
 
 // putHint rewrites Lance's version hint, which is shared and overwritten by every commit: only
@@ -305,6 +342,7 @@ func (g *Gateway) copyObject(w http.ResponseWriter, r *http.Request, key string)
 	}
 	defer rc.Close()
 	if err := g.cfg.Upstream.PutIfAbsent(ctx, key, g.metered(rc), info.Size); err != nil {
+		g.lost(ctx, key, err)
 		g.refuse(w, r, upstreamError(err))
 		return
 	}

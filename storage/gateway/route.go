@@ -12,11 +12,16 @@ import (
 // serveHTTP authenticates, rate-limits and routes one request (path-style addressing only:
 // /<bucket>[/<key>]).
 func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.enter() {
+	ok, sealed := g.enter()
+	if !ok {
 		writeError(w, r, errf(http.StatusServiceUnavailable, "ServiceUnavailable", "the invocation is over"))
 		return
 	}
 	defer g.inflight.Done()
+	if sealed && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		g.refuse(w, r, errf(http.StatusForbidden, "AccessDenied", "the invocation has answered: it writes nothing more"))
+		return
+	}
 	if ak := accessKeyOf(r); ak != g.cfg.AccessKey {
 		g.refuse(w, r, errf(http.StatusForbidden, "InvalidAccessKeyId", "the request is not signed with this invocation's key"))
 		return

@@ -86,6 +86,9 @@ func ManifestVersion(name string) (v int64, ok bool) {
 	if !ok || digits == "" || len(digits) > 20 || strings.Trim(digits, "0123456789") != "" {
 		return 0, false
 	}
+	if len(digits) < 20 && digits[0] == '0' {
+		return 0, false // not a name any of the three writes: "02" is no V1 name of version 2
+	}
 	n, err := strconv.ParseUint(digits, 10, 64)
 	if err != nil {
 		return 0, false
@@ -97,6 +100,14 @@ func ManifestVersion(name string) (v int64, ok bool) {
 		return 0, false
 	}
 	return int64(n), true
+}
+
+// ManifestNames are the names version v's manifest has in each naming steward serves: the
+// built-in engine's `<v:020>`, Lance's V1 `<v>` and Lance's V2 `<u64max-v:020>`. A dataset uses
+// one of them for every version; a manifest of v under another would not be read.
+func ManifestNames(v int64) []string {
+	return []string{fmt.Sprintf("%020d.manifest", v), fmt.Sprintf("%d.manifest", v),
+		fmt.Sprintf("%020d.manifest", uint64(math.MaxUint64)-uint64(v))}
 }
 
 // Commit is the claim an invocation's gateway writes before it forwards manifest body at key.

@@ -32,6 +32,17 @@ func TestManifestVersion(t *testing.T) {
 	}
 }
 
+// TestManifestNames: each naming of a version reads back as that version.
+func TestManifestNames(t *testing.T) {
+	for _, v := range []int64{1, 4, 1 << 40} {
+		for _, name := range slot.ManifestNames(v) {
+			if got, ok := slot.ManifestVersion(name); !ok || got != v {
+				t.Errorf("ManifestVersion(%q) = %d, %v; want %d", name, got, ok, v)
+			}
+		}
+	}
+}
+
 func TestClaimKeyStaysClean(t *testing.T) {
 	for _, inv := range []string{".", ".."} {
 		k := slot.ClaimKey("ds", 4, inv)
