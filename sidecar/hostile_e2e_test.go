@@ -36,7 +36,7 @@ import (
 // (--worker-disk) and the objects it may create (--ledger-quota), small so that the engine
 // reaches both quickly.
 const (
-	hostileWorkerDisk   = 16 << 20
+	hostileWorkerDisk   = 8 << 20
 	hostileObjectQuota  = 64
 	hostileWorkerMemory = 256 << 20 // --worker-memory, as testsidecar.FastArgs sets it
 )
@@ -138,80 +138,17 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	t.Cleanup(h.removeLeftovers)
 	noTempDirsLeft(t, h.tmp)
 	stateDir, hostDir := t.TempDir(), t.TempDir()
-	env := append(os.Environ(), "TMPDIR="+h.tmp)
-	minio := testminio.Shared(t)
-	// The sidecar's own keys come from its credentials file (never its environment), for the
-	// test's bucket only (--allow-store); the hostile engine tries to read that file.
-	own := rpc.Credentials{AccessKey: "hostile-test"}
-	var allow []string
-	if onMinIO {
-		h.sidecarSecret, h.victimSecret, h.callSecret = minio.SecretKey, minio.SecretKey, minio.SecretKey
-		own = rpc.Credentials{AccessKey: minio.AccessKey, SecretKey: minio.SecretKey}
-		h.creds = &rpc.Credentials{AccessKey: minio.AccessKey, SecretKey: minio.SecretKey}
-		h.bucket = strings.ToLower(randID("hostile-"))
-		allow = []string{"--allow-store", "s3://" + h.bucket + "@" + minio.Endpoint}
-	} else {
-		h.sidecarSecret, h.victimSecret, h.callSecret = randID("sidecar-secret-"), randID("victim-secret-"), randID("call-secret-")
-		own.SecretKey = h.sidecarSecret
-		// Keys need a store to go to; this one is never used: they sit in the sidecar only.
-		allow = []string{"--allow-store", "s3://hostile-unused@127.0.0.1:9"}
-		h.creds = &rpc.Credentials{AccessKey: "hostile-call", SecretKey: h.callSecret}
-	}
-	h.credFile = testsidecar.CredentialsFile(t, own, 0)
-	args := append([]string{"--state-dir", stateDir, "--engine", "hostile=" + bin, "--s3-credentials-file", h.credFile,
-		"--worker-disk", fmt.Sprint(hostileWorkerDisk), "--ledger-quota", fmt.Sprint(hostileObjectQuota),
-		"--worker-memory", fmt.Sprint(hostileWorkerMemory)}, allow...)
-	h.e = h.newSidecar(env, args...)
-	t.Cleanup(killSurvivors) // runs before the sidecar's own leftover check
-	h.openStore(onMinIO)
-	for _, ds := range []string{"ds", "other", "victim", "race1", "race2", "alias"} {
-		if _, _, err := dataset.Create(context.Background(), h.st, ds, dataset.NewGenerator(200, 7), dataset.WriteOptions{RowsPerFragment: 100}); err != nil {
-			t.Fatalf("create %s: %v", ds, err)
-		}
-	}
-	h.plantMany(hostileManyPrefix, 1010)
-	const sibling = "dsX/data/sibling.bin" // a dataset whose name starts with "ds"
-	if err := h.st.Put(context.Background(), sibling, strings.NewReader("sibling"), 7); err != nil {
-		t.Fatal(err)
-	}
-	h.existing["foreign-manifest"] = h.firstKey("other/_versions/")
-	h.existing["foreign-data"] = h.firstKey("other/data/")
-	h.existing["own-manifest"] = h.firstKey("ds/_versions/")
-	h.existing["own-data"] = h.firstKey("ds/data/")
-
+	h.startSidecar(bin, stateDir)
+	h.plant()
 	victimInv, victimPid, victimDone := h.startVictim()
 	victimNNP := threadsNNP(victimPid)
-	sc := h.e.c.Pid()
-	rate, burst := h.gatewayRate()
-	params := map[string]string{
-		hostile.ParamSidecarPid: fmt.Sprint(sc), hostile.ParamSidecarStart: statStart(t, sc), hostile.ParamSidecarNS: nsIDs(t, sc),
-		hostile.ParamVictimPid: fmt.Sprint(victimPid), hostile.ParamVictimStart: statStart(t, victimPid),
-		hostile.ParamListen: h.listenTCP("127.0.0.1:0"), hostile.ParamTCPTargets: strings.Join(h.otherTCPTargets(), ","),
-		hostile.ParamUDP: strings.Join(h.udpTargets(), ","), hostile.ParamUnixSockets: strings.Join(h.unixSockets(), ","),
-		hostile.ParamAbstract: h.abstractSocket(), hostile.ParamStoreAddr: minio.Endpoint,
-		hostile.ParamStateDir: stateDir, hostile.ParamCredFile: h.credFile, hostile.ParamHostDir: hostDir,
-		hostile.ParamSibling: sibling, hostile.ParamWorkerDisk: fmt.Sprint(hostileWorkerDisk), hostile.ParamTmpBound: fmt.Sprint(hostileWorkerMemory),
-		hostile.ParamObjectQuota: fmt.Sprint(hostileObjectQuota), hostile.ParamRate: fmt.Sprint(rate), hostile.ParamBurst: fmt.Sprint(burst),
-	}
-	var parts []string
-	for name, key := range h.existing {
-		parts = append(parts, name+"="+key)
-	}
-	slices.Sort(parts)
-	params[hostile.ParamExisting] = strings.Join(parts, ";")
-	// The file:// store's root (on MinIO, the sidecar env's unused local root: a host
-	// directory all the same, which the domain must not see either).
-	params[hostile.ParamStoreRoot] = h.e.root
-	if !onMinIO {
-		params[hostile.ParamOtherDir] = filepath.Join(h.e.root, "other")
-		params[hostile.ParamSlowLoris] = "1" // one store is enough for the HTTP server's timeout
-	}
+	params := h.targets(victimPid, stateDir, hostDir)
 	injectedBefore := h.requests(rpc.MethodObjectsStatus)
 
 	// The main invocation: every attack area, then a claimed commit that never happened.
 	before := h.snapshot()
 	params[hostile.ParamOnly] = hostileAreas
-	fds := watchFDs(sc)
+	fds := watchFDs(h.e.c.Pid())
 	main := h.mutate("ds", hostile.ModeMain, params, nil, 2*time.Minute)
 	fdBase, fdPeak := fds()
 	main.findings = h.settle(main.inv)
@@ -233,7 +170,7 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	delete(params, hostile.ParamOnly)
 
 	// One invocation per answer the sidecar must not pass on.
-	answered := []*hostileCall{objects}
+	answered := []*hostileCall{main, objects}
 	for _, mode := range []string{hostile.ModeForge, hostile.ModeNoop, hostile.ModeUUID, hostile.ModeMessage, hostile.ModeLinger} {
 		before := h.snapshot()
 		c := h.mutate("ds", mode, params, nil, 20*time.Second)
@@ -245,25 +182,7 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 	table = append(table, h.races(params)...)
 	table = append(table, h.alias(params)...)
 	h.logTable(table)
-
-	// The sidecar's own account must be true: no claimed commit without one, no commit at all
-	// on ds, and index.resolve of every invocation on ds NOT_COMMITTED.
-	for _, c := range []*hostileCall{main, objects, answered[1]} {
-		if r := c.res; c.err != nil || r.Phase != rpc.PhaseIndeterminate || r.Code != rpc.ReasonUnconfirmedCommit || r.CommittedVersion != 0 {
-			t.Errorf("the hostile engine's claimed commit (%s) was answered %+v (error %v); want INDETERMINATE %d", c.inv, r, c.err, rpc.ReasonUnconfirmedCommit)
-		}
-	}
-	if v, err := dataset.LatestVersion(context.Background(), h.st, "ds"); err != nil || v != 1 {
-		t.Errorf("dataset ds is at version %d (%v) after mutations that answered no commit; want 1 (a manifest written after an answer: see answer.after-answer-writes)", v, err)
-	}
-	for _, c := range append([]*hostileCall{main}, answered...) {
-		if r, err := h.resolveOf(c.inv, "ds"); err != nil || r.Outcome != rpc.OutcomeNotCommitted {
-			t.Errorf("index.resolve of the hostile invocation %s (%s): %+v %v; want NOT_COMMITTED", c.inv, c.mode, r, err)
-		}
-	}
-	if strings.Contains(victimRes.Message, "forged") {
-		t.Errorf("the other worker's answer was forged: %+v", victimRes)
-	}
+	h.checkTruth(answered, victimRes)
 	for _, f := range table {
 		if f.Verdict != hostile.Blocked {
 			t.Errorf("attack %s: %s (%s)", f.Attack, f.Verdict, f.Evidence)
@@ -273,6 +192,110 @@ func runHostile(t *testing.T, bin string, onMinIO bool) {
 		if !slices.ContainsFunc(table, func(f hostile.Finding) bool { return f.Attack == name }) {
 			t.Errorf("attack %s did not report", name)
 		}
+	}
+}
+
+// startSidecar starts the test's sidecar with the hostile engine registered and small gateway
+// bounds. Its own keys come from its credentials file (never its environment), for the test's
+// bucket only (--allow-store); the hostile engine tries to read that file.
+func (h *hostileRun) startSidecar(bin, stateDir string) {
+	minio := testminio.Shared(h.t)
+	own := rpc.Credentials{AccessKey: "hostile-test"}
+	var allow []string
+	if h.onMinIO {
+		h.sidecarSecret, h.victimSecret, h.callSecret = minio.SecretKey, minio.SecretKey, minio.SecretKey
+		own = rpc.Credentials{AccessKey: minio.AccessKey, SecretKey: minio.SecretKey}
+		h.creds = &rpc.Credentials{AccessKey: minio.AccessKey, SecretKey: minio.SecretKey}
+		h.bucket = strings.ToLower(randID("hostile-"))
+		allow = []string{"--allow-store", "s3://" + h.bucket + "@" + minio.Endpoint}
+	} else {
+		h.sidecarSecret, h.victimSecret, h.callSecret = randID("sidecar-secret-"), randID("victim-secret-"), randID("call-secret-")
+		own.SecretKey = h.sidecarSecret
+		// Keys need a store to go to; this one is never used: they sit in the sidecar only.
+		allow = []string{"--allow-store", "s3://hostile-unused@127.0.0.1:9"}
+		h.creds = &rpc.Credentials{AccessKey: "hostile-call", SecretKey: h.callSecret}
+	}
+	h.credFile = testsidecar.CredentialsFile(h.t, own, 0)
+	args := append([]string{"--state-dir", stateDir, "--engine", "hostile=" + bin, "--s3-credentials-file", h.credFile,
+		"--worker-disk", fmt.Sprint(hostileWorkerDisk), "--ledger-quota", fmt.Sprint(hostileObjectQuota),
+		"--worker-memory", fmt.Sprint(hostileWorkerMemory)}, allow...)
+	h.e = h.newSidecar(append(os.Environ(), "TMPDIR="+h.tmp), args...)
+	h.t.Cleanup(killSurvivors) // runs before the sidecar's own leftover check
+	h.openStore(h.onMinIO)
+}
+
+// hostileSibling is a key of a dataset whose name starts with "ds".
+const hostileSibling = "dsX/data/sibling.bin"
+
+// plant creates the datasets (the engine's, another, the victim's, two to race on, one to
+// alias), more keys under ds than one listing page, a sibling dataset, and names the existing
+// objects the engine aims at.
+func (h *hostileRun) plant() {
+	for _, ds := range []string{"ds", "other", "victim", "race1", "race2", "alias"} {
+		if _, _, err := dataset.Create(context.Background(), h.st, ds, dataset.NewGenerator(200, 7), dataset.WriteOptions{RowsPerFragment: 100}); err != nil {
+			h.t.Fatalf("create %s: %v", ds, err)
+		}
+	}
+	h.plantMany(hostileManyPrefix, 1010)
+	if err := h.st.Put(context.Background(), hostileSibling, strings.NewReader("sibling"), 7); err != nil {
+		h.t.Fatal(err)
+	}
+	h.existing["foreign-manifest"] = h.firstKey("other/_versions/")
+	h.existing["foreign-data"] = h.firstKey("other/data/")
+	h.existing["own-manifest"] = h.firstKey("ds/_versions/")
+	h.existing["own-data"] = h.firstKey("ds/data/")
+}
+
+// targets are the engine's parameters: what it aims at (the sidecar, the victim, the test's
+// listeners, the store's directories and endpoint, existing objects) and the bounds it tries.
+func (h *hostileRun) targets(victimPid int, stateDir, hostDir string) map[string]string {
+	sc := h.e.c.Pid()
+	rate, burst := h.gatewayRate()
+	params := map[string]string{
+		hostile.ParamSidecarPid: fmt.Sprint(sc), hostile.ParamSidecarStart: statStart(h.t, sc), hostile.ParamSidecarNS: nsIDs(h.t, sc),
+		hostile.ParamVictimPid: fmt.Sprint(victimPid), hostile.ParamVictimStart: statStart(h.t, victimPid),
+		hostile.ParamListen: h.listenTCP("127.0.0.1:0"), hostile.ParamTCPTargets: strings.Join(h.otherTCPTargets(), ","),
+		hostile.ParamUDP: strings.Join(h.udpTargets(), ","), hostile.ParamUnixSockets: strings.Join(h.unixSockets(), ","),
+		hostile.ParamAbstract: h.abstractSocket(), hostile.ParamStoreAddr: testminio.Shared(h.t).Endpoint,
+		hostile.ParamStateDir: stateDir, hostile.ParamCredFile: h.credFile, hostile.ParamHostDir: hostDir,
+		hostile.ParamSibling: hostileSibling, hostile.ParamWorkerDisk: fmt.Sprint(hostileWorkerDisk), hostile.ParamTmpBound: fmt.Sprint(hostileWorkerMemory),
+		hostile.ParamObjectQuota: fmt.Sprint(hostileObjectQuota), hostile.ParamRate: fmt.Sprint(rate), hostile.ParamBurst: fmt.Sprint(burst),
+	}
+	var parts []string
+	for name, key := range h.existing {
+		parts = append(parts, name+"="+key)
+	}
+	slices.Sort(parts)
+	params[hostile.ParamExisting] = strings.Join(parts, ";")
+	// The file:// store's root (on MinIO, the sidecar env's unused local root: a host
+	// directory all the same, which the domain must not see either).
+	params[hostile.ParamStoreRoot] = h.e.root
+	if !h.onMinIO {
+		params[hostile.ParamOtherDir] = filepath.Join(h.e.root, "other")
+		params[hostile.ParamSlowLoris] = "1" // one store is enough for the HTTP server's timeout
+	}
+	return params
+}
+
+// checkTruth: the sidecar's own account must be true. No claimed commit passed on (main,
+// objects, forge), no commit at all on ds, index.resolve of every invocation on ds
+// NOT_COMMITTED, and the victim's answer not forged.
+func (h *hostileRun) checkTruth(calls []*hostileCall, victim rpc.MutateResult) {
+	for _, c := range calls[:3] {
+		if r := c.res; c.err != nil || r.Phase != rpc.PhaseIndeterminate || r.Code != rpc.ReasonUnconfirmedCommit || r.CommittedVersion != 0 {
+			h.t.Errorf("the hostile engine's claimed commit (%s, %s) was answered %+v (error %v); want INDETERMINATE %d", c.inv, c.mode, r, c.err, rpc.ReasonUnconfirmedCommit)
+		}
+	}
+	if v, err := dataset.LatestVersion(context.Background(), h.st, "ds"); err != nil || v != 1 {
+		h.t.Errorf("dataset ds is at version %d (%v) after mutations that answered no commit; want 1 (a manifest written after an answer: see answer.after-answer-writes)", v, err)
+	}
+	for _, c := range calls {
+		if r, err := h.resolveOf(c.inv, "ds"); err != nil || r.Outcome != rpc.OutcomeNotCommitted {
+			h.t.Errorf("index.resolve of the hostile invocation %s (%s): %+v %v; want NOT_COMMITTED", c.inv, c.mode, r, err)
+		}
+	}
+	if strings.Contains(victim.Message, "forged") {
+		h.t.Errorf("the other worker's answer was forged: %+v", victim)
 	}
 }
 

@@ -662,7 +662,7 @@ func (r *run) slowLoris() Finding {
 
 // connsPerChild is how many gateway connections each helper of connectionFlood holds: under
 // the domain's own RLIMIT_NOFILE (1024), which is why several processes are needed.
-const connsPerChild = 1000
+const connsPerChild = 800
 
 // connectionFlood holds connections to the gateway from several processes at once, each one
 // answered (a connection the server reads from holds a descriptor and a goroutine of the
@@ -670,7 +670,7 @@ const connsPerChild = 1000
 // more than that for it, or with its pids limit it holds the sidecar's whole descriptor table.
 func (r *run) connectionFlood() Finding {
 	const attack = "gateway.connection-flood"
-	const children = 4
+	const children = 2
 	f := Finding{Attack: attack, Tried: fmt.Sprintf("hold %d connections to the gateway at once from %d processes (%d each, under its RLIMIT_NOFILE of 1,024), each with a request answered", children*connsPerChild, children, connsPerChild)}
 	if !r.canTry(&f, true, "") {
 		return f
