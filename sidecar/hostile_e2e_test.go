@@ -918,9 +918,7 @@ func (h *hostileRun) judgeOne(c *hostileCall, f *hostile.Finding, x judgeFacts) 
 		f.Evidence += fmt.Sprintf("; the test's listeners heard %q", got)
 	case "gateway.connection-flood":
 		if x.fdPeak-x.fdBase > connectionBound {
-			f.Verdict = hostile.Succeeded
-		} else if f.Verdict == hostile.Pending {
-			f.Verdict = hostile.Blocked
+			f.Verdict = hostile.Succeeded // whatever the engine could tell
 		}
 		f.Evidence += fmt.Sprintf("; the sidecar's descriptors: %d before, at most %d during the invocation (+%d; bound +%d), of a hard limit of %s",
 			x.fdBase, x.fdPeak, x.fdPeak-x.fdBase, connectionBound, nofileHard(h.e.c.Pid()))
