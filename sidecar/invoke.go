@@ -483,6 +483,7 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 		req := ss.j.p
 		req.Dataset, req.Credentials = gw.reach, gw.creds
 		ss.logw.redactAlso(gw.creds.AccessKey, gw.creds.SecretKey)
+		ss.progress.redactAlso(gw.creds.AccessKey, gw.creds.SecretKey)
 		req.Engine = "" // the engine is the one running; ENGINE.md §4.1
 		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req, TempDir: ss.tempDir})
 		if err == nil {
@@ -559,6 +560,16 @@ func (ss *session) teardown() (isolation.Outcome, func()) {
 	return out, release
 }
 
+// engineRedact removes from an engine's text the call's and the sidecar's keys and the engine's
+// own gateway key (which dies with the invocation, but is a credential all the same).
+func (ss *session) engineRedact(msg string) string {
+	secrets := ss.s.callSecrets(ss.j.p.Credentials)
+	if ss.gw != nil {
+		secrets = append(secrets, ss.gw.creds.AccessKey, ss.gw.creds.SecretKey)
+	}
+	return redact(msg, secrets)
+}
+
 // classify turns what happened into the single answer, from typed facts only.
 func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 	res := rpc.MutateResult{
@@ -569,7 +580,7 @@ func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 		r := ss.result
 		res.Phase, res.Code = r.Phase, r.Code
 		res.ObservedLatestVersion, res.CommittedVersion = r.ObservedLatest, r.CommittedVersion
-		res.CompletionReason, res.Message, res.IndexUUID = r.CompletionReason, engineText(ss.s.sanitize(ss.j, r.Message), maxEngineText), r.IndexUUID
+		res.CompletionReason, res.Message, res.IndexUUID = r.CompletionReason, engineText(ss.engineRedact(r.Message), maxEngineText), r.IndexUUID
 	case !ss.requested:
 		// The request never reached the worker: nothing can have run.
 		res.Phase, res.Code = rpc.PhasePreInvocationRejected, rpc.ReasonLaunchFailed

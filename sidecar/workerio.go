@@ -3,6 +3,8 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"strings"
 	"sync"
 	"time"
@@ -85,10 +87,51 @@ func (w *workerLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// redact replaces every secret of at least 4 bytes in s, as it is and in the forms a careless or
+// hostile writer turns it into: hex (either case), base64 (standard and URL) and spelled out with
+// one separator between its characters ("s e c r e t", "s-e-c-r-e-t").
 func redact(s string, secrets []string) string {
 	for _, sec := range secrets {
-		if len(sec) >= 4 {
-			s = strings.ReplaceAll(s, sec, "[redacted]")
+		if len(sec) < 4 {
+			continue
+		}
+		for _, form := range secretForms(sec) {
+			if strings.Contains(s, form) {
+				s = strings.ReplaceAll(s, form, "[redacted]")
+			}
+		}
+		s = redactSpelled(s, sec)
+	}
+	return s
+}
+
+func secretForms(sec string) []string {
+	h := hex.EncodeToString([]byte(sec))
+	return []string{sec, h, strings.ToUpper(h), base64.StdEncoding.EncodeToString([]byte(sec)),
+		base64.RawStdEncoding.EncodeToString([]byte(sec)), base64.URLEncoding.EncodeToString([]byte(sec)),
+		base64.RawURLEncoding.EncodeToString([]byte(sec))}
+}
+
+// redactSpelled replaces sec written with the same one-byte separator between each of its bytes.
+func redactSpelled(s, sec string) string {
+	for i := 0; i+2*len(sec)-1 <= len(s); i++ {
+		if s[i] != sec[0] || i+1 >= len(s) {
+			continue
+		}
+		sep := s[i+1]
+		n := 2*len(sec) - 1
+		if i+n > len(s) {
+			break
+		}
+		match := true
+		for j := 0; j < len(sec); j++ {
+			if s[i+2*j] != sec[j] || j > 0 && s[i+2*j-1] != sep {
+				match = false
+				break
+			}
+		}
+		if match {
+			return redactSpelled(s[:i]+"[redacted]"+s[i+n:], sec)
 		}
 	}
 	return s
@@ -148,8 +191,18 @@ func newProgressSender(peer *rpc.Peer, inv, traceParent string, secrets []string
 // host, whatever the engine sends (the latest wins).
 const progressInterval = 100 * time.Millisecond
 
+// redactAlso adds secrets to redact from stages from now on (the engine's gateway key).
+func (p *progressSender) redactAlso(secrets ...string) {
+	p.mu.Lock()
+	p.secrets = append(p.secrets, secrets...)
+	p.mu.Unlock()
+}
+
 func (p *progressSender) send(stage string, done, total int64) {
-	stage = engineText(redact(stage, p.secrets), maxStage)
+	p.mu.Lock()
+	secrets := p.secrets
+	p.mu.Unlock()
+	stage = engineText(redact(stage, secrets), maxStage)
 	p.mu.Lock()
 	p.latest = &rpc.ProgressParams{InvocationID: p.inv, Stage: stage, Done: done, Total: total, TraceParent: p.trace}
 	p.mu.Unlock()

@@ -128,3 +128,17 @@ func TestAdmitLocalNamesPathAndFix(t *testing.T) {
 		t.Errorf("an s3 store is probed, not stat'ed: %v", err)
 	}
 }
+
+// TestRedactForms: a secret is removed as it is and in the forms a writer turns it into.
+func TestRedactForms(t *testing.T) {
+	const sec = "s3cr3tKEY"
+	for _, form := range []string{sec, "7333637233744b4559", "7333637233744B4559", "czNjcjN0S0VZ", "s 3 c r 3 t K E Y", "s-3-c-r-3-t-K-E-Y"} {
+		msg := "before " + form + " after"
+		if got := redact(msg, []string{sec}); strings.Contains(got, form) || !strings.Contains(got, "[redacted]") {
+			t.Errorf("redact(%q) = %q", msg, got)
+		}
+	}
+	if got := redact("s3cr3", []string{sec}); got != "s3cr3" {
+		t.Errorf("a prefix of the secret was touched: %q", got)
+	}
+}

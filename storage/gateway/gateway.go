@@ -31,6 +31,7 @@ import (
 
 	"github.com/cba1309c/steward/storage"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/net/netutil"
 )
 
 // Custodian keeps custody of what the invocation writes.
@@ -56,6 +57,11 @@ type Limits struct {
 	MaxManifest int64
 	// MaxUploads bounds the multipart uploads open at once. Default 64.
 	MaxUploads int
+	// MaxConnections bounds the connections served at once; more wait in the listener's backlog,
+	// in the domain's own network namespace, holding none of the sidecar's descriptors. Default 256
+	// (Lance issues up to 64 requests at once to a cloud store; an idle connection is closed after
+	// 15 s, so one that waits is served then at the latest).
+	MaxConnections int
 }
 
 // Default limits.
@@ -65,6 +71,7 @@ const (
 	DefaultRequestsPerSecond = 2000
 	DefaultMaxManifest       = 64 << 20
 	DefaultMaxUploads        = 64
+	DefaultMaxConnections    = 256
 	maxParts                 = 10_000
 )
 
@@ -87,6 +94,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxUploads <= 0 {
 		l.MaxUploads = DefaultMaxUploads
+	}
+	if l.MaxConnections <= 0 {
+		l.MaxConnections = DefaultMaxConnections
 	}
 	return l
 }
@@ -200,7 +210,7 @@ func New(cfg Config) (*Gateway, error) {
 		Handler: http.HandlerFunc(g.serveHTTP),
 		// A client that trickles its headers (slow-loris) holds a connection for 10 s at most.
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       time.Minute,
+		IdleTimeout:       15 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return g.ctx },
 		ErrorLog:          log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
@@ -208,9 +218,11 @@ func New(cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
-// Serve answers requests on ln until Close; it returns nil after Close.
+// Serve answers requests on ln until Close; it returns nil after Close. At most
+// Limits.MaxConnections connections are open at once: an engine cannot spend the sidecar's
+// descriptors.
 func (g *Gateway) Serve(ln net.Listener) error {
-	err := g.srv.Serve(ln)
+	err := g.srv.Serve(netutil.LimitListener(ln, g.lim.MaxConnections))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

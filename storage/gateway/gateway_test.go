@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cba1309c/steward/internal/testminio"
 	"github.com/cba1309c/steward/storage"
@@ -621,4 +622,38 @@ func (c *racer) Reserve(ctx context.Context, k string) error {
 func (c *racer) Release(_ context.Context, k string) error {
 	c.released = append(c.released, k)
 	return nil
+}
+
+// TestConnectionBound: connections past the bound wait in the backlog, unserved, and are served
+// once earlier ones close.
+func TestConnectionBound(t *testing.T) {
+	f := start(t, upstreams()["local"](t), gateway.Limits{MaxConnections: 2})
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("GET / HTTP/1.1\r\n")); err != nil { // a request begun, never ended
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	done := make(chan int, 1)
+	go func() { done <- rawStatus(t, f.addr, http.MethodHead, "/"+bucket) }()
+	select {
+	case st := <-done:
+		t.Fatalf("a third connection was served (%d) while two were held", st)
+	case <-time.After(300 * time.Millisecond):
+	}
+	held[0].Close()
+	select {
+	case st := <-done:
+		if st != http.StatusOK {
+			t.Fatalf("the waiting request: %d", st)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting request was not served once a connection closed")
+	}
+	held[1].Close()
 }
