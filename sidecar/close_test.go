@@ -86,8 +86,8 @@ func TestCloseStopsPendingSelfFence(t *testing.T) {
 	if err := s.custody.Reserve(context.Background(), invocationOf(j), []string{"ds/data/a.parquet"}, nil); err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
-	silence() // from here the store never answers
-	s.settleCustody(j) // outcome unknown: decided in the background
+	silence()                          // from here the store never answers
+	s.settleCustody(j)                 // outcome unknown: decided in the background
 	time.Sleep(100 * time.Millisecond) // the fence is now waiting on the silent store
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
