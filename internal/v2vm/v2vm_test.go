@@ -2,7 +2,6 @@ package v2vm
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,22 +43,98 @@ func verdicts(lines []string) map[string]string {
 	return m
 }
 
-func TestBootSmoke(t *testing.T) {
+// inGuest are the isolation tests (and subtests) that must pass in the pure v2 guest: the v2
+// tests of isolation/v2_linux_test.go and the v2 runs of the mode-table tests.
+var inGuest = []string{
+	"TestV2LimitsReadBack",
+	"TestV2OOMGroupKillsTheWholeDomain",
+	"TestV2WorkerBornInItsCgroup",
+	"TestV2DelegatedUnprivileged",
+	"TestOOMKilledWorker/v2",
+	"TestForkBombStopsAtPidsMax/v2",
+	"TestKillLadder/v2/honours_SIGTERM",
+	"TestKillLadder/v2/ignores_SIGTERM",
+	"TestTreeWithEscapeesKilledAndReaped/v2",
+	"TestZombieChildrenReaped/v2",
+	"TestWorkerExitsWhileChildrenRun/v2",
+	"TestWorkerEntryHardening/v2",
+	"TestSidecarKilledLeavesNothing/v2",
+	"TestFreezeThaw/v2",
+	"TestUnifiedKillAndPlacement",
+	"TestPreflight/auto_picks_the_best_verified_mode",
+	"TestMainProcessReaped/exit-notice",
+	"TestMainProcessReaped/waitid",
+	"TestStartRefusals",
+}
+
+// guestRun is the -test.run pattern that selects inGuest's top-level tests.
+func guestRun() string {
+	seen := map[string]bool{}
+	var top []string
+	for _, n := range inGuest {
+		n, _, _ = strings.Cut(n, "/")
+		if !seen[n] {
+			seen[n] = true
+			top = append(top, n)
+		}
+	}
+	return "^(" + strings.Join(top, "|") + ")$"
+}
+
+// TestIsolationOnPureCgroupV2 boots the pinned kernel with cgroup_no_v1=all under QEMU and runs
+// isolation's v2 tests there for real, as root and (TestV2DelegatedUnprivileged) as uid 65534 in
+// a delegated subtree. Every test of inGuest must pass; none may fail or be missing.
+func TestIsolationOnPureCgroupV2(t *testing.T) {
 	tools, err := FindTools()
 	if err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
 	dir := t.TempDir()
+	t0 := time.Now()
 	build(t, "build", "-o", filepath.Join(dir, "init"), "./internal/v2vm/guestinit")
 	build(t, "test", "-c", "-o", filepath.Join(dir, "isolation.test"), "./isolation")
-	r, err := Boot(context.Background(), tools, dir, filepath.Join(dir, "init"),
-		[]File{{Path: "/v2/isolation.test", Mode: 0o755, Src: filepath.Join(dir, "isolation.test")}},
-		[]Step{{Name: "proc", Args: []string{"/v2/isolation.test", "-test.v", "-test.run", "TestProcCgroupPath"}, Env: []string{"PATH=/v2"}, Timeout: 60}},
+	built := time.Since(t0)
+	env := []string{"PATH=/v2", "HOME=/tmp", "TMPDIR=/tmp", testenv.RequireRealEnv + "=1", "STEWARD_REQUIRE_V2=1"}
+	r, err := Boot(context.Background(), tools, dir, filepath.Join(dir, "init"), guestFiles(filepath.Join(dir, "isolation.test")),
+		[]Step{{Name: "isolation", Args: []string{"/v2/isolation.test", "-test.v", "-test.count=1", "-test.timeout=280s", "-test.run", guestRun(),
+			// No /bin/true in the guest: that refusal is host-agnostic and runs on the host.
+			"-test.skip", "^TestPreflight$/^worker_that_skips_EnterWorker_fails_the_probe$"},
+			Env: env, Timeout: 300}},
 		Options{})
-	t.Logf("%s", strings.Join(r.Console, "\n"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\nconsole:\n%s", err, strings.Join(r.Console, "\n"))
 	}
-	fmt.Println(r.Kernel, r.Boot, r.Wall, verdicts(r.Steps[0].Lines))
-	_ = time.Second
+	t.Logf("pinned: %s", tools.Versions)
+	t.Logf("guest kernel %s, controllers: %s", r.Kernel, r.Controllers)
+	t.Logf("binaries built in %v; QEMU start to guest init %v, to power-off %v", built.Round(time.Millisecond), r.Boot.Round(time.Millisecond), r.Wall.Round(time.Millisecond))
+	iso, ok := r.Step("isolation")
+	if !ok {
+		t.Fatal("the isolation step did not run")
+	}
+	v := verdicts(iso.Lines)
+	t.Logf("isolation.test in the guest: exit %d in %v", iso.Exit, iso.Took)
+	failed := false
+	for _, name := range inGuest {
+		t.Logf("  %-48s %s", name, v[name])
+		failed = failed || !strings.HasPrefix(v[name], "PASS")
+	}
+	for name, verdict := range v {
+		if strings.HasPrefix(verdict, "FAIL") {
+			failed = true
+			t.Logf("  %-48s %s", name, verdict)
+		}
+	}
+	if failed || iso.Exit != 0 {
+		t.Fatalf("isolation tests on pure cgroup v2: exit %d; output:\n%s", iso.Exit, strings.Join(iso.Lines, "\n"))
+	}
+}
+
+// guestFiles are the initramfs's files besides init and the plan.
+func guestFiles(isolationTest string) []File {
+	return []File{
+		{Path: "/v2/isolation.test", Mode: 0o755, Src: isolationTest},
+		{Path: "/etc/hostname", Mode: 0o644, Data: []byte("v2vm\n")},
+		{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/tmp:/v2/none\nnobody:x:65534:65534:nobody:/nonexistent:/v2/none\n")},
+		{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnogroup:x:65534:\n")},
+	}
 }
