@@ -71,7 +71,7 @@ type Step struct {
 	Env      []string // the whole environment
 	UID      int      // run as this uid and gid (0: root)
 	Cgroup   string   // cgroup2 directory to start it in ("": the root)
-	Delegate bool     // create Cgroup and chown it to UID first (systemd's Delegate=yes)
+	Delegate string   // a cgroup created and chowned to UID first (Delegate=yes); a Cgroup below it too
 	Timeout  int      // seconds
 }
 

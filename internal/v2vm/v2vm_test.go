@@ -81,10 +81,12 @@ func guestRun() string {
 	return "^(" + strings.Join(top, "|") + ")$"
 }
 
-// TestIsolationOnPureCgroupV2 boots the pinned kernel with cgroup_no_v1=all under QEMU and runs
-// isolation's v2 tests there for real, as root and (TestV2DelegatedUnprivileged) as uid 65534 in
-// a delegated subtree. Every test of inGuest must pass; none may fail or be missing.
-func TestIsolationOnPureCgroupV2(t *testing.T) {
+// TestOnPureCgroupV2 boots the pinned kernel with cgroup_no_v1=all under QEMU and runs there, for
+// real: isolation's v2 tests (inGuest, as root; TestV2DelegatedUnprivileged as uid 65534 in a
+// delegated cgroup), the sidecar end to end (TestSidecarOnPureV2) as root and as uid 65534 in
+// DelegateSubgroup's shape, and `steward doctor` as root and as uid 65534 in a delegated cgroup.
+// Every step must exit 0, every test of inGuest pass, and each doctor say ready on v2.
+func TestOnPureCgroupV2(t *testing.T) {
 	tools, err := FindTools()
 	if err != nil {
 		testenv.Unavailable(t, err.Error())
@@ -93,26 +95,73 @@ func TestIsolationOnPureCgroupV2(t *testing.T) {
 	t0 := time.Now()
 	build(t, "build", "-o", filepath.Join(dir, "init"), "./internal/v2vm/guestinit")
 	build(t, "test", "-c", "-o", filepath.Join(dir, "isolation.test"), "./isolation")
+	build(t, "test", "-c", "-o", filepath.Join(dir, "v2vm.test"), "./internal/v2vm")
+	files := append(guestFiles(), File{Path: "/v2/steward", Mode: 0o755, Src: testbin.Steward(t)},
+		File{Path: "/v2/isolation.test", Mode: 0o755, Src: filepath.Join(dir, "isolation.test")},
+		File{Path: "/v2/v2vm.test", Mode: 0o755, Src: filepath.Join(dir, "v2vm.test")})
 	built := time.Since(t0)
-	env := []string{"PATH=/v2", "HOME=/tmp", "TMPDIR=/tmp", testenv.RequireRealEnv + "=1", "STEWARD_REQUIRE_V2=1"}
-	r, err := Boot(context.Background(), tools, dir, filepath.Join(dir, "init"), guestFiles(filepath.Join(dir, "isolation.test")),
-		[]Step{{Name: "isolation", Args: []string{"/v2/isolation.test", "-test.v", "-test.count=1", "-test.timeout=280s", "-test.run", guestRun(),
-			// No /bin/true in the guest: that refusal is host-agnostic and runs on the host.
-			"-test.skip", "^TestPreflight$/^worker_that_skips_EnterWorker_fails_the_probe$"},
-			Env: env, Timeout: 300}},
-		Options{})
+	r, err := Boot(context.Background(), tools, dir, filepath.Join(dir, "init"), files, guestPlan(), Options{})
 	if err != nil {
 		t.Fatalf("%v\nconsole:\n%s", err, strings.Join(r.Console, "\n"))
 	}
 	t.Logf("pinned: %s", tools.Versions)
 	t.Logf("guest kernel %s, controllers: %s", r.Kernel, r.Controllers)
 	t.Logf("binaries built in %v; QEMU start to guest init %v, to power-off %v", built.Round(time.Millisecond), r.Boot.Round(time.Millisecond), r.Wall.Round(time.Millisecond))
-	iso, ok := r.Step("isolation")
-	if !ok {
-		t.Fatal("the isolation step did not run")
+	for _, s := range r.Steps {
+		t.Logf("step %-14s exit %d in %v", s.Name, s.Exit, s.Took)
 	}
+	checkIsolation(t, r)
+	for _, name := range []string{"sidecar-root", "sidecar-65534"} {
+		s := step(t, r, name)
+		t.Logf("%s:\n%s", name, strings.Join(s.Lines, "\n"))
+		if v := verdicts(s.Lines)["TestSidecarOnPureV2"]; s.Exit != 0 || !strings.HasPrefix(v, "PASS") {
+			t.Errorf("%s: exit %d, TestSidecarOnPureV2 %q", name, s.Exit, v)
+		}
+	}
+	for _, name := range []string{"doctor-root", "doctor-65534"} {
+		s := step(t, r, name)
+		out := strings.Join(s.Lines, "\n")
+		t.Logf("%s:\n%s", name, out)
+		if s.Exit != 0 || !strings.Contains(out, "verdict: ready (isolation v2)") {
+			t.Errorf("%s: exit %d, want the verdict ready on v2", name, s.Exit)
+		}
+	}
+}
+
+// guestPlan is what the guest runs, in order.
+func guestPlan() []Step {
+	env := []string{"PATH=/v2", "HOME=/tmp", "TMPDIR=/tmp", testenv.RequireRealEnv + "=1", requireV2Env + "=1", stewardEnv + "=/v2/steward"}
+	sidecar := []string{"/v2/v2vm.test", "-test.v", "-test.count=1", "-test.timeout=110s", "-test.run", "^TestSidecarOnPureV2$"}
+	return []Step{
+		{Name: "isolation", Args: []string{"/v2/isolation.test", "-test.v", "-test.count=1", "-test.timeout=280s", "-test.run", guestRun(),
+			// No /bin/true in the guest: that refusal is host-agnostic and runs on the host.
+			"-test.skip", "^TestPreflight$/^worker_that_skips_EnterWorker_fails_the_probe$"},
+			Env: env, Timeout: 300},
+		{Name: "sidecar-root", Args: sidecar, Env: env, Timeout: 120},
+		// systemd's Delegate=yes with DelegateSubgroup=supervisor: the unit's cgroup is the
+		// service user's, its processes start in the subgroup.
+		{Name: "sidecar-65534", Args: sidecar, Env: env, Timeout: 120, UID: 65534,
+			Delegate: "/sys/fs/cgroup/steward-e2e.service", Cgroup: "/sys/fs/cgroup/steward-e2e.service/supervisor"},
+		{Name: "doctor-root", Args: []string{"/v2/steward", "doctor", "--state-dir", "/tmp/doctor-root"}, Env: env, Timeout: 60},
+		{Name: "doctor-65534", Args: []string{"/v2/steward", "doctor", "--cgroup-parent", "auto", "--state-dir", "/tmp/doctor-65534"}, Env: env,
+			Timeout: 60, UID: 65534, Delegate: "/sys/fs/cgroup/steward-doctor.service", Cgroup: "/sys/fs/cgroup/steward-doctor.service"},
+	}
+}
+
+func step(t *testing.T, r Result, name string) StepResult {
+	t.Helper()
+	s, ok := r.Step(name)
+	if !ok {
+		t.Fatalf("step %s did not run", name)
+	}
+	return s
+}
+
+// checkIsolation: the isolation step passed every test of inGuest and failed none.
+func checkIsolation(t *testing.T, r Result) {
+	t.Helper()
+	iso := step(t, r, "isolation")
 	v := verdicts(iso.Lines)
-	t.Logf("isolation.test in the guest: exit %d in %v", iso.Exit, iso.Took)
 	failed := false
 	for _, name := range inGuest {
 		t.Logf("  %-48s %s", name, v[name])
@@ -125,14 +174,13 @@ func TestIsolationOnPureCgroupV2(t *testing.T) {
 		}
 	}
 	if failed || iso.Exit != 0 {
-		t.Fatalf("isolation tests on pure cgroup v2: exit %d; output:\n%s", iso.Exit, strings.Join(iso.Lines, "\n"))
+		t.Errorf("isolation tests on pure cgroup v2: exit %d; output:\n%s", iso.Exit, strings.Join(iso.Lines, "\n"))
 	}
 }
 
-// guestFiles are the initramfs's files besides init and the plan.
-func guestFiles(isolationTest string) []File {
+// guestFiles are the initramfs's files besides init, the plan and the binaries.
+func guestFiles() []File {
 	return []File{
-		{Path: "/v2/isolation.test", Mode: 0o755, Src: isolationTest},
 		{Path: "/etc/hostname", Mode: 0o644, Data: []byte("v2vm\n")},
 		{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/tmp:/v2/none\nnobody:x:65534:65534:nobody:/nonexistent:/v2/none\n")},
 		{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnogroup:x:65534:\n")},

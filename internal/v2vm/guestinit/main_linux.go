@@ -34,9 +34,10 @@ type step struct {
 	Env    []string // the whole environment
 	UID    int      // run as this uid and gid (0: root)
 	Cgroup string   // cgroup2 directory to start it in ("": the root)
-	// Delegate creates Cgroup and hands it to UID as systemd's Delegate=yes does: the directory
-	// and its cgroup.procs, cgroup.subtree_control and cgroup.threads are chowned.
-	Delegate bool
+	// Delegate is a cgroup created and handed to UID first, as systemd's Delegate=yes does (the
+	// directory and its cgroup.procs, cgroup.subtree_control and cgroup.threads chowned). A
+	// Cgroup below it is created and handed over too: DelegateSubgroup='s shape.
+	Delegate string
 	Timeout  int // seconds; the step is SIGKILLed after it
 }
 
@@ -114,8 +115,12 @@ func runStep(s step) {
 	if s.UID != 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.UID), Gid: uint32(s.UID)}
 	}
-	if s.Delegate {
-		if err := delegate(s.Cgroup, s.UID); err != nil {
+	if s.Delegate != "" {
+		err := delegate(s.Delegate, s.UID)
+		if err == nil && s.Cgroup != "" && s.Cgroup != s.Delegate {
+			err = delegate(s.Cgroup, s.UID)
+		}
+		if err != nil {
 			fmt.Printf("v2vm: %v\n", err)
 			fmt.Printf("v2vm: end %s exit %d ms 0\n", s.Name, 125)
 			return
