@@ -22,12 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Guest-side: what the VM's plan sets for the tests that run in it.
-const (
-	requireV2Env = "STEWARD_REQUIRE_V2"  // 1: a test that needs pure v2 fails without it
-	stewardEnv   = "STEWARD_V2VM_BINARY" // the steward binary in the initramfs (no Go toolchain there)
-)
-
 // pureV2 reports whether /sys/fs/cgroup is cgroup2 and no v1 hierarchy is mounted beside it.
 func pureV2() bool {
 	var st unix.Statfs_t

@@ -203,6 +203,11 @@ func parse(out io.Reader, t0 time.Time) Result {
 			}
 		}
 	}
+	if err := sc.Err(); err != nil {
+		// A line past the buffer: keep QEMU writing (it would block on a full pipe) until it exits.
+		r.Console = append(r.Console, "v2vm: console unreadable: "+err.Error())
+		_, _ = io.Copy(io.Discard, out)
+	}
 	return r
 }
 

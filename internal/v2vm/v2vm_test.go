@@ -15,6 +15,12 @@ import (
 	"github.com/cba1309c/steward/internal/testenv"
 )
 
+// Guest-side: what the VM's plan sets for the tests that run in it.
+const (
+	requireV2Env = "STEWARD_REQUIRE_V2"  // 1: a test that needs pure v2 fails without it
+	stewardEnv   = "STEWARD_V2VM_BINARY" // the steward binary in the initramfs (no Go toolchain there)
+)
+
 // build runs `go <args...>` static (CGO_ENABLED=0) from the repository root.
 func build(t *testing.T, args ...string) {
 	t.Helper()
