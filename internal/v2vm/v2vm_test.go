@@ -50,7 +50,9 @@ func verdicts(lines []string) map[string]string {
 }
 
 // inGuest are the isolation tests (and subtests) that must pass in the pure v2 guest: the v2
-// tests of isolation/v2_linux_test.go and the v2 runs of the mode-table tests.
+// tests of isolation/v2_linux_test.go and the v2 runs of the mode-table tests. Not
+// TestUnifiedKillAndPlacement: hybrid's controller-less placement, ~9 s under TCG, and on v2 what
+// it checks (birth placement, cgroup.kill of 50 descendants) the tests below check in v2 mode.
 var inGuest = []string{
 	"TestV2LimitsReadBack",
 	"TestV2OOMGroupKillsTheWholeDomain",
@@ -66,7 +68,6 @@ var inGuest = []string{
 	"TestWorkerEntryHardening/v2",
 	"TestSidecarKilledLeavesNothing/v2",
 	"TestFreezeThaw/v2",
-	"TestUnifiedKillAndPlacement",
 	"TestPreflight/auto_picks_the_best_verified_mode",
 	"TestMainProcessReaped/exit-notice",
 	"TestMainProcessReaped/waitid",
