@@ -50,7 +50,7 @@ install_qemu() {
   fi
   need_lists qemu-system-x86 "$QEMU_VERSION"
   echo "scripts/v2vm.sh: apt-get install qemu-system-x86=$QEMU_VERSION (once, ~20 s)" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades \
     "qemu-system-x86=$QEMU_VERSION" "qemu-system-common=$QEMU_VERSION" >&2
   installed_qemu
 }
