@@ -72,7 +72,7 @@ type Step struct {
 	UID      int      // run as this uid and gid (0: root)
 	Cgroup   string   // cgroup2 directory to start it in ("": the root)
 	Delegate string   // a cgroup created and chowned to UID first (Delegate=yes); a Cgroup below it too
-	Timeout  int      // seconds
+	Timeout  int      // seconds (0: 300); the step is SIGKILLed after it
 }
 
 // Options size the VM.

@@ -38,7 +38,7 @@ type step struct {
 	// directory and its cgroup.procs, cgroup.subtree_control and cgroup.threads chowned). A
 	// Cgroup below it is created and handed over too: DelegateSubgroup='s shape.
 	Delegate string
-	Timeout  int // seconds; the step is SIGKILLed after it
+	Timeout  int // seconds (0: 300); the step is SIGKILLed after it
 }
 
 func main() {
@@ -107,6 +107,9 @@ func mountAll() error {
 // runStep runs s with its output on the console and reports its exit code and wall time.
 func runStep(s step) {
 	fmt.Printf("v2vm: begin %s\n", s.Name)
+	if s.Timeout <= 0 {
+		s.Timeout = 300
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout)*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, s.Args[0], s.Args[1:]...)
