@@ -33,7 +33,7 @@ func pureV2() bool {
 }
 
 // TestSidecarOnPureV2 is the sidecar end to end on the built-in engine, run inside the VM by
-// TestIsolationOnPureCgroupV2 twice: as root with a configured parent, and as uid 65534 started
+// TestOnPureCgroupV2 twice: as root with a configured parent, and as uid 65534 started
 // (as systemd's DelegateSubgroup=supervisor starts a service) in the subgroup "supervisor" of a
 // cgroup delegated to it, sharing it with the sidecar, so that --cgroup-parent auto must put
 // domains in the delegated, empty parent. Hello must report v2 verified there; a mutation
@@ -47,41 +47,16 @@ func TestSidecarOnPureV2(t *testing.T) {
 		if os.Getenv(requireV2Env) == "1" {
 			t.Fatalf("needs pure cgroup v2 and $%s (required: %s=1)", stewardEnv, requireV2Env)
 		}
-		t.Skip("runs in the pure cgroup v2 VM (TestIsolationOnPureCgroupV2)")
+		t.Skip("runs in the pure cgroup v2 VM (TestOnPureCgroupV2)")
 	}
-	root := testenv.GuestDir(t)
-	store, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindLocal, Root: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ds := range []string{"events", "f-oom", "f-fork_bomb", "f-ignore_sigterm"} {
-		if _, _, err := dataset.Create(context.Background(), store, ds, dataset.NewGenerator(20000, 7), dataset.WriteOptions{RowsPerFragment: 10001}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	root := guestStore(t, "events", "f-oom", "f-fork_bomb", "f-ignore_sigterm")
 	parent := "steward-v2e2e"
 	if os.Geteuid() != 0 {
 		parent = "auto"
 	}
-	var logs testsidecar.Logs
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := host.LaunchStdio(ctx, host.Config{Path: bin,
-		Args:   append(testsidecar.FastArgs(parent), "--executors", "1"),
-		Env:    []string{"HOME=/tmp", "PATH=/v2", "STEWARD_STATE_DIR=" + t.TempDir()},
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "v2e2e", Output: &logs, Level: hclog.Debug, JSONFormat: true})})
-	if err != nil {
-		t.Fatalf("launch the sidecar: %v", err)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			c.Close()
-		}
-		if t.Failed() {
-			t.Logf("sidecar logs:\n%s", logs.String())
-		}
-	}()
+	c := launch(ctx, t, bin, parent)
 	iso := c.Info().Isolation
 	b, _ := json.Marshal(iso)
 	t.Logf("hello as uid %d: isolation %s", os.Geteuid(), b)
@@ -129,8 +104,45 @@ func TestSidecarOnPureV2(t *testing.T) {
 		}
 	}
 	c.Close()
-	closed = true
 	assertNothingLeft(t, parentDir)
+}
+
+// guestStore is a local store the contained workers' guest can use, holding a generated dataset
+// of 20,000 rows at each path.
+func guestStore(t *testing.T, paths ...string) string {
+	t.Helper()
+	root := testenv.GuestDir(t)
+	store, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindLocal, Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		if _, _, err := dataset.Create(context.Background(), store, p, dataset.NewGenerator(20000, 7), dataset.WriteOptions{RowsPerFragment: 10001}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// launch starts bin's sidecar over stdio with the tests' fast flags, one executor and parent;
+// it is closed at cleanup (again: Close is idempotent), its log shown if the test failed.
+func launch(ctx context.Context, t *testing.T, bin, parent string) *host.Client {
+	t.Helper()
+	var logs testsidecar.Logs
+	c, err := host.LaunchStdio(ctx, host.Config{Path: bin,
+		Args:   append(testsidecar.FastArgs(parent), "--executors", "1"),
+		Env:    []string{"HOME=/tmp", "PATH=/v2", "STEWARD_STATE_DIR=" + t.TempDir()},
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "v2e2e", Output: &logs, Level: hclog.Debug, JSONFormat: true})})
+	if err != nil {
+		t.Fatalf("launch the sidecar: %v", err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		if t.Failed() {
+			t.Logf("sidecar logs:\n%s", logs.String())
+		}
+	})
+	return c
 }
 
 // domains counts the worker domains below a sidecar's parent: directories of its owner
