@@ -20,7 +20,7 @@ BENCH_ROUNDS ?= 1
 
 all: build
 
-# Static like the release binaries and the binary the tests run (internal/testbin): a cgo build
+# Static like the release binaries and the binary the tests run (internal/testing/testbin): a cgo build
 # is another program for containment (psx) and maps libc into every worker. The worker executable
 # (cmd/steward-worker, its segments on 2 MiB boundaries) is built first and embedded into steward
 # through -overlay, so nothing is written into the source tree and a steward only ever starts
@@ -68,7 +68,7 @@ run: build
 minio:
 	scripts/minio.sh install
 
-# A pinned etcd server (and etcdctl) for the tests' 3-member clusters (internal/testetcd).
+# A pinned etcd server (and etcdctl) for the tests' 3-member clusters (internal/testing/testetcd).
 etcd:
 	scripts/etcd.sh install
 
@@ -121,7 +121,7 @@ bench-round:
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench JobLifecycle -benchtime 300x -count 1 ./host/dispatch/ | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./isolation/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'MutateNoop|MutateSaturated' -benchtime 100x -count 1 ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
-	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceBuild -benchtime 1x -count 1 -timeout 30m ./internal/enginetest/ | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceBuild -benchtime 1x -count 1 -timeout 30m ./internal/testing/enginetest/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceSidecar -benchtime 1x -count 1 -timeout 30m ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 	$(GO) test -run '^$$' -bench Stage90MB -benchtime 20x -count 1 ./storage/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench GatewayScan -benchtime 2x -count 1 ./storage/gateway/ | tee -a bench.out

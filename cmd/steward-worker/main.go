@@ -10,7 +10,7 @@
 // 5.8–8.6 ms and 1.6 MB of heap at every worker's start, against 172, 2.3–2.9 ms and 0.72 MB
 // here (GODEBUG=inittrace=1), in an executable of 18.6 MB instead of 41.8.
 //
-// Build it with -ldflags=-R=0x200000 (the Makefile and internal/testbin do): its segments then
+// Build it with -ldflags=-R=0x200000 (the Makefile and internal/testing/testbin do): its segments then
 // start on 2 MiB boundaries, so a worker maps its text and read-only data from the worker
 // image's 2 MiB page-cache folios whole, a page-table entry per 2 MiB. With the linker's default
 // 4 KiB alignment the head and tail of each segment are mapped 4 KiB a page, which in this small

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cba1309c/steward/campaign"
+	"github.com/cba1309c/steward/internal/testing/campaign"
 	"github.com/hashicorp/go-hclog"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/host/dispatch"
-	"github.com/cba1309c/steward/internal/testetcd"
+	"github.com/cba1309c/steward/internal/testing/testetcd"
 	"github.com/hashicorp/go-hclog"
 )
 

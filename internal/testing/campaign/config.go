@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cba1309c/steward/internal/minioproc"
+	"github.com/cba1309c/steward/internal/testing/minioproc"
 	"github.com/hashicorp/go-hclog"
 )
 

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/hostile"
+	"github.com/cba1309c/steward/internal/testing/hostile"
 )
 
 // TestParse: findings and the last line come back from stderr lines, whatever precedes the

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/enginetest"
+	"github.com/cba1309c/steward/internal/testing/enginetest"
 	"github.com/cba1309c/steward/storage/gateway"
 )
 

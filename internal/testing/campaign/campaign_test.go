@@ -5,21 +5,21 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/campaign"
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/campaign"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testminio"
 )
 
 // mutationsEnv sets the campaign's size (default 36: every fault kind at least twice);
 // seedEnv its seed (default 1). A large run:
 //
-//	STEWARD_CAMPAIGN_MUTATIONS=240 go test ./campaign -run TestCampaign -v -timeout 30m
+//	STEWARD_CAMPAIGN_MUTATIONS=240 go test ./internal/testing/campaign -run TestCampaign -v -timeout 30m
 const (
 	mutationsEnv = "STEWARD_CAMPAIGN_MUTATIONS"
 	seedEnv      = "STEWARD_CAMPAIGN_SEED"
@@ -38,18 +38,12 @@ func envInt(t *testing.T, name string, def int64) int64 {
 	return n
 }
 
+// minioBinary is the tools dir's MinIO, found from the repository root (or $STEWARD_TOOLS).
 func minioBinary(t *testing.T) string {
 	t.Helper()
-	tools := os.Getenv("STEWARD_TOOLS")
-	if tools == "" {
-		tools = filepath.Join("..", ".tools")
-	}
-	bin, err := filepath.Abs(filepath.Join(tools, "minio"))
-	if err == nil {
-		_, err = os.Stat(bin)
-	}
+	bin, err := testminio.Binary()
 	if err != nil {
-		testenv.Unavailable(t, "MinIO binary missing (run scripts/minio.sh install): "+err.Error())
+		testenv.Unavailable(t, err.Error())
 	}
 	return bin
 }
@@ -114,7 +108,7 @@ func logReport(t *testing.T, what string, n int64, start time.Time, rep campaign
 // lanceMutationsEnv sets the Lance campaign's size (default 16: every Lance fault kind at least
 // twice). A large run:
 //
-//	STEWARD_LANCE_CAMPAIGN_MUTATIONS=240 go test ./campaign -run TestLanceCampaign -v -timeout 30m
+//	STEWARD_LANCE_CAMPAIGN_MUTATIONS=240 go test ./internal/testing/campaign -run TestLanceCampaign -v -timeout 30m
 const lanceMutationsEnv = "STEWARD_LANCE_CAMPAIGN_MUTATIONS"
 
 // TestLanceCampaign runs the fault campaign on the real Lance engine (engines/lance, registered in

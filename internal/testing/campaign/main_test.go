@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testing/testbin"
 )
 
 func TestMain(m *testing.M) {

@@ -6,16 +6,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/campaign"
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
-	"github.com/cba1309c/steward/internal/testetcd"
+	"github.com/cba1309c/steward/internal/testing/campaign"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testetcd"
 )
 
 // failoverMutationsEnv sizes the failover campaign (default 32: every failover kind at least
 // twice). The closing-note run:
 //
-//	STEWARD_FAILOVER_MUTATIONS=300 nice go test ./campaign -run TestFailoverCampaign -v -timeout 60m
+//	STEWARD_FAILOVER_MUTATIONS=300 nice go test ./internal/testing/campaign -run TestFailoverCampaign -v -timeout 60m
 const failoverMutationsEnv = "STEWARD_FAILOVER_MUTATIONS"
 
 // TestFailoverCampaign runs a small failover campaign: three host processes with their own real

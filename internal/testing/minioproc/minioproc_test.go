@@ -3,26 +3,22 @@ package minioproc_test
 import (
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/minioproc"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/minioproc"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
+// binary is the tools dir's MinIO, found from the repository root (or $STEWARD_TOOLS).
 func binary(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("STEWARD_TOOLS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", ".tools")
-	}
-	bin := filepath.Join(dir, "minio")
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Unavailable(t, "minio binary missing (scripts/minio.sh install): "+err.Error())
+	bin, err := testbin.Tool("minio", "scripts/minio.sh install")
+	if err != nil {
+		testenv.Unavailable(t, err.Error())
 	}
 	return bin
 }

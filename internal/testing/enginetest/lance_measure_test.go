@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/enginetest"
+	"github.com/cba1309c/steward/internal/testing/enginetest"
 )
 
 // TestLanceMeasure is the larger measured run of the issue note (STEWARD_LANCE_MEASURE=1 only):

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/internal/lockedproc"
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
 // ErrExited means a member exited before it became healthy.

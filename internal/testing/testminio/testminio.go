@@ -1,4 +1,4 @@
-// Package testminio runs a real MinIO server on 127.0.0.1 for tests, through internal/minioproc.
+// Package testminio runs a real MinIO server on 127.0.0.1 for tests, through internal/testing/minioproc.
 // The binary is built once by scripts/minio.sh into .tools/ (or $STEWARD_TOOLS); this package
 // never builds or imports MinIO.
 //
@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/minioproc"
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/minioproc"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
 // Server is one running (or stopped) MinIO with a fixed address, data dir and credentials.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/host/dispatch"
-	"github.com/cba1309c/steward/internal/minioproc"
+	"github.com/cba1309c/steward/internal/testing/minioproc"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storecfg"

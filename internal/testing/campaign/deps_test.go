@@ -12,7 +12,7 @@ import (
 func TestSeesSidecarsFromOutside(t *testing.T) {
 	const mod = "github.com/cba1309c/steward/"
 	list := func(format string) []string {
-		out, err := exec.Command("go", "list", "-f", format, mod+"campaign").Output()
+		out, err := exec.Command("go", "list", "-f", format, mod+"internal/testing/campaign").Output()
 		if err != nil {
 			t.Fatalf("go list: %v", err)
 		}
