@@ -16,7 +16,7 @@ BENCH_ROWS ?= 10000000
 # Lance pairs run ABBA on odd rounds and BAAB on even ones: an even count balances them).
 BENCH_ROUNDS ?= 1
 
-.PHONY: all build release run test unit fuzz bench bench-round minio etcd lance clean
+.PHONY: all build campaign release run test unit fuzz bench bench-round minio etcd lance clean
 
 all: build
 
@@ -33,6 +33,11 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-R=0x200000' -o $(BIN)-worker ./cmd/steward-worker
 	$(call worker_overlay,$(BIN)-worker)
 	CGO_ENABLED=0 $(GO) build -trimpath -tags=leanworker -overlay=$(BIN)-worker.overlay.json -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/steward
+
+# The fault campaign's command: a test tool, not shipped, built beside the steward whose sidecars it
+# runs (README "Fault campaign").
+campaign: build
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)-campaign ./cmd/steward-campaign
 
 # Static (CGO_ENABLED=0), path-free (-trimpath), stripped (-s -w) binaries named
 # steward-<version>-<os>-<arch>, and their checksums. Then checks: the checksums verify, each

@@ -14,6 +14,10 @@ import (
 type Config struct {
 	// Steward is the steward executable the sidecars run as. Required.
 	Steward string
+	// Node is the executable a failover campaign (RunFailover) starts as each host process,
+	// with the arguments `node --name N --dir D`; it must run NodeMain (cmd/steward-campaign
+	// does, and so may a test binary re-run by its TestMain). Required by RunFailover.
+	Node string
 	// MinIOBinary is the MinIO executable the campaign starts (and stops and restarts) under
 	// WorkDir. Required unless MinIO is set.
 	MinIOBinary string

@@ -32,7 +32,7 @@
 // admitted version + 1, no fenced invocation committed, and no claimed manifest that never landed
 // was left unfenced (checkClaims).
 //
-// RunFailover is the same campaign past one node: three host processes (`steward campaign node`,
+// RunFailover is the same campaign past one node: three host processes (`steward-campaign node`,
 // each a dispatcher with its own real sidecar) share one job journal in a real 3-member etcd
 // cluster and one MinIO, while the campaign SIGKILLs host processes (their sidecars die with
 // them; a successor takes the node name and the sidecar state directory), SIGSTOPs them past

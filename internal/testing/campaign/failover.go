@@ -56,7 +56,7 @@ type failover struct {
 	triggered map[string]bool // job → its first send was seen
 }
 
-// RunFailover runs a failover campaign: Hosts host processes (`steward campaign node`, each a
+// RunFailover runs a failover campaign: Hosts host processes (Config.Node, each a
 // dispatcher on one shared journal in a 3-member etcd cluster, each with its own real sidecar),
 // all on one MinIO, driving the seeded plan while it SIGKILLs and SIGSTOPs host processes and
 // kills etcd members. It checks what Run checks, and besides that every invocation reached a
@@ -64,6 +64,9 @@ type failover struct {
 func RunFailover(ctx context.Context, cfg Config) (rep Report, err error) {
 	if runtime.GOOS != "linux" {
 		return rep, fmt.Errorf("%w: %s (needs Linux cgroups and /proc)", ErrUnsupported, runtime.GOOS)
+	}
+	if cfg.Node == "" {
+		return rep, fmt.Errorf("%w: Node (the executable of the host processes) is required", ErrConfig)
 	}
 	if cfg.Engine != "" && cfg.Engine != EngineBuiltin {
 		return rep, fmt.Errorf("%w: the failover campaign runs on the built-in engine only (engine %q)", ErrConfig, cfg.Engine)

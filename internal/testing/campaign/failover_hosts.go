@@ -23,7 +23,7 @@ import (
 // lease, and its sidecar for the predecessor sidecar's ledger lock.
 const hostReadyTimeout = 2 * time.Minute
 
-// hostProc is one failover host process (`steward campaign node`) under a fixed node name; a
+// hostProc is one failover host process (Config.Node running NodeMain) under a fixed node name; a
 // SIGKILLed one is replaced by a successor under the same name.
 type hostProc struct {
 	name string
@@ -82,7 +82,7 @@ func (h *hostProc) start(ctx context.Context) error {
 	}
 	defer errf.Close()
 	// The campaign directory on the command line lets the leftover check find a stray host.
-	inc.cmd = exec.Command(r.cfg.Steward, "campaign", "node", "--name", h.name, "--dir", r.dir)
+	inc.cmd = exec.Command(r.cfg.Node, "node", "--name", h.name, "--dir", r.dir)
 	inc.cmd.Env = append(os.Environ(), NodeConfigEnv+"="+string(blob))
 	inc.cmd.Stderr = errf
 	inc.cmd.SysProcAttr = hostAttr()

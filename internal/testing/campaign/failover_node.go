@@ -216,6 +216,23 @@ func (l *lineWriter) line(fields ...string) {
 	io.WriteString(l.w, "\n")
 }
 
+// NodeMain is the whole of a failover host process: its NodeConfig from the environment, JSON
+// log lines to stderr, the line protocol on stdin and stdout. It returns the process's exit code:
+// 0 after stdin ends, 2 without a usable NodeConfig, 1 when the node fails.
+func NodeMain(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
+	cfg, err := NodeConfigFromEnv()
+	if err != nil {
+		fmt.Fprintln(stderr, "campaign node:", err)
+		return 2
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: cfg.Name, Level: hclog.Info, Output: stderr, JSONFormat: true})
+	if err := RunNode(ctx, cfg, stdin, stdout, log); err != nil {
+		log.Error("host process failed", "error", err)
+		return 1
+	}
+	return 0
+}
+
 // NodeConfigFromEnv reads the NodeConfig the campaign handed this process.
 func NodeConfigFromEnv() (NodeConfig, error) {
 	var cfg NodeConfig

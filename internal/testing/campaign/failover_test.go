@@ -2,7 +2,9 @@ package campaign_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -37,7 +39,7 @@ func TestFailoverCampaign(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	rep, err := campaign.RunFailover(ctx, campaign.Config{
-		Steward: testbin.Steward(t), MinIOBinary: minioBinary(t), EtcdBinary: etcd, WorkDir: workDir(t),
+		Steward: testbin.Steward(t), Node: self(t), MinIOBinary: minioBinary(t), EtcdBinary: etcd, WorkDir: workDir(t),
 		Mutations: int(n), Seed: seed, Rows: 4000, Keep: os.Getenv("STEWARD_CAMPAIGN_KEEP") == "1",
 	})
 	logReport(t, "failover campaign", n, start, rep, err)
@@ -51,6 +53,27 @@ func TestFailoverCampaign(t *testing.T) {
 	if !rep.OK() {
 		t.Errorf("%d violations", len(rep.Violations))
 	}
+}
+
+// TestFailoverNeedsNode: without an executable for its host processes a failover campaign is a
+// configuration error, found before anything starts.
+func TestFailoverNeedsNode(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the failover campaign runs on Linux only")
+	}
+	_, err := campaign.RunFailover(context.Background(), campaign.Config{Steward: "/bin/true", MinIOBinary: "/bin/true"})
+	if !errors.Is(err, campaign.ErrConfig) {
+		t.Fatalf("RunFailover without Node: %v, want ErrConfig", err)
+	}
+}
+
+// self is this test binary, which TestMain turns into a failover host process.
+func self(t *testing.T) string {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatalf("find the test binary: %v", err)
+	}
+	return exe
 }
 
 // workDir is t's temp dir, or $TMPDIR when STEWARD_CAMPAIGN_KEEP=1 keeps the campaign directory
