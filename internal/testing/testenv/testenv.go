@@ -14,11 +14,10 @@ import (
 const RequireRealEnv = "STEWARD_REQUIRE_REAL"
 
 // CallSpacing is the untimed pause before each call of the benchmarks that time a call arriving
-// at an idle machine: the sidecar's no-op with a prestarted worker (the spare, ~10 ms to start,
-// is up by then) and the static fork+exec floor it is compared with. After a pause the same
-// fork+exec+wait of a static binary took 1.9–2.2 ms against 1.2–1.4 ms back to back on the
-// 2-core VM (idle vCPUs woken by IPI, cold caches): a spaced call measured against a hot floor
-// would count that as the sidecar's.
+// at an idle machine: the sidecar's no-op with a prestarted worker (the spare is up by then) and
+// the static fork+exec floor it is compared with. A call after a pause is slower than one back
+// to back (idle vCPUs woken by IPI, cold caches; docs/PERFORMANCE.md §3): a spaced call measured
+// against a hot floor would count that as the sidecar's.
 const CallSpacing = 50 * time.Millisecond
 
 // RequireReal reports whether STEWARD_REQUIRE_REAL=1 is set.
