@@ -16,11 +16,11 @@ BENCH_ROWS ?= 10000000
 # Lance pairs run ABBA on odd rounds and BAAB on even ones: an even count balances them).
 BENCH_ROUNDS ?= 1
 
-.PHONY: all build release run test unit fuzz bench bench-round minio etcd lance v2vm clean
+.PHONY: all build campaign release run test unit fuzz bench bench-round minio etcd lance v2vm clean
 
 all: build
 
-# Static like the release binaries and the binary the tests run (internal/testbin): a cgo build
+# Static like the release binaries and the binary the tests run (internal/testing/testbin): a cgo build
 # is another program for containment (psx) and maps libc into every worker. The worker executable
 # (cmd/steward-worker, its segments on 2 MiB boundaries) is built first and embedded into steward
 # through -overlay, so nothing is written into the source tree and a steward only ever starts
@@ -33,6 +33,11 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-R=0x200000' -o $(BIN)-worker ./cmd/steward-worker
 	$(call worker_overlay,$(BIN)-worker)
 	CGO_ENABLED=0 $(GO) build -trimpath -tags=leanworker -overlay=$(BIN)-worker.overlay.json -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/steward
+
+# The fault campaign's command: a test tool, not shipped, built beside the steward whose sidecars it
+# runs (README "Fault campaign").
+campaign: build
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)-campaign ./cmd/steward-campaign
 
 # Static (CGO_ENABLED=0), path-free (-trimpath), stripped (-s -w) binaries named
 # steward-<version>-<os>-<arch>, and their checksums. Then checks: the checksums verify, each
@@ -68,7 +73,7 @@ run: build
 minio:
 	scripts/minio.sh install
 
-# A pinned etcd server (and etcdctl) for the tests' 3-member clusters (internal/testetcd).
+# A pinned etcd server (and etcdctl) for the tests' 3-member clusters (internal/testing/testetcd).
 etcd:
 	scripts/etcd.sh install
 
@@ -130,7 +135,7 @@ bench-round:
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench JobLifecycle -benchtime 300x -count 1 ./host/dispatch/ | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench . -benchtime 200x -count 1 ./isolation/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'MutateNoop|MutateSaturated' -benchtime 100x -count 1 ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
-	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceBuild -benchtime 1x -count 1 -timeout 30m ./internal/enginetest/ | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceBuild -benchtime 1x -count 1 -timeout 30m ./internal/testing/enginetest/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceSidecar -benchtime 1x -count 1 -timeout 30m ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 	$(GO) test -run '^$$' -bench Stage90MB -benchtime 20x -count 1 ./storage/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench GatewayScan -benchtime 2x -count 1 ./storage/gateway/ | tee -a bench.out

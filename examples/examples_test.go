@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 	"github.com/cba1309c/steward/rpc"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/cba1309c/steward/host"
-	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testing/testbin"
 	"github.com/cba1309c/steward/plugin"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/host"
-	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testing/testbin"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"
 )

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/host"
-	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testing/testbin"
 )
 
 // pluginLeftovers lists the unix sockets and steward-plugin-* directories under dir.

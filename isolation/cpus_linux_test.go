@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
 // TestWorkerBornOnOneCPUWidens starts a worker on one of the supervisor's CPUs and reads, from

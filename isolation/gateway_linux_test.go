@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 	"golang.org/x/sys/unix"
 )
 

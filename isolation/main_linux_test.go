@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
 // testParent is this run's cgroup parent, so a real sidecar on the machine is never touched.

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
 // TestProbeExecutable: a worker binary passes (this test binary: its TestMain is a worker in

@@ -284,6 +284,9 @@ func validFieldType(t string) bool {
 		return true
 	}
 	n, ok := strings.CutPrefix(t, "vector<float32,")
+	if !ok {
+		return false
+	}
 	if n, ok = strings.CutSuffix(n, ">"); !ok || len(n) == 0 || len(n) > 6 || n[0] == '0' {
 		return false
 	}

@@ -5,7 +5,7 @@
 #   scripts/etcd.sh version     print the pinned version
 #
 # etcd is built from the Go module proxy at a pinned version (like scripts/minio.sh for MinIO);
-# the Go test helper internal/testetcd starts 3-member clusters from the cached binary, so this
+# the Go test helper internal/testing/testetcd starts 3-member clusters from the cached binary, so this
 # script never starts a server itself. Use $STEWARD_TOOLS to share one tools dir between clones.
 set -euo pipefail
 

@@ -7,7 +7,7 @@
 #
 # MinIO is AGPL-3.0: we run it as a separate test server and never import it.
 # `start` writes DIR/env with STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY, STEWARD_S3_SECRET_KEY,
-# which the Go test helper (internal/testminio) reads. Credentials are random per start.
+# which the Go test helper (internal/testing/testminio) reads. Credentials are random per start.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testminio"
+	"github.com/cba1309c/steward/internal/testing/testminio"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
@@ -70,7 +70,7 @@ func sameListing(t *testing.T, st storage.Store, prefix string, before map[strin
 }
 
 // TestWorkerWritesOnlyNewNames drives a real sidecar with a real engine of the public protocol
-// (internal/testengine) on a local store. The engine reaches the store only through its
+// (internal/testing/testengine) on a local store. The engine reaches the store only through its
 // invocation's gateway, as an S3 client, and custody is taken by observation, without a reserve
 // frame: it may create new keys in its own dataset's data/, _indices/ and _transactions/ folders
 // and nothing else. An existing key (another writer's data file, or its own written a moment

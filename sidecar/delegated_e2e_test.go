@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testminio"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/testminio"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 )

@@ -12,18 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testenv"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/cba1309c/steward/storage/slot"
 )
 
-// buildTestEngine builds internal/testengine, a toy engine written against the Go SDK.
+// buildTestEngine builds internal/testing/testengine, a toy engine written against the Go SDK.
 func buildTestEngine(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(testenv.GuestDir(t), "testengine") // the guest execs it
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../internal/testengine")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../internal/testing/testengine")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build testengine: %v\n%s", err, out)
 	}

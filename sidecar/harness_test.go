@@ -13,15 +13,15 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/host"
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 )
 
-// sidecarEnv is one real sidecar process (internal/testsidecar: private cgroup parent, leftover
+// sidecarEnv is one real sidecar process (internal/testing/testsidecar: private cgroup parent, leftover
 // check at cleanup) and a local dataset store.
 type sidecarEnv struct {
 	t      testing.TB

@@ -22,10 +22,10 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/cba1309c/steward/internal/hostile"
-	"github.com/cba1309c/steward/internal/testenv"
-	"github.com/cba1309c/steward/internal/testminio"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/hostile"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testminio"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
@@ -44,7 +44,7 @@ const (
 // hostileAreas are the attack areas of the main invocation; "objects" runs in one of its own.
 const hostileAreas = "identity,ns,victim,sidecar,cgroup,process,nnp,seccomp,fs,net,store,custody,gateway,progress"
 
-// TestHostileEngine runs internal/hostile — an engine of the public protocol that attacks its
+// TestHostileEngine runs internal/testing/hostile — an engine of the public protocol that attacks its
 // containment and its storage gateway instead of building an index — through a real sidecar
 // (root, real cgroups), on a file:// store and on MinIO, next to a second worker mid-mutation
 // (its victim). Every attack must be judged blocked, from the engine's view and, where only the
@@ -71,7 +71,7 @@ func buildHostile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "hostile")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../internal/hostile/cmd/hostile")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../internal/testing/hostile/cmd/hostile")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build hostile engine: %v\n%s", err, out)

@@ -300,16 +300,16 @@ func (s *Server) followCall(j *job) {
 		return
 	}
 	s.spareMu.Lock()
-	close(s.reachMoved)
-	s.reachMoved = make(chan struct{})
+	close(s.engineMoved)
+	s.engineMoved = make(chan struct{})
 	s.spareMu.Unlock()
 }
 
-// reachMovedCh is closed once a call's engine differs from the previous one's.
-func (s *Server) reachMovedCh() <-chan struct{} {
+// engineMovedCh is closed once a call's engine differs from the previous one's.
+func (s *Server) engineMovedCh() <-chan struct{} {
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
-	return s.reachMoved
+	return s.engineMoved
 }
 
 // spareStale reports whether idle spare w was born for an engine the recent calls no longer use.

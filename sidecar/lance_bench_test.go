@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/enginetest"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/enginetest"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 	"github.com/cba1309c/steward/rpc"
 )
 

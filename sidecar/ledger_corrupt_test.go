@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/internal/boltfile/boltfiletest"
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storage/ledger"

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testminio"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testminio"
 )
 
 func TestMain(m *testing.M) {

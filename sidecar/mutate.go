@@ -147,10 +147,10 @@ func (s *Server) answer(j *job, res rpc.MutateResult) {
 // executor runs queued jobs one at a time; Executors of them run side by side. It returns once
 // the queue is closed and drained (Shutdown), discarding its unused spare.
 //
-// Each executor keeps exactly one spare worker started ahead of demand (ARCHITECTURE §3): a fresh
-// domain per invocation, as always, but its exec and init are paid between jobs instead of inside
-// one. A job refused at dequeue leaves the spare for the next one; an idle spare born for a reach
-// the calls have left is replaced.
+// Each executor keeps exactly one spare worker started ahead of demand (docs/PROTOCOL.md §3.4):
+// a fresh domain per invocation, as always, but its exec and init are paid between jobs instead
+// of inside one. A job refused at dequeue leaves the spare for the next one; an idle spare of an
+// engine the calls have left is replaced.
 func (s *Server) executor() {
 	defer s.executors.Done()
 	var spare *warm
@@ -160,8 +160,8 @@ func (s *Server) executor() {
 		}
 	}()
 	for {
-		// A spare born for an engine or a reach the calls have left (another executor's call, or
-		// this one's) would only be discarded by the next call, a cold start: it is replaced now.
+		// A spare of an engine the calls have left (another executor's call, or this one's) would
+		// only be discarded by the next call, a cold start: it is replaced now.
 		if spare != nil && s.spareStale(spare) {
 			if s.take(spare) {
 				spare.discard()
@@ -173,7 +173,7 @@ func (s *Server) executor() {
 		}
 		var j *job
 		select {
-		case <-s.reachMovedCh():
+		case <-s.engineMovedCh():
 			continue // see above
 		case next, ok := <-s.queue:
 			if !ok {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 	"github.com/cba1309c/steward/rpc"
 )
 

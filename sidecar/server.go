@@ -63,9 +63,9 @@ type Server struct {
 	// recent calls and serve any call of the same engine (a domain reaches no store until its
 	// request opens its gateway). nil before the first call (spares of the built-in engine).
 	spareFor atomic.Pointer[spareTarget]
-	// reachMoved is closed (and replaced, under spareMu) when a call's engine differs from the
+	// engineMoved is closed (and replaced, under spareMu) when a call's engine differs from the
 	// previous one's: executors then replace idle spares born for the old one.
-	reachMoved chan struct{}
+	engineMoved chan struct{}
 
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
 
@@ -113,7 +113,7 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.queue = make(chan *job, cfg.QueueCapacity)
 	s.spares = map[*warm]struct{}{}
-	s.reachMoved = make(chan struct{})
+	s.engineMoved = make(chan struct{})
 	s.dedup = newDedup(cfg.DedupCapacity)
 	s.condWrites = newCondWrites(s.log.Named("condwrite"), s.metrics.reg)
 	s.startIsolation()

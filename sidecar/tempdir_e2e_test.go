@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testenv"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 )

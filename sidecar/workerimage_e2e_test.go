@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 )
 

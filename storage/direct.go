@@ -13,14 +13,12 @@ import (
 // An object smaller than a window never leaves writeBehind, nor does one on a filesystem
 // that refuses direct I/O.
 //
-// Why: a large object (a 90 MB index segment) written through the page cache is copied into
-// pages the kernel must first take from its free memory, and kept there dirty until written
-// back, displacing what readers had cached. On a VM whose host lends memory back lazily (this
-// project's test machines: a page the guest has not touched lately costs the host a fault,
-// 2.3 ms a MiB measured against 0.35 for a reused one) that copy was 0.18 s of CPU per 90 MB
-// segment. Direct I/O writes from one reused buffer: no new pages, nothing left dirty, and
-// what the page cache held stays. The periodic flushes of writeBehind go on unchanged: the
-// disk's own cache still needs them (direct I/O is not a flush).
+// Why: a large object written through the page cache is copied into pages the kernel must first
+// take from its free memory, and kept there dirty until written back, displacing what readers
+// had cached; on a VM whose host lends memory back lazily that copy costs real CPU
+// (docs/PERFORMANCE.md §1.1). Direct I/O writes from one reused buffer: no new pages, nothing
+// left dirty, and what the page cache held stays. The periodic flushes of writeBehind go on
+// unchanged: the disk's own cache still needs them (direct I/O is not a flush).
 type directStage struct {
 	wb    *writeBehind
 	align int     // direct I/O's alignment on wb.f; 0 while not direct
@@ -54,9 +52,8 @@ const maxDirectAlign = 4096
 
 // directWindow is the size of a direct write, and directWindows how many windows a stage
 // has: one being filled, the others on their way to the disk. Small windows, because they are
-// new memory in a fresh process (a worker builds once): 4 MiB of them cost less to fault in and
-// zero than two 8 MiB ones (measured: a local price build 10-20 ms slower with those), and a
-// 1 MiB write is still a large request for a disk.
+// new memory in a fresh process (a worker builds once) that costs its faulting in and zeroing
+// (docs/PERFORMANCE.md §1.2), and a 1 MiB write is still a large request for a disk.
 const (
 	directWindow  = 1 << 20
 	directWindows = 4
@@ -64,8 +61,8 @@ const (
 
 // directBufs keeps the windows (directWindow bytes, maxDirectAlign aligned) of the last stage
 // for the next: 4 MiB held for good once a process has staged a large object. Not a sync.Pool,
-// which a collection empties: a build collects between its puts, and fresh windows (allocated,
-// zeroed, faulted in) cost a local build 10-30 ms, measured.
+// which a collection empties: a build collects between its puts, and fresh windows must be
+// allocated, zeroed and faulted in again (docs/PERFORMANCE.md §1.2).
 var directBufs = make(chan *[]byte, directWindows)
 
 // putDirectBuf keeps b for the next stage, unless a stage's worth is kept already.

@@ -211,11 +211,10 @@ const flushWindow = 4 * writebackWindow
 // large Put takes about the longer of the two rather than their sum.
 //
 // Written back is not durable yet: a virtual disk may hold it in its host's cache until the
-// cache is flushed, and the fsync that publishes the object flushed everything written since
-// the last flush: ~100 ms for a 90 MB index segment here, after its last byte, on the build's
-// answer. So every flushWindow bytes a flush (fsync) is started on a goroutine of its own, one
-// at a time, while the writes go on; the publishing fsync then flushes the last window or two
-// (a 90 MB segment's build: 0.955 -> 0.87 s, medians of 18 builds alternated).
+// cache is flushed, and the fsync that publishes the object would flush everything written
+// since the last flush, after its last byte, on the build's answer. So every flushWindow bytes
+// a flush (fsync) is started on a goroutine of its own, one at a time, while the writes go on;
+// the publishing fsync then flushes the last window or two (docs/PERFORMANCE.md §1.3).
 //
 // Starting writeback is advice. Waiting for it and the flushes report errors, and finish
 // returns the first: once reported on this file, an error of its writeback is not reported

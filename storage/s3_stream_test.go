@@ -10,7 +10,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"github.com/cba1309c/steward/internal/testminio"
+	"github.com/cba1309c/steward/internal/testing/testminio"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/storagetest"
 )

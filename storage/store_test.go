@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testminio"
+	"github.com/cba1309c/steward/internal/testing/testminio"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/storagetest"
 )

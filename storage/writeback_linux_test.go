@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 	"golang.org/x/sys/unix"
 )
 

@@ -6,16 +6,14 @@
 //
 // Why a program of its own: a worker runs the package initializers of everything linked into
 // its executable before it can serve, and steward links go-plugin's gRPC and protobuf, etcd's
-// client, Prometheus and the rest of the host side, which a worker never uses: 267 initializers,
-// 5.8–8.6 ms and 1.6 MB of heap at every worker's start, against 172, 2.3–2.9 ms and 0.72 MB
-// here (GODEBUG=inittrace=1), in an executable of 18.6 MB instead of 41.8.
+// client, Prometheus and the rest of the host side, which a worker never uses; without them a
+// worker's start takes about half the init time and heap (docs/PERFORMANCE.md §2.1).
 //
-// Build it with -ldflags=-R=0x200000 (the Makefile and internal/testbin do): its segments then
-// start on 2 MiB boundaries, so a worker maps its text and read-only data from the worker
-// image's 2 MiB page-cache folios whole, a page-table entry per 2 MiB. With the linker's default
-// 4 KiB alignment the head and tail of each segment are mapped 4 KiB a page, which in this small
-// executable is most of its text: started so, its workers answered a prestarted no-op mutation
-// 5% slower than the full steward binary's (ABBA of 8), and 6–8% faster with the alignment.
+// Build it with -ldflags=-R=0x200000 (the Makefile and internal/testing/testbin do): its
+// segments then start on 2 MiB boundaries, so a worker maps its text and read-only data from the
+// worker image's 2 MiB page-cache folios whole, a page-table entry per 2 MiB, rather than the
+// head and tail of each segment 4 KiB a page, which in this small executable is most of its text
+// (docs/PERFORMANCE.md §2.2).
 package main
 
 import (

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testminio"
+	"github.com/cba1309c/steward/internal/testing/testminio"
 	"github.com/cba1309c/steward/storage/storagetest"
 )
 

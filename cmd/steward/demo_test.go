@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
 // TestDemo runs `steward demo` as a newcomer would (smaller dataset) and checks that every act of

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
-	"github.com/cba1309c/steward/internal/testminio"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testminio"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/internal/boltfile/boltfiletest"
-	"github.com/cba1309c/steward/internal/testetcd"
+	"github.com/cba1309c/steward/internal/testing/testetcd"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"
 )

@@ -6,11 +6,11 @@
 //	steward jobs       inspect, release and quarantine a dispatcher's job store
 //	steward ledger     quarantine a corrupt ledger slot, the audited way out
 //	steward demo       the quickstart: index builds through the sidecar, with an OOM kill on purpose
-//	steward campaign   randomized fault campaign with an outcome-truth checker
 //	steward version    print the build version, module version, commit and platform
 //
 // The worker mode that isolated mutations run in is an explicit subcommand too, chosen here and
-// never by an init hook.
+// never by an init hook. The fault campaign is a test tool of its own (cmd/steward-campaign):
+// this binary links no test harness.
 package main
 
 import (
@@ -54,8 +54,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runLedger(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
-	case "campaign":
-		return runCampaign(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":
@@ -77,7 +75,6 @@ commands:
   dataset    create | describe | versions: make and inspect datasets
   jobs       list | show | release | quarantine: inspect a dispatcher's durable job store
   ledger     quarantine: move a corrupt ledger slot aside, audited
-  campaign   randomized fault campaign against MinIO with an outcome-truth checker
   version    print the build version, module version, commit and platform
 
 Run "steward <command> -h" for a command's flags.

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testing/testbin"
 )
 
 // TestMain removes the steward binary the tests share once all of them ran (a test that removed

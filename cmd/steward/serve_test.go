@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testing/testbin"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar"
 	"github.com/cba1309c/steward/storecfg"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testing/testbin"
 )
 
 // TestVersion: `steward version` names the build version first (as steward.hello reports it),

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testetcd"
+	"github.com/cba1309c/steward/internal/testing/testetcd"
 )
 
 // BenchmarkJobLifecycle drives b.N no-op jobs (a fake sidecar that commits at once) from submit

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testetcd"
+	"github.com/cba1309c/steward/internal/testing/testetcd"
 	"github.com/cba1309c/steward/rpc"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testetcd"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testetcd"
 )
 
 func TestMain(m *testing.M) {

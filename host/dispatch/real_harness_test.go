@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/host"
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
@@ -30,7 +30,7 @@ func (c *counted) Mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateRes
 
 func randID(prefix string) string { return testbin.RandID(prefix) }
 
-// launchSidecar starts a real `steward serve` (internal/testsidecar: test faults, short kill
+// launchSidecar starts a real `steward serve` (internal/testing/testsidecar: test faults, short kill
 // ladder, a private cgroup parent checked for leftovers at cleanup).
 func launchSidecar(t *testing.T) *counted {
 	t.Helper()

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testsidecar"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/hashicorp/go-hclog"
 )
 

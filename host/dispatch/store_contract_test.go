@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testetcd"
+	"github.com/cba1309c/steward/internal/testing/testetcd"
 	"github.com/hashicorp/go-hclog"
 )
 

@@ -1,12 +1,15 @@
 // Package archtest enforces steward's dependency direction with `go list -deps`: leaves stay
-// leaves, the host never links the supervisor, and the worker never links the host side.
+// leaves, the host never links the supervisor, the worker never links the host side, and the
+// product links no test harness.
 package archtest
 
 import (
 	"encoding/json"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -113,4 +116,55 @@ func TestDependencyDirection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// harness reports whether dep is a test harness: a package under internal/testing (launchers,
+// fake servers, test engines, the fault campaign), or a steward package named like the standard
+// library's test helpers (storage/storagetest, internal/boltfile/boltfiletest, as net/http/httptest).
+func harness(dep string) bool {
+	return within(dep, "internal/testing") || strings.HasPrefix(dep, module+"/") && strings.HasSuffix(path.Base(dep), "test")
+}
+
+// tools are the commands besides the harnesses themselves that may link a harness: test tools,
+// never shipped.
+var tools = []string{"cmd/steward-campaign"}
+
+// TestProductLinksNoHarness: the shipped binaries link no harness, and outside the harnesses and
+// the test tools no package imports one, even indirectly; tests (_test.go files, which Deps does
+// not list) import them freely. bbolt keeps internal/btesting out of its library the same way.
+func TestProductLinksNoHarness(t *testing.T) {
+	all := list(t)
+	for _, bin := range []string{"cmd/steward", "cmd/steward-worker"} {
+		t.Run(bin, func(t *testing.T) {
+			deps, ok := all[module+"/"+bin]
+			if !ok {
+				t.Fatalf("%s is not in go list ./...: the rule checks nothing", bin)
+			}
+			for _, d := range deps {
+				if harness(d) {
+					t.Errorf("%s links the harness %s", bin, d)
+				}
+			}
+		})
+	}
+	t.Run("harnesses only from tests and tools", func(t *testing.T) {
+		harnesses := 0
+		for p, deps := range all {
+			if harness(p) {
+				harnesses++
+				continue
+			}
+			if strings.HasSuffix(p, "_test") || slices.ContainsFunc(tools, func(tool string) bool { return within(p, tool) }) {
+				continue
+			}
+			for _, d := range deps {
+				if harness(d) {
+					t.Errorf("%s imports the harness %s", p, d)
+				}
+			}
+		}
+		if harnesses < 8 {
+			t.Fatalf("only %d harness packages found: the rule checks little", harnesses)
+		}
+	})
 }

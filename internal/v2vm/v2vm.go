@@ -26,7 +26,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testbin"
+	"github.com/cba1309c/steward/internal/testing/testbin"
 )
 
 // Tools is what a boot needs from the host.

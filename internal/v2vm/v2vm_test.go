@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cba1309c/steward/internal/testbin"
-	"github.com/cba1309c/steward/internal/testenv"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
 // Guest-side: what the VM's plan sets for the tests that run in it.

@@ -249,7 +249,7 @@ func (r results) rows() []row {
 }
 
 // lance reads the Lance engine's benchmarks (issue #12 item 8), each a ratio of two processes
-// measured in the same iteration: internal/enginetest BenchmarkLanceBuild (the engine under the
+// measured in the same iteration: internal/testing/enginetest BenchmarkLanceBuild (the engine under the
 // harness vs a bare pylance build) and sidecar BenchmarkLanceSidecar (a build and a no-op mutation,
 // local and on MinIO, through the real sidecar vs a bare pylance build and a bare engine start).
 func (r results) lance(names []string) []row {

@@ -265,10 +265,9 @@ func (d *Dataset) buildIndex(ctx context.Context, spec MutateSpec, f Field, opts
 		return IndexMeta{}, nil, err
 	}
 	// Numeric pages encode faster than the store takes them: up to 4 MiB ahead, encoding and
-	// storing overlap (10M rows: the id build 0.69x, price 0.86x the wall time, ABBA). A
-	// string build's merge is its slowest part and keeps a core to itself while its encoder
-	// waits for the store, so it hands over one chunk at a time, as through io.Pipe (with 4
-	// in flight its wall time rose ~10%).
+	// storing overlap. A string build's merge is its slowest part and keeps a core to itself
+	// while its encoder waits for the store, so it hands over one chunk at a time, as through
+	// io.Pipe (docs/PERFORMANCE.md §1.4).
 	inFlight := 4
 	if f.Type == String {
 		inFlight = 1

@@ -29,9 +29,9 @@ func (o SlotOutcome) String() string {
 	return fmt.Sprintf("NOT_COMMITTED (slot %d holds %s by %q, fence written here: %t)", o.Version, o.Op, o.Holder, o.FenceWritten)
 }
 
-// ResolveSlot settles whether invocationID committed at pinned+1 (ARCHITECTURE §5). It puts a
-// fence manifest (version pinned's content, transaction FENCE naming invocationID) into the
-// slot with put-if-absent:
+// ResolveSlot settles whether invocationID committed at pinned+1 (index.resolve in
+// docs/PROTOCOL.md). It puts a fence manifest (version pinned's content, transaction FENCE
+// naming invocationID) into the slot with put-if-absent:
 //   - fence written: the invocation can never commit there: NOT_COMMITTED;
 //   - slot already holds a manifest whose transaction.invocation_id is invocationID: COMMITTED;
 //   - slot holds anything else (another commit, any fence): NOT_COMMITTED.

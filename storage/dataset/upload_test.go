@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/cba1309c/steward/internal/testminio"
+	"github.com/cba1309c/steward/internal/testing/testminio"
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/cba1309c/steward/storage/storagetest"

@@ -1,0 +1,69 @@
+package rpc_test
+
+import (
+	"testing"
+
+	"github.com/cba1309c/steward/rpc"
+)
+
+// validMutate is a CREATE that passes Validate; cases change only its schema.
+func validMutate(schemaType string) rpc.MutateParams {
+	return rpc.MutateParams{
+		InvocationID:   "inv-1",
+		DeadlineUnixMs: 1,
+		Dataset:        rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file:///d"}, Path: "p"},
+		PinnedVersion:  1,
+		Op:             rpc.OpCreate,
+		Index:          rpc.IndexSpec{Name: "n", Columns: []string{"c"}, Type: rpc.IndexBTree},
+		Schema:         []rpc.FieldContract{{Name: "c", Type: schemaType}},
+	}
+}
+
+// TestSchemaFieldTypes: Validate accepts the schema types of docs/PROTOCOL.md §3.1 and refuses
+// everything else. "7>" once passed: the vector branch ignored that the prefix was missing.
+func TestSchemaFieldTypes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		typ  string
+		ok   bool
+	}{
+		{"int64", rpc.FieldInt64, true},
+		{"float64", rpc.FieldFloat64, true},
+		{"string", rpc.FieldString, true},
+		{"list of strings", rpc.FieldListString, true},
+		{"vector of 1", "vector<float32,1>", true},
+		{"vector of 128", "vector<float32,128>", true},
+		{"vector of six digits", "vector<float32,999999>", true},
+
+		{"digit and bracket without prefix", "7>", false},
+		{"bracket alone", ">", false},
+		{"digits alone", "128", false},
+		{"empty", "", false},
+		{"prefix cut short", "float32,8>", false},
+		{"prefix without dimension", "vector<float32,", false},
+		{"empty dimension", "vector<float32,>", false},
+		{"zero dimension", "vector<float32,0>", false},
+		{"leading zero", "vector<float32,08>", false},
+		{"seven digits", "vector<float32,1000000>", false},
+		{"negative dimension", "vector<float32,-1>", false},
+		{"fractional dimension", "vector<float32,1.5>", false},
+		{"space before dimension", "vector<float32, 8>", false},
+		{"doubled bracket", "vector<float32,8>>", false},
+		{"no closing bracket", "vector<float32,8", false},
+		{"other element type", "vector<float64,8>", false},
+		{"upper case", "VECTOR<float32,8>", false},
+		{"upper case scalar", "Int64", false},
+		{"list of ints", "list<int64>", false},
+		{"trailing space", "int64 ", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validMutate(tc.typ).Validate()
+			if tc.ok && err != nil {
+				t.Fatalf("type %q refused: %v", tc.typ, err)
+			}
+			if !tc.ok && err == nil {
+				t.Fatalf("type %q accepted", tc.typ)
+			}
+		})
+	}
+}
