@@ -81,7 +81,7 @@ etcd:
 lance:
 	scripts/lance.sh install
 
-# The pure cgroup v2 VM (internal/v2vm): QEMU (apt, needs root) and a kernel, both pinned, into
+# The pure cgroup v2 VM (internal/testing/v2vm): QEMU (apt, needs root) and a kernel, both pinned, into
 # .tools/v2vm (~30 s once). Without them TestIsolationOnPureCgroupV2 skips, or fails under
 # STEWARD_REQUIRE_REAL=1, which makes a failed install fail here too.
 v2vm:
@@ -95,8 +95,8 @@ test: minio etcd lance v2vm
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) build ./...
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/internal/v2vm$$')
-	$(GO) test -count=1 -v -timeout 10m ./internal/v2vm/
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/internal/testing/v2vm$$')
+	$(GO) test -count=1 -v -timeout 10m ./internal/testing/v2vm/
 	$(GO) test -count=1 -race -timeout 10m ./rpc/ ./sidecar/...
 	$(MAKE) fuzz
 

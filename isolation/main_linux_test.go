@@ -124,7 +124,7 @@ func needCgroups(t testing.TB) {
 }
 
 // realModes are the modes this machine can run for real: v2 where cgroup2 offers memory and pids
-// (a pure v2 host: internal/v2vm boots one), hybrid (needs the unified mount beside v1) and
+// (a pure v2 host: internal/testing/v2vm boots one), hybrid (needs the unified mount beside v1) and
 // v1-only.
 func realModes(t testing.TB) []Mode {
 	var modes []Mode

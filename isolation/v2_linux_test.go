@@ -18,7 +18,7 @@ import (
 )
 
 // The tests of this file need a pure cgroup v2 host (cgroup2 alone, offering memory and pids),
-// which this project's hybrid machines are not: internal/v2vm boots one under QEMU and runs them
+// which this project's hybrid machines are not: internal/testing/v2vm boots one under QEMU and runs them
 // there with STEWARD_REQUIRE_V2=1, which turns their skip into a failure. Elsewhere they skip
 // whatever STEWARD_REQUIRE_REAL says: the VM test is what CI requires.
 const requireV2Env = "STEWARD_REQUIRE_V2"
@@ -40,7 +40,7 @@ func needPureV2(t testing.TB) {
 	if os.Getenv(requireV2Env) == "1" {
 		t.Fatalf("pure cgroup v2 test: %s (required: %s=1)", why, requireV2Env)
 	}
-	t.Skipf("pure cgroup v2 test: %s (internal/v2vm runs it in a pure v2 VM)", why)
+	t.Skipf("pure cgroup v2 test: %s (internal/testing/v2vm runs it in a pure v2 VM)", why)
 }
 
 // TestV2LimitsReadBack: a v2 domain's interface files hold what steward promises: memory.max,

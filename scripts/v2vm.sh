@@ -5,7 +5,7 @@
 #   scripts/v2vm.sh install     QEMU (apt, pinned) and the kernel into .tools/v2vm/ if missing
 #   scripts/v2vm.sh version     print the pinned versions
 #
-# This machine's cgroups are hybrid; production runs pure v2. internal/v2vm boots the kernel under
+# This machine's cgroups are hybrid; production runs pure v2. internal/testing/v2vm boots the kernel under
 # QEMU (TCG: this host's /dev/kvm is PVM-based and does not boot a stock kernel) with an initramfs
 # it builds from the isolation tests, and reads their results off the serial console.
 # The kernel is fetched with `apt-get download` and unpacked with `dpkg-deb -x`, never installed:

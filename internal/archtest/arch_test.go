@@ -89,10 +89,6 @@ func TestDependencyDirection(t *testing.T) {
 		{"the supervisor never links the worker", "sidecar", func(d string) bool {
 			return within(d, "sidecar/worker")
 		}, true, "imports"},
-		// The test VM (QEMU, a kernel, an initramfs of test binaries) is the tests' alone.
-		{"the binaries never link the test VM", "cmd", func(d string) bool {
-			return within(d, "internal/v2vm")
-		}, true, "imports"},
 		{"storecfg links only rpc and storage", "storecfg", func(d string) bool {
 			return strings.HasPrefix(d, module+"/") && !within(d, "rpc") && !within(d, "storage")
 		}, true, "imports"},

@@ -27,7 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// step is one command the guest runs; internal/v2vm writes the plan.
+// step is one command the guest runs; internal/testing/v2vm writes the plan.
 type step struct {
 	Name   string   // reported in the markers
 	Args   []string // argv, Args[0] an absolute path in the initramfs

@@ -102,9 +102,9 @@ func TestOnPureCgroupV2(t *testing.T) {
 	}
 	dir := t.TempDir()
 	t0 := time.Now()
-	build(t, "build", "-o", filepath.Join(dir, "init"), "./internal/v2vm/guestinit")
+	build(t, "build", "-o", filepath.Join(dir, "init"), "./internal/testing/v2vm/guestinit")
 	build(t, "test", "-c", "-o", filepath.Join(dir, "isolation.test"), "./isolation")
-	build(t, "test", "-c", "-o", filepath.Join(dir, "v2vm.test"), "./internal/v2vm")
+	build(t, "test", "-c", "-o", filepath.Join(dir, "v2vm.test"), "./internal/testing/v2vm")
 	files := append(guestFiles(), File{Path: "/v2/steward", Mode: 0o755, Src: testbin.Steward(t)},
 		File{Path: "/v2/isolation.test", Mode: 0o755, Src: filepath.Join(dir, "isolation.test")},
 		File{Path: "/v2/v2vm.test", Mode: 0o755, Src: filepath.Join(dir, "v2vm.test")})
