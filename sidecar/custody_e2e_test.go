@@ -250,6 +250,11 @@ func TestWorkerGetsOnlyAGatewayKey(t *testing.T) {
 		// The toy commits (a dataset of its own each time), so that the object holding its key
 		// id is kept for the test to read.
 		path := randID("keys-")
+		// Its pinned version's manifest, in the naming the toy commits in: the gateway takes a
+		// commit only in the dataset's own naming.
+		if err := c.st.Put(context.Background(), path+"/_versions/00000000000000000001.manifest", strings.NewReader("v1"), 2); err != nil {
+			t.Fatal(err)
+		}
 		res, err := toyMutate(t, e.c, rpc.DatasetRef{Store: c.store, Path: path}, c.creds,
 			map[string]string{"report": "credentials", "commit": "yes"})
 		if err != nil || res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeOK || res.CommittedVersion != 2 {

@@ -67,7 +67,7 @@ func TestRealOutcomes(t *testing.T) {
 		}, answered: StateNotCommitted, phase: rpc.PhaseNativeReturn, code: rpc.NativeNotFound, settled: StateNotCommitted, version: 1},
 		{name: "other native code (INVALID_ARGUMENT) is UNKNOWN, then fenced", setup: func(p string) Request {
 			return createReq(data.make(p, 1), 1, "by_missing", "no_such_column")
-		}, answered: StateUnknown, phase: rpc.PhaseNativeReturn, code: rpc.NativeInvalidArgument, settled: StateNotCommitted, version: 2},
+		}, answered: StateUnknown, phase: rpc.PhaseNativeReturn, code: rpc.NativeInvalidArgument, settled: StateNotCommitted, version: 1},
 		{name: "indeterminate: crash after commit", setup: func(p string) Request {
 			r := createReq(data.make(p, 1), 1, "by_id", "id")
 			r.Fault = "crash_after_commit"
@@ -77,12 +77,12 @@ func TestRealOutcomes(t *testing.T) {
 			r := createReq(data.make(p, 1), 1, "by_id", "id")
 			r.Fault = "crash_before_commit"
 			return r
-		}, answered: StateUnknown, phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, settled: StateNotCommitted, version: 2},
+		}, answered: StateUnknown, phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, settled: StateNotCommitted, version: 1},
 		{name: "indeterminate: garbage", setup: func(p string) Request {
 			r := createReq(data.make(p, 1), 1, "by_id", "id")
 			r.Fault = "garbage"
 			return r
-		}, answered: StateUnknown, phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, settled: StateNotCommitted, version: 2},
+		}, answered: StateUnknown, phase: rpc.PhaseIndeterminate, code: rpc.ReasonWorkerLost, settled: StateNotCommitted, version: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var refreshes atomic.Int64
@@ -191,10 +191,10 @@ func TestRealLostAnswer(t *testing.T) {
 	if j.State != StateNotCommitted || stopped.sends.Load() != 1 || other.sends.Load() != 0 {
 		t.Fatalf("end: %s sends %d/%d: %s", j.State, stopped.sends.Load(), other.sends.Load(), historyEvents(j))
 	}
-	if data.latest("ds") != 2 || len(data.indices("ds")) != 0 {
-		t.Fatalf("dataset: version %d indices %v (want the fence at 2 and no index)", data.latest("ds"), data.indices("ds"))
+	if data.latest("ds") != 1 || len(data.indices("ds")) != 0 {
+		t.Fatalf("dataset: version %d indices %v (want version 1, no index: a fence takes no version)", data.latest("ds"), data.indices("ds"))
 	}
-	e.submit(createReq(data.ref("ds"), 2, "BY_ID", "id"))
+	e.submit(createReq(data.ref("ds"), 1, "BY_ID", "id"))
 }
 
 // TestRealSidecarKilled: a sidecar SIGKILLed while its worker hangs. The transport failure makes
@@ -250,10 +250,10 @@ func TestRealSidecarKilled(t *testing.T) {
 			t.Fatalf("history lacks %s: %s", want, historyEvents(j))
 		}
 	}
-	// The queued jobs run on the new sidecar. The one admitted on ds at version 1 can no longer
-	// commit (the fence took version 2): the sidecar answers COMMIT_CONFLICT.
+	// The queued jobs run on the new sidecar. The one admitted on ds at version 1 commits version
+	// 2: the fence closed that version to the killed invocation alone.
 	jobs, _ := e.d.List(ListOptions{})
-	if q := e.waitJob(jobs[1].ID, "settled", settled); q.State != StateNotCommitted || q.Result.Code != rpc.NativeCommitConflict {
+	if q := e.waitJob(jobs[1].ID, "settled", settled); q.State != StateCommitted || q.Result.CommittedVersion != 2 {
 		t.Fatalf("queued job on the fenced dataset: %s %+v", q.State, q.Result)
 	}
 	e.waitJob(jobs[2].ID, "committed", stateIs(StateCommitted))
