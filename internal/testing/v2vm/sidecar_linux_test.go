@@ -41,6 +41,13 @@ func pureV2() bool {
 // runtime dies at pids.max first), a worker ignoring SIGTERM -22 ended by SIGKILL through
 // cgroup.kill; after each answer its domain is gone, and after the sidecar closes no domain,
 // owner directory or process is left.
+// guestDeadline is the deadline of the faulted calls that end by it. The sidecar starts the kill
+// ladder its kill budget (3.6 s with testsidecar.FastArgs) before the deadline, so 5 s left the
+// worker 1.4 s: under TCG on a loaded machine, once too little for it to reach its fault (a
+// namespace's init that a SIGTERM makes exit 2, not the ladder's SIGKILL), once too little to
+// start at all (-1 before invocation). 10 s leaves 6.4 s.
+const guestDeadline = 10 * time.Second
+
 func TestSidecarOnPureV2(t *testing.T) {
 	bin := os.Getenv(stewardEnv)
 	if !pureV2() || bin == "" {
@@ -77,9 +84,9 @@ func TestSidecarOnPureV2(t *testing.T) {
 	}{
 		{name: "commit", path: "events", phase: rpc.PhaseNativeReturn, codes: []int{rpc.NativeOK}},
 		{name: "oom", path: "f-oom", fault: "oom", phase: rpc.PhaseIndeterminate, codes: []int{rpc.ReasonWorkerLost}, oom: true},
-		{name: "fork bomb", path: "f-fork_bomb", fault: "fork_bomb", deadline: 5 * time.Second, phase: rpc.PhaseIndeterminate,
+		{name: "fork bomb", path: "f-fork_bomb", fault: "fork_bomb", deadline: guestDeadline, phase: rpc.PhaseIndeterminate,
 			codes: []int{rpc.ReasonDeadline, rpc.ReasonWorkerLost}},
-		{name: "kill ladder", path: "f-ignore_sigterm", fault: "ignore_sigterm", deadline: 5 * time.Second, phase: rpc.PhaseIndeterminate,
+		{name: "kill ladder", path: "f-ignore_sigterm", fault: "ignore_sigterm", deadline: guestDeadline, phase: rpc.PhaseIndeterminate,
 			codes: []int{rpc.ReasonDeadline}, signal: "SIGKILL"},
 	} {
 		inv := testbin.RandID("inv-")
