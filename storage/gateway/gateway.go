@@ -31,7 +31,6 @@ import (
 
 	"github.com/cba1309c/steward/storage"
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/net/netutil"
 )
 
 // Custodian keeps custody of what the invocation writes.
@@ -222,7 +221,7 @@ func New(cfg Config) (*Gateway, error) {
 // Limits.MaxConnections connections are open at once: an engine cannot spend the sidecar's
 // descriptors.
 func (g *Gateway) Serve(ln net.Listener) error {
-	err := g.srv.Serve(netutil.LimitListener(ln, g.lim.MaxConnections))
+	err := g.srv.Serve(newLimitListener(ln, g.lim.MaxConnections))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -40,10 +40,12 @@ const (
 )
 
 // ClaimGrace is how long after its claim an invocation whose gateway is gone, and whose manifest
-// is not in the store, stays Unknown rather than fenced: an S3 put that its client (the gateway)
-// gave up on may still complete at the server for a while, and a fence written before it would
-// call a landed commit NOT_COMMITTED. Within the grace Decide answers Unknown; callers ask again.
-const ClaimGrace = time.Minute
+// is not in the store, stays Unknown rather than fenced: an S3 put whose body its client (the
+// gateway) had sent whole before it gave up or died may still complete at the server, and a
+// fence written before it would call a landed commit NOT_COMMITTED. A manifest is at most 64 MiB
+// and is claimed right before its put; a server takes milliseconds to seconds to finish a put it
+// has whole. Within the grace Decide answers Unknown; callers ask again (custody every 30 s).
+const ClaimGrace = 10 * time.Second
 
 // MaxClaimSize bounds a claim object: anything larger under _steward/slots/ is not a claim.
 const MaxClaimSize = 4096

@@ -135,7 +135,7 @@ func Boot(ctx context.Context, tools Tools, dir, init string, files []File, step
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	// TCG: this project's /dev/kvm is PVM-based and does not boot a stock kernel (docs/PERFORMANCE.md §4).
+	// TCG: this project's /dev/kvm is PVM-based and does not boot a stock kernel (docs/PERFORMANCE.md §5).
 	cmd := exec.CommandContext(ctx, tools.QEMU,
 		"-accel", "tcg,thread=multi", "-cpu", "max", "-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
 		"-nographic", "-no-reboot", "-net", "none", "-kernel", tools.Kernel, "-initrd", initrd,
