@@ -22,6 +22,7 @@ import (
 
 	"github.com/cba1309c/steward/internal/testing/testenv"
 	"github.com/cba1309c/steward/storage"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -603,5 +604,48 @@ func checkStagedDirect(t *testing.T, path string) {
 	got, err := io.ReadAll(f)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Errorf("staged object: %d bytes read (equal %v), %v", len(got), bytes.Equal(got, want), err)
+	}
+}
+
+// TestLandlockABIVerifiedOrRejected: the Landlock layer is enforced only from ABI 4 (filesystem
+// and TCP rules); below it (Linux 6.1 offers ABI 2: the v2 VM) --require-containment refuses to
+// start, for landlock alone, and auto containment starts, reporting the layer not enforced with the
+// ABI it found. On ABI ≥ 4 both verify with every layer. Run on the host and in the v2 VM, it
+// covers both branches.
+func TestLandlockABIVerifiedOrRejected(t *testing.T) {
+	needCgroups(t)
+	abi, err := ll.LandlockGetABIVersion()
+	if err != nil {
+		abi = 0
+	}
+	t.Logf("Landlock ABI %d (%v)", abi, err)
+	mode := realModes(t)[0]
+	req, rerr := New(Config{Parent: testParent, Mode: mode, Containment: ContainRequire})
+	if rerr == nil {
+		t.Cleanup(func() {
+			if err := req.Close(context.Background()); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	var land Layer
+	s := newSupervisor(t, mode, func(c *Config) { c.Containment = ContainAuto })
+	for _, l := range s.Report().Containment.Layers {
+		if l.Name == "landlock" {
+			land = l
+		}
+	}
+	t.Logf("require: %v; auto: landlock enforced %v: %s", rerr, land.Enforced, land.Detail)
+	if abi >= 4 {
+		if rerr != nil || !land.Enforced || len(s.Report().Containment.Missing()) > 0 {
+			t.Fatalf("ABI %d: require %v, auto's layers %+v: want both verified", abi, rerr, s.Report().Containment.Layers)
+		}
+		return
+	}
+	if missing := ReportOf(rerr).Containment.Missing(); !errors.Is(rerr, ErrIsolationUnavailable) || !slices.Equal(missing, []string{"landlock"}) {
+		t.Fatalf("ABI %d: New(require) = %v, missing %v: want refused for landlock alone", abi, rerr, missing)
+	}
+	if land.Enforced || !strings.Contains(land.Detail, fmt.Sprintf("offers %d", abi)) || !s.Report().Verified {
+		t.Fatalf("ABI %d: auto verified %v with landlock %+v: want verified, the layer not enforced, its ABI stated", abi, s.Report().Verified, land)
 	}
 }

@@ -61,6 +61,10 @@ var helpers = map[string]func(){
 	"envcheck": helperEnvCheck,
 	"cpus":     helperCPUs,
 	"sidecar":  helperSidecar,
+	// pure cgroup v2 (v2_linux_test.go)
+	"oomgroup":  helperOOMGroup,
+	"whereami":  helperWhereAmI,
+	"delegated": helperDelegated,
 	// descendants (no EnterWorker: their parent is a worker, not the supervisor)
 	"block": func() {
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -111,6 +115,11 @@ func spawn(h, kind string, setsid bool) *exec.Cmd {
 
 func helperAlloc() {
 	enter()
+	helperAllocate()
+}
+
+// helperAllocate touches 8 MiB after 8 MiB until the OOM killer ends the process.
+func helperAllocate() {
 	var keep [][]byte
 	for {
 		b := make([]byte, 8<<20)

@@ -110,25 +110,45 @@ func zombieChildren() []int {
 	return out
 }
 
-// needCgroups skips (or fails under STEWARD_REQUIRE_REAL=1) without root and a v1 hierarchy.
+// needCgroups skips (or fails under STEWARD_REQUIRE_REAL=1) without root and either v1
+// hierarchies (memory, pids, freezer) or a pure v2 one offering memory and pids.
 func needCgroups(t testing.TB) {
 	t.Helper()
 	testenv.NeedRoot(t)
+	if available(ModeV2) == nil {
+		return
+	}
 	if !v1Mounted("memory") || !v1Mounted("pids") || !v1Mounted("freezer") {
-		testenv.Unavailable(t, "v1 memory, pids and freezer hierarchies not mounted")
+		testenv.Unavailable(t, "v1 memory, pids and freezer hierarchies not mounted, and no cgroup2 offering memory and pids")
 	}
 }
 
-// realModes are the modes this machine can run for real: hybrid (needs the unified mount beside
-// v1) and v1-only.
+// realModes are the modes this machine can run for real: v2 where cgroup2 offers memory and pids
+// (a pure v2 host: internal/testing/v2vm boots one), hybrid (needs the unified mount beside v1) and
+// v1-only.
 func realModes(t testing.TB) []Mode {
-	modes := []Mode{ModeV1}
-	if available(ModeHybrid) == nil {
-		modes = append([]Mode{ModeHybrid}, modes...)
-	} else if testenv.RequireReal() {
-		t.Fatalf("hybrid mode unavailable: %v", available(ModeHybrid))
+	var modes []Mode
+	if available(ModeV2) == nil {
+		modes = append(modes, ModeV2)
+	}
+	if v1Mounted("memory") && v1Mounted("pids") && v1Mounted("freezer") {
+		if available(ModeHybrid) == nil {
+			modes = append(modes, ModeHybrid)
+		} else if testenv.RequireReal() {
+			t.Fatalf("hybrid mode unavailable: %v", available(ModeHybrid))
+		}
+		modes = append(modes, ModeV1)
 	}
 	return modes
+}
+
+// domainDir is the directory of d's cgroup in the hierarchy that counts its tasks: the unified
+// one in v2 mode, else v1 pids.
+func domainDir(s *Supervisor, d *Domain) string {
+	if s.Mode() == ModeV2 {
+		return filepath.Join(unifiedMount(), s.CgroupPath(d))
+	}
+	return filepath.Join(v1Root, "pids", s.CgroupPath(d))
 }
 
 func newSupervisor(t testing.TB, mode Mode, tweak func(*Config)) *Supervisor {

@@ -1,0 +1,307 @@
+// Package v2vm boots a pure cgroup v2 Linux kernel under QEMU with an initramfs of the project's
+// own static binaries, runs them there as a list of steps, and reads each step's output and exit
+// code off the serial console. It exists because the project's machines are hybrid (v1 memory and
+// pids, a controller-less cgroup2) while production hosts run pure v2: isolation's v2 path can
+// only run for real in a VM of its own.
+//
+// The kernel and QEMU come from scripts/v2vm.sh (pinned Debian packages, cached in the tools
+// dir). The guest's PID 1 is guestinit; the console protocol is in its doc comment. Only tests
+// and tools import this package.
+package v2vm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cba1309c/steward/internal/testing/testbin"
+)
+
+// Tools is what a boot needs from the host.
+type Tools struct {
+	QEMU     string // qemu-system-x86_64
+	Kernel   string // the pinned kernel's bzImage
+	Versions string // the pinned package versions (scripts/v2vm.sh version)
+}
+
+// ErrNoTools: scripts/v2vm.sh has not installed the VM's QEMU or kernel.
+var ErrNoTools = errors.New("v2vm: QEMU or the kernel is missing")
+
+// FindTools finds what scripts/v2vm.sh installed.
+func FindTools() (Tools, error) {
+	kernel, err := testbin.Tool(filepath.Join("v2vm", "vmlinuz"), "scripts/v2vm.sh install")
+	if err != nil {
+		return Tools{}, fmt.Errorf("%w: %w", ErrNoTools, err)
+	}
+	versions, err := os.ReadFile(filepath.Join(filepath.Dir(kernel), "versions"))
+	if err != nil {
+		return Tools{}, fmt.Errorf("%w: run scripts/v2vm.sh install: %w", ErrNoTools, err)
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return Tools{}, fmt.Errorf("%w: run scripts/v2vm.sh install: %w", ErrNoTools, err)
+	}
+	return Tools{QEMU: qemu, Kernel: kernel, Versions: strings.TrimSpace(string(versions))}, nil
+}
+
+// File is one regular file of the initramfs.
+type File struct {
+	Path string // absolute, in the guest
+	Mode os.FileMode
+	Src  string // host file to copy, or
+	Data []byte // the contents
+}
+
+// Step is one command the guest runs (guestinit's step).
+type Step struct {
+	Name     string
+	Args     []string // Args[0]: an absolute path in the initramfs
+	Env      []string // the whole environment
+	UID      int      // run as this uid and gid (0: root)
+	Cgroup   string   // cgroup2 directory to start it in ("": the root)
+	Delegate string   // a cgroup created and chowned to UID first (Delegate=yes); a Cgroup below it too
+	Timeout  int      // seconds (0: 300); the step is SIGKILLed after it
+}
+
+// Options size the VM.
+type Options struct {
+	MemoryMiB int           // guest RAM; default 1024
+	CPUs      int           // default 2
+	Timeout   time.Duration // the whole boot, to power-off; default 10 minutes
+}
+
+// Result is what the console said.
+type Result struct {
+	Kernel      string        // the guest's uname -r
+	Controllers string        // the root's cgroup.controllers
+	Boot        time.Duration // QEMU's start to guestinit's first line
+	Wall        time.Duration // QEMU's start to its exit
+	Steps       []StepResult
+	Done        bool     // guestinit ran every step and said so
+	Console     []string // every line, markers included
+}
+
+// StepResult is one step's exit code, wall time in the guest and output.
+type StepResult struct {
+	Name  string
+	Exit  int // -1: killed (its timeout)
+	Took  time.Duration
+	Lines []string
+}
+
+// Step returns the result of the step called name, if it ran.
+func (r Result) Step(name string) (StepResult, bool) {
+	for _, s := range r.Steps {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return StepResult{}, false
+}
+
+// Boot builds the initramfs (init, the files and the plan of steps) in dir, boots it and parses
+// the console. It returns an error when QEMU could not run or exited without guestinit's "done":
+// the Result holds the console up to there.
+func Boot(ctx context.Context, tools Tools, dir, init string, files []File, steps []Step, o Options) (Result, error) {
+	if o.MemoryMiB == 0 {
+		o.MemoryMiB = 1024
+	}
+	if o.CPUs == 0 {
+		o.CPUs = 2
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	plan, err := json.Marshal(steps)
+	if err != nil {
+		return Result{}, fmt.Errorf("v2vm: plan: %w", err)
+	}
+	files = append([]File{{Path: "/init", Mode: 0o755, Src: init}, {Path: "/v2vm/plan.json", Mode: 0o644, Data: plan}}, files...)
+	initrd := filepath.Join(dir, "initramfs.cpio")
+	if err := writeInitramfs(initrd, files); err != nil {
+		return Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	// TCG: this project's /dev/kvm is PVM-based and does not boot a stock kernel (docs/PERFORMANCE.md §5).
+	cmd := exec.CommandContext(ctx, tools.QEMU,
+		"-accel", "tcg,thread=multi", "-cpu", "max", "-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
+		"-nographic", "-no-reboot", "-net", "none", "-kernel", tools.Kernel, "-initrd", initrd,
+		"-append", "console=ttyS0 cgroup_no_v1=all panic=-1 quiet")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("v2vm: %w", err)
+	}
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return Result{}, fmt.Errorf("v2vm: start %s: %w", tools.QEMU, err)
+	}
+	r := parse(out, t0)
+	werr := cmd.Wait()
+	r.Wall = time.Since(t0)
+	switch {
+	case ctx.Err() != nil:
+		return r, fmt.Errorf("v2vm: no power-off within %v: %w", o.Timeout, ctx.Err())
+	case werr != nil:
+		return r, fmt.Errorf("v2vm: qemu: %w: %s", werr, strings.TrimSpace(stderr.String()))
+	case !r.Done:
+		return r, fmt.Errorf("v2vm: the guest stopped before running every step (last lines: %s)", tail(r.Console, 5))
+	}
+	return r, nil
+}
+
+// parse reads the console until QEMU closes it.
+func parse(out io.Reader, t0 time.Time) Result {
+	var r Result
+	var cur *StepResult
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		r.Console = append(r.Console, line)
+		// The first marker follows SeaBIOS's terminal escapes on the same line.
+		_, rest, marker := strings.Cut(line, "v2vm: ")
+		switch {
+		case !marker:
+			if cur != nil {
+				cur.Lines = append(cur.Lines, line)
+			}
+		case strings.HasPrefix(rest, "kernel "):
+			r.Kernel, r.Boot = strings.TrimPrefix(rest, "kernel "), time.Since(t0)
+		case strings.HasPrefix(rest, "controllers "):
+			r.Controllers = strings.TrimPrefix(rest, "controllers ")
+		case strings.HasPrefix(rest, "begin "):
+			r.Steps = append(r.Steps, StepResult{Name: strings.TrimPrefix(rest, "begin ")})
+			cur = &r.Steps[len(r.Steps)-1]
+		case strings.HasPrefix(rest, "end ") && cur != nil:
+			var name string
+			var ms int64
+			if _, err := fmt.Sscanf(rest, "end %s exit %d ms %d", &name, &cur.Exit, &ms); err != nil || name != cur.Name {
+				cur.Lines = append(cur.Lines, line)
+				continue
+			}
+			cur.Took, cur = time.Duration(ms)*time.Millisecond, nil
+		case rest == "done":
+			r.Done = true
+		default:
+			if cur != nil {
+				cur.Lines = append(cur.Lines, line)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		// A line past the buffer: keep QEMU writing (it would block on a full pipe) until it exits.
+		r.Console = append(r.Console, "v2vm: console unreadable: "+err.Error())
+		_, _ = io.Copy(io.Discard, out)
+	}
+	return r
+}
+
+func tail(lines []string, n int) string {
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
+// writeInitramfs writes files, and every directory above them, as an uncompressed newc cpio
+// archive with /dev/console (the kernel opens it for init's stdio before devtmpfs is mounted).
+func writeInitramfs(name string, files []File) (retErr error) {
+	f, err := os.Create(name)
+	if err != nil {
+		return fmt.Errorf("v2vm: initramfs: %w", err)
+	}
+	defer func() {
+		if err := f.Close(); err != nil && retErr == nil {
+			retErr = fmt.Errorf("v2vm: initramfs: %w", err)
+		}
+	}()
+	w := &cpioWriter{w: bufio.NewWriterSize(f, 1<<20)}
+	dirs := map[string]bool{"/dev": true}
+	for _, fl := range files {
+		for d := path.Dir(fl.Path); d != "/"; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	sorted := make([]string, 0, len(dirs))
+	for d := range dirs {
+		sorted = append(sorted, d)
+	}
+	sort.Strings(sorted) // parents before children
+	for _, d := range sorted {
+		w.entry(d, 0o040755, 0, nil)
+	}
+	w.entry("/dev/console", 0o020600, 5<<8|1, nil)
+	for _, fl := range files {
+		data := fl.Data
+		if fl.Src != "" {
+			if data, err = os.ReadFile(fl.Src); err != nil {
+				return fmt.Errorf("v2vm: initramfs: %w", err)
+			}
+		}
+		w.entry(fl.Path, 0o100000|uint32(fl.Mode.Perm()), 0, data)
+	}
+	w.entry("TRAILER!!!", 0, 0, nil)
+	return w.flush()
+}
+
+// cpioWriter writes the "newc" format (cpio -H newc), the one the kernel unpacks.
+type cpioWriter struct {
+	w   *bufio.Writer
+	ino uint32
+	err error
+}
+
+// entry writes one member; rdev is major<<8|minor for a device node.
+func (c *cpioWriter) entry(name string, mode, rdev uint32, data []byte) {
+	if c.err != nil {
+		return
+	}
+	name = strings.TrimPrefix(name, "/")
+	c.ino++
+	nlink := uint32(1)
+	if mode&0o040000 != 0 {
+		nlink = 2
+	}
+	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
+		c.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rdev>>8, rdev&0xff, len(name)+1, 0)
+	c.write([]byte(hdr))
+	c.write(append([]byte(name), 0))
+	c.pad(len(hdr) + len(name) + 1)
+	c.write(data)
+	c.pad(len(data))
+}
+
+func (c *cpioWriter) write(b []byte) {
+	if c.err == nil {
+		_, c.err = c.w.Write(b)
+	}
+}
+
+// pad aligns the archive to 4 bytes after n bytes written (every header starts aligned).
+func (c *cpioWriter) pad(n int) {
+	if r := n % 4; r != 0 {
+		c.write(make([]byte, 4-r))
+	}
+}
+
+func (c *cpioWriter) flush() error {
+	if c.err == nil {
+		c.err = c.w.Flush()
+	}
+	if c.err != nil {
+		return fmt.Errorf("v2vm: initramfs: %w", c.err)
+	}
+	return nil
+}
