@@ -646,8 +646,15 @@ func (r *run) slowLoris() Finding {
 			break
 		}
 		if sent == 4 {
+			// A 503 is the gateway shaping the rate (SlowDown: an earlier attack's flood may have
+			// spent its burst), not a connection left unserved: ask again, a few times.
 			c := &s3raw{addr: r.gw.addr, bucket: r.gw.bucket, ak: r.gw.ak}
-			served = c.do("HEAD", "/"+c.bucket, nil, nil)
+			for try := 0; try < 10; try++ {
+				if served = c.do("HEAD", "/"+c.bucket, nil, nil); served.ok() || served.status != 503 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 			c.close()
 		}
 	}
