@@ -447,7 +447,12 @@ func probeContainment(cfg Config) (rep ContainmentReport, ok bool) {
 	land := Layer{Name: "landlock", Enforced: err == nil && lerr == nil && abi >= 4,
 		Detail: fmt.Sprintf("ABI %d: read the system's trees and the engine's, execute only an engine's own command (the built-in worker: the system's) and nothing it can write, write its temp dir, TCP connect to the store's or gateway's port only, no TCP bind, no signals or abstract sockets out of its domain", abi)}
 	if lerr != nil || abi < 4 {
-		land.Detail = fmt.Sprintf("Landlock ABI ≥ 4 is needed (filesystem and TCP rules); this kernel offers %d (%v)", abi, lerr)
+		land.Detail = fmt.Sprintf("Landlock ABI ≥ 4 is needed (filesystem and TCP rules); this kernel offers %d", abi)
+		if lerr != nil {
+			land.Detail += " (" + lerr.Error() + ")"
+		} else if abi >= 1 {
+			land.Detail += ": its filesystem rules are applied all the same; TCP rules and scoping are not, and the domain's own network and PID namespaces keep it from other hosts' ports, signals and abstract sockets"
+		}
 	}
 	sc := Layer{Name: "seccomp", Enforced: err == nil && seccomp.Supported(),
 		Detail: fmt.Sprintf("%d syscalls refused (EPERM: ptrace, process_vm_*, mount family, setns/unshare, bpf, perf_event_open, kexec, modules, keys, io_uring, clocks), namespace flags refused in clone, clone3 ENOSYS, socket families but unix, inet, inet6 and netlink EAFNOSUPPORT (socketpair: unix only), memfd_create without MFD_NOEXEC_SEAL EPERM (no executable memfd), every call through a foreign ABI (i386 on amd64) ENOSYS", len(refusedSyscalls))}
