@@ -61,10 +61,7 @@ var helpers = map[string]func(){
 	"envcheck": helperEnvCheck,
 	"cpus":     helperCPUs,
 	"sidecar":  helperSidecar,
-	// pure cgroup v2 (v2_linux_test.go)
-	"oomgroup":  helperOOMGroup,
-	"whereami":  helperWhereAmI,
-	"delegated": helperDelegated,
+	// pure cgroup v2: v2_linux_test.go adds its own (built with the v2guest tag only)
 	// descendants (no EnterWorker: their parent is a worker, not the supervisor)
 	"block": func() {
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

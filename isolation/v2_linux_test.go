@@ -1,3 +1,5 @@
+//go:build linux && v2guest
+
 package isolation
 
 import (
@@ -18,12 +20,17 @@ import (
 )
 
 // The tests of this file need a pure cgroup v2 host (cgroup2 alone, offering memory and pids),
-// which this project's hybrid machines are not: internal/testing/v2vm boots one under QEMU and runs them
-// there with STEWARD_REQUIRE_V2=1, which turns their skip into a failure. Elsewhere they skip
-// whatever STEWARD_REQUIRE_REAL says: the VM test is what CI requires.
-const requireV2Env = "STEWARD_REQUIRE_V2"
+// which this project's hybrid machines are not: they are built only with the v2guest tag, into
+// the test binary internal/testing/v2vm boots under QEMU, and there they fail, never skip,
+// without what they need.
 
-// needPureV2 skips t unless it runs as root on a pure v2 host; under STEWARD_REQUIRE_V2=1 it fails.
+func init() {
+	helpers["oomgroup"] = helperOOMGroup
+	helpers["whereami"] = helperWhereAmI
+	helpers["delegated"] = helperDelegated
+}
+
+// needPureV2 fails t unless it runs as root on a pure v2 host.
 func needPureV2(t testing.TB) {
 	t.Helper()
 	why := ""
@@ -37,10 +44,7 @@ func needPureV2(t testing.TB) {
 	default:
 		return
 	}
-	if os.Getenv(requireV2Env) == "1" {
-		t.Fatalf("pure cgroup v2 test: %s (required: %s=1)", why, requireV2Env)
-	}
-	t.Skipf("pure cgroup v2 test: %s (internal/testing/v2vm runs it in a pure v2 VM)", why)
+	t.Fatalf("pure cgroup v2 test: %s", why)
 }
 
 // TestV2LimitsReadBack: a v2 domain's interface files hold what steward promises: memory.max,
