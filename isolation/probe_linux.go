@@ -221,7 +221,7 @@ func probeMode(ctx context.Context, cfg Config, m Mode, t tree, owner string, pr
 	case cerr != nil:
 		return cerr
 	}
-	r.MemoryLimit, r.SwapLimit, r.PidsLimit = cg.mem, cg.swap, cg.pids
+	r.MemoryLimit, r.SwapLimit, r.PidsLimit, r.DomainLimits = cg.mem, cg.swap, cg.pids, cg.limits
 	r.BornInCgroup = cg.v2 != nil
 	r.Barrier = cg.needsBarrier()
 	switch m {
