@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 )
 
@@ -200,6 +201,42 @@ func TestMemoryBudgetDefault(t *testing.T) {
 	want := map[string]float64{"cgroup": 0.8, "machine": 0.5}[mb.Source]
 	if want == 0 || mb.Share != want || mb.BudgetBytes != max(int64(float64(mb.BaseBytes)*want), min(256<<20, mb.BaseBytes)) || mb.Detail == "" {
 		t.Fatalf("default budget %+v: want %v of its base", mb, want)
+	}
+	t.Logf("default budget %+v", *mb)
+}
+
+// TestMemoryBudgetDefaultFromOwnCgroup: a sidecar started inside a memory cgroup limited to
+// 3 GiB (as systemd places a unit with MemoryMax=) takes 80% of that limit as its default budget,
+// read from the real cgroup file.
+func TestMemoryBudgetDefaultFromOwnCgroup(t *testing.T) {
+	const limit = 3 << 30
+	dir, file := filepath.Join("/sys/fs/cgroup/memory", randID("steward-budget-")), "memory.limit_in_bytes"
+	if _, err := os.Stat("/sys/fs/cgroup/memory/cgroup.procs"); err != nil {
+		dir, file = filepath.Join("/sys/fs/cgroup", randID("steward-budget-")), "memory.max" // pure v2
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("a memory cgroup for the sidecar: %v", err)
+	}
+	t.Cleanup(func() { // after the sidecar's own cleanup: it has exited
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			err := os.Remove(dir)
+			if err == nil || errors.Is(err, os.ErrNotExist) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("remove %s: %v", dir, err)
+				return
+			}
+		}
+	})
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.Itoa(limit)), 0); err != nil {
+		t.Fatal(err)
+	}
+	sc := testsidecar.Start(t, testsidecar.Options{Enter: []string{dir}})
+	mb := sc.Client.Info().MemoryBudget
+	if mb == nil || mb.Source != "cgroup" || mb.BaseBytes != limit || mb.Share != 0.8 ||
+		mb.BudgetBytes != limit*4/5 || mb.Detail != filepath.Join(dir, file) {
+		t.Fatalf("hello memory_budget %+v: want 80%% of the %d-byte limit of %s", mb, limit, filepath.Join(dir, file))
 	}
 	t.Logf("default budget %+v", *mb)
 }
