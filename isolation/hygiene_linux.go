@@ -84,3 +84,21 @@ func meminfoBytes(text, key string) (int64, bool) {
 	}
 	return 0, false
 }
+
+// domainLimitsCheck is the doctor line of the domain limits: what every domain is held to, and
+// what this mode cannot enforce (never a failure: the missing ones have what holds instead).
+func domainLimitsCheck(ls []DomainLimit) Check {
+	var on, off []string
+	for _, l := range ls {
+		if l.Enforced {
+			on = append(on, l.Name)
+		} else {
+			off = append(off, l.Name)
+		}
+	}
+	d := "written and read back in every domain: " + strings.Join(on, ", ")
+	if len(off) > 0 {
+		d += "; not enforced in this mode: " + strings.Join(off, ", ") + " (hello's isolation.domain_limits says why)"
+	}
+	return Check{Name: "domain limits", OK: true, Detail: d}
+}

@@ -35,8 +35,8 @@ func TestOwnMemoryCeilingInADomain(t *testing.T) {
 			if got, want := read(1)[0].kind, fmt.Sprintf("ceiling:%d:%s", mem, CeilingCgroup); got != want {
 				t.Fatalf("the domain's process read %q, want %q", got, want)
 			}
-			o, err := d.Terminate(context.Background())
-			assertReaped(t, o, err, "term")
+			o, err := d.Kill(context.Background()) // no SIGTERM stage: its grace is timing
+			assertReaped(t, o, err, "kill")
 		})
 	}
 }
@@ -122,6 +122,15 @@ func TestDomainLimitsVerifiedOrRejected(t *testing.T) {
 			if !lims[LimitMemory].Enforced || !lims[LimitPids].Enforced {
 				t.Errorf("memory or pids not enforced: %+v", s.Report().DomainLimits)
 			}
+			var doctor *Check
+			for i, c := range s.Report().Checks {
+				if c.Name == "domain limits" {
+					doctor = &s.Report().Checks[i]
+				}
+			}
+			if doctor == nil || !doctor.OK || !strings.Contains(doctor.Detail, LimitPids) {
+				t.Errorf("doctor's domain limits line: %+v", doctor)
+			}
 			if sw := lims[LimitSwapOff]; !sw.Enforced && machineSwap() == 0 {
 				t.Errorf("swap off not enforced on a machine without swap: %+v", sw)
 			}
@@ -144,8 +153,8 @@ func TestDomainLimitsVerifiedOrRejected(t *testing.T) {
 					t.Errorf("%s = %d, %v; the domain's report says %d", file, got, err, v)
 				}
 			}
-			o, err := d.Terminate(context.Background())
-			assertReaped(t, o, err, "term")
+			o, err := d.Kill(context.Background()) // no SIGTERM stage: its grace is timing
+			assertReaped(t, o, err, "kill")
 
 			// pids.max refuses values at or above PID_MAX_LIMIT: the start fails, nothing stays.
 			_, err = s.Start(context.Background(), Spec{ID: "toomany", Env: workerEnv("noop"), PidsLimit: 1 << 40})

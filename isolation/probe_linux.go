@@ -124,6 +124,9 @@ func probe(ctx context.Context, cfg Config, t tree, owner string, pr parentResul
 		iso.OK, iso.Detail, iso.Fix = false, r.Reason, "steward identifies processes by pidfd only: run on Linux ≥ 5.3 (pidfd_open)"
 	}
 	r.Checks = append(r.Checks, iso)
+	if r.Verified {
+		r.Checks = append(r.Checks, domainLimitsCheck(r.DomainLimits))
+	}
 	r.Checks = append(r.Checks, containmentChecks(cfg, r.Containment)...)
 	if missing := r.Containment.Missing(); cfg.Containment == ContainRequire && len(missing) > 0 && r.Verified {
 		r.Verified, r.Mode = false, ModeNone
