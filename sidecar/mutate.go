@@ -62,6 +62,10 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err
 	}
+	if err := s.overBudget(p); err != nil {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: %w", rpc.ErrOverMemoryBudget, err)
+	}
 	if p.Fault != "" && (!s.cfg.TestFaults || !slices.Contains(workerproto.Faults, p.Fault)) {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not enabled on this sidecar", rpc.ErrInvalidParams, p.Fault)
@@ -162,7 +166,7 @@ func (s *Server) executor() {
 	for {
 		// A spare of an engine the calls have left (another executor's call, or this one's) would
 		// only be discarded by the next call, a cold start: it is replaced now.
-		if spare != nil && s.spareStale(spare) {
+		if spare != nil && (s.spareStale(spare) || !s.idleSpare(spare)) { // or retired for budget
 			if s.take(spare) {
 				spare.discard()
 			}
