@@ -11,14 +11,15 @@ import (
 	"sort"
 )
 
-// Segment formats, told apart by their magic. Formats 2, 3 and 4 differ only in the keys of a
-// string page: string segments are written in format 4, numeric ones still in format 2 (the
-// same bytes, so a steward that predates formats 3 and 4 reads them); formats 1 and 3 are
-// still read.
+// Segment formats, told apart by their magic. A numeric segment is written in format 2, a
+// string one in format 4 (formats 2 and 4 differ only in a string page's keys), and those are
+// the formats read. Formats 1 and 3, and format 2 with string keys, were written only by
+// development builds before 2026-12-06 (no release wrote them: docs/FORMATS.md); a reader
+// refuses them with ErrRetiredFormat, whose fix is rebuilding the index.
 const (
-	btreeMagicV1 = "STWBT001"
+	btreeMagicV1 = "STWBT001" // retired
 	btreeMagicV2 = "STWBT002"
-	btreeMagicV3 = "STWBT003"
+	btreeMagicV3 = "STWBT003" // retired
 	btreeMagic   = "STWBT004"
 )
 
@@ -263,7 +264,6 @@ type BTreeReader[K Key] struct {
 	r       RangeReader
 	pages   []btreePage[K]
 	entries uint64
-	format  int // 1 to 4
 }
 
 // OpenBTree reads and validates a segment's trailer and lookup table.
@@ -271,6 +271,13 @@ func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], erro
 	t, lookup, magic, err := readFrame(ctx, r, "btree", []string{btreeMagic, btreeMagicV3, btreeMagicV2, btreeMagicV1}, KeyTypeOf[K]())
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case magic == writeMagic[K]():
+	case magic == btreeMagic:
+		return nil, corrupt("btree", 0, "format 4 holds string keys only")
+	default:
+		return nil, &retiredError{magic: magic}
 	}
 	if uint64(t.count) > uint64(len(lookup))/16 {
 		return nil, corrupt("btree", int64(t.lookupOff), "%d pages cannot fit a %d-byte lookup table", t.count, len(lookup))
@@ -299,16 +306,7 @@ func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], erro
 	if len(d.b) != 0 || next != int64(t.lookupOff) || total != t.entries {
 		return nil, corrupt("btree", int64(t.lookupOff), "lookup table does not account for the segment")
 	}
-	format := 4
-	switch magic {
-	case btreeMagicV1:
-		format = 1
-	case btreeMagicV2:
-		format = 2
-	case btreeMagicV3:
-		format = 3
-	}
-	return &BTreeReader[K]{r: r, pages: pages, entries: t.entries, format: format}, nil
+	return &BTreeReader[K]{r: r, pages: pages, entries: t.entries}, nil
 }
 
 // Entries is the number of (key, row id) pairs in the segment.
@@ -350,12 +348,7 @@ func (br *BTreeReader[K]) Scan(ctx context.Context, rg Range[K], fn func(K, uint
 		}
 		for _, p := range br.pages[lo:hi] {
 			page := buf[p.off-start : p.off-start+p.length]
-			if br.format == 1 {
-				keys, ids, err = decodePageV1(page, p, keys[:0], ids[:0])
-			} else {
-				keys, ids, err = decodePage(page, p, br.format, keys[:0], ids[:0])
-			}
-			if err != nil {
+			if keys, ids, err = decodePage(page, p, keys[:0], ids[:0]); err != nil {
 				return err
 			}
 			for j, k := range keys {
@@ -369,8 +362,8 @@ func (br *BTreeReader[K]) Scan(ctx context.Context, rg Range[K], fn func(K, uint
 	return nil
 }
 
-// decodePage decodes a page of format 2, 3 or 4.
-func decodePage[K Key](b []byte, p btreePage[K], format int, keys []K, ids []uint64) ([]K, []uint64, error) {
+// decodePage decodes a page of format 2 (numbers) or 4 (strings).
+func decodePage[K Key](b []byte, p btreePage[K], keys []K, ids []uint64) ([]K, []uint64, error) {
 	body, err := pageBody(b, p)
 	if err != nil {
 		return nil, nil, err
@@ -382,21 +375,15 @@ func decodePage[K Key](b []byte, p btreePage[K], format int, keys []K, ids []uin
 		if keys, body, ids, err = decodeNumKeys(body, p.count, keys, ids[:0], bad); err != nil {
 			return nil, nil, err
 		}
-	case format == 2:
-		if keys, body, err = decodeFrontCoded(body, p.count, keys, bad); err != nil {
-			return nil, nil, err
-		}
-	case format == 4 && len(body) > 0 && body[0] == keysCoded:
+	case len(body) > 0 && body[0] == keysCoded:
 		if keys, body, ids, err = decodeCodedKeys(body[1:], p.count, keys, ids[:0], bad); err != nil {
 			return nil, nil, err
 		}
 	default:
-		if format == 4 {
-			if len(body) == 0 || body[0] != keysFront {
-				return nil, nil, bad("string keys in an unknown form")
-			}
-			body = body[1:]
+		if len(body) == 0 || body[0] != keysFront {
+			return nil, nil, bad("string keys in an unknown form")
 		}
+		body = body[1:]
 		if keys, body, ids, err = decodeStrKeys(body, p.count, keys, ids[:0], bad); err != nil {
 			return nil, nil, err
 		}
@@ -563,32 +550,6 @@ func pageBody[K Key](b []byte, p btreePage[K]) ([]byte, error) {
 		return nil, corrupt("btree", p.off, "page count disagrees with lookup table")
 	}
 	return body[4:], nil
-}
-
-// decodePageV1 decodes a page of format 1.
-func decodePageV1[K Key](b []byte, p btreePage[K], keys []K, ids []uint64) ([]K, []uint64, error) {
-	body, err := pageBody(b, p)
-	if err != nil {
-		return nil, nil, err
-	}
-	for range p.count {
-		k, n := decodeKey[K](body)
-		if n <= 0 {
-			return nil, nil, corrupt("btree", p.off, "page key truncated")
-		}
-		if len(keys) > 0 && cmp.Compare(keys[len(keys)-1], k) > 0 {
-			return nil, nil, corrupt("btree", p.off, "page keys out of order")
-		}
-		keys = append(keys, k)
-		body = body[n:]
-	}
-	if len(body) != 8*p.count || cmp.Compare(keys[0], p.min) != 0 || cmp.Compare(keys[len(keys)-1], p.max) != 0 {
-		return nil, nil, corrupt("btree", p.off, "page body does not match its lookup entry")
-	}
-	for i := range p.count {
-		ids = append(ids, binary.LittleEndian.Uint64(body[8*i:]))
-	}
-	return keys, ids, nil
 }
 
 // VerifyBTree decodes every page of a segment: a full consistency check.

@@ -12,4 +12,8 @@
 // storage.ErrCorrupt (through ErrCorruptSegment); they never panic on bad input. The package
 // knows nothing about datasets or object keys: it reads through a RangeReader and writes to an
 // io.Writer.
+//
+// It reads exactly the formats it writes: BTREE format 2 (numbers) and 4 (strings), BITMAP format
+// 1. Formats 1 and 3, and format 2 with string keys, were written only by development builds and
+// are refused with ErrRetiredFormat (docs/FORMATS.md).
 package index

@@ -4,25 +4,18 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/index"
 )
-
-// v1Keys regenerates the keys of the format 1 segments in testdata (written, 100 pairs a page,
-// row ids from 1<<33, by the format 1 writer before format 2 replaced it).
-func v1Keys() (ints []int64, floats []float64, strs []string) {
-	r := rand.New(rand.NewPCG(7, 7))
-	ints = append(genKeys[int64](r, 3000, 500), math.MinInt64, math.MaxInt64)
-	floats = append(genKeys[float64](r, 3000, 500), math.Inf(1), math.Inf(-1), math.Copysign(0, -1))
-	strs = append(genKeys[string](r, 3000, 500), "", "\xff\xfe", "k")
-	return ints, floats, strs
-}
 
 // checkSegment compares a full scan and random ranges of seg with keys at row ids from first.
 func checkSegment[K index.Key](t *testing.T, seg []byte, keys []K, first uint64) {
@@ -66,48 +59,50 @@ func checkSegment[K index.Key](t *testing.T, seg []byte, keys []K, first uint64)
 	}
 }
 
-// Segments written before the bit-packed pages stay readable, with the same answers.
-func TestFormat1SegmentsStillRead(t *testing.T) {
-	ints, floats, strs := v1Keys()
-	read := func(name string) []byte {
-		b, err := os.ReadFile("testdata/" + name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(b[:8]) != "STWBT001" {
-			t.Fatalf("%s is not a format 1 segment", name)
-		}
-		return b
-	}
-	t.Run("int64", func(t *testing.T) { checkSegment(t, read("btree-v1-int64.seg"), ints, 1<<33) })
-	t.Run("float64", func(t *testing.T) { checkSegment(t, read("btree-v1-float64.seg"), floats, 1<<33) })
-	t.Run("string", func(t *testing.T) { checkSegment(t, read("btree-v1-string.seg"), strs, 1<<33) })
-}
-
-// v2StringKeys regenerates the keys of testdata/btree-v2-string.seg (written, 100 pairs a
-// page, row ids from 1<<33, by the format 2 writer before format 3 coded the string pages).
-func v2StringKeys() []string {
-	_, _, strs := v1Keys()
-	return append(strs, string(make([]byte, 300)), "\x00", "", "é", "\xff")
-}
-
-// String segments of format 2 (uvarint lengths, raw suffixes) stay readable.
-func TestFormat2StringSegmentsStillRead(t *testing.T) {
-	b, err := os.ReadFile("testdata/btree-v2-string.seg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b[:8]) != "STWBT002" {
-		t.Fatal("btree-v2-string.seg is not a format 2 segment")
-	}
-	checkSegment(t, b, v2StringKeys(), 1<<33)
-	if n, err := index.VerifyBTree[string](context.Background(), index.BytesReader(b)); err != nil || n != uint64(len(v2StringKeys())) {
-		t.Fatalf("verify: %d, %v", n, err)
+// Segments of the retired formats (testdata: format 1 of every key type, format 2 and 3 string
+// segments, all written by development builds) are refused with ErrRetiredFormat, which names
+// the fix, and still count as corrupt for callers that only tell readable from not.
+func TestRetiredFormatsRefused(t *testing.T) {
+	for _, name := range []string{"v1-int64", "v1-float64", "v1-string", "v2-string", "v3-string", "v3-hex"} {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile("testdata/btree-" + name + ".seg")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var open func() error
+			switch name {
+			case "v1-int64":
+				open = func() error { _, err := index.OpenBTree[int64](context.Background(), index.BytesReader(b)); return err }
+			case "v1-float64":
+				open = func() error {
+					_, err := index.OpenBTree[float64](context.Background(), index.BytesReader(b))
+					return err
+				}
+			default:
+				open = func() error {
+					_, err := index.OpenBTree[string](context.Background(), index.BytesReader(b))
+					return err
+				}
+			}
+			err = open()
+			if !errors.Is(err, index.ErrRetiredFormat) || !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), "rebuild the index") {
+				t.Fatalf("open: %v, want ErrRetiredFormat naming the fix", err)
+			}
+		})
 	}
 }
 
-// v3HexKeys regenerates the keys of testdata/btree-v3-hex.seg (written, 100 pairs a page, row
-// ids from 1<<33, by the format 3 writer, which coded them and spelled them out again).
+// v1Keys regenerates the keys of testdata/btree-v2-{int64,float64}.seg (100 pairs a page, row
+// ids from 1<<33).
+func v1Keys() (ints []int64, floats []float64, strs []string) {
+	r := rand.New(rand.NewPCG(7, 7))
+	ints = append(genKeys[int64](r, 3000, 500), math.MinInt64, math.MaxInt64)
+	floats = append(genKeys[float64](r, 3000, 500), math.Inf(1), math.Inf(-1), math.Copysign(0, -1))
+	strs = append(genKeys[string](r, 3000, 500), "", "\xff\xfe", "k")
+	return ints, floats, strs
+}
+
+// v3HexKeys: 3000 keys of 16 random hex digits.
 func v3HexKeys() []string {
 	r := rand.New(rand.NewPCG(3, 0))
 	keys := make([]string, 3000)
@@ -115,30 +110,6 @@ func v3HexKeys() []string {
 		keys[i] = fmt.Sprintf("%016x", r.Uint64())
 	}
 	return keys
-}
-
-// String segments of format 3 stay readable: testdata/btree-v3-string.seg holds
-// v2StringKeys, btree-v3-hex.seg v3HexKeys (both 100 pairs a page, row ids from 1<<33). Both
-// are written in format 4 now, the hex keys in fewer bytes.
-func TestFormat3StringSegmentsStillRead(t *testing.T) {
-	for name, keys := range map[string][]string{"string": v2StringKeys(), "hex": v3HexKeys()} {
-		b, err := os.ReadFile("testdata/btree-v3-" + name + ".seg")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(b[:8]) != "STWBT003" {
-			t.Fatalf("btree-v3-%s.seg is not a format 3 segment", name)
-		}
-		checkSegment(t, b, keys, 1<<33)
-		if n, err := index.VerifyBTree[string](context.Background(), index.BytesReader(b)); err != nil || n != uint64(len(keys)) {
-			t.Fatalf("verify %s: %d, %v", name, n, err)
-		}
-		now := buildBTree(t, keys, 1<<33, index.BuildOptions{PageEntries: 100})
-		if string(now[:8]) != "STWBT004" || name == "hex" && len(now) >= len(b) {
-			t.Fatalf("%s rewritten: %q, %d bytes against format 3's %d", name, now[:8], len(now), len(b))
-		}
-		checkSegment(t, now, keys, 1<<33)
-	}
 }
 
 // Numeric segments are still written in format 2, byte for byte as the writer before format 3

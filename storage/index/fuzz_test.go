@@ -23,14 +23,9 @@ func FuzzDecodeBTreeSegment(f *testing.F) {
 	f.Add(buildBTree(f, v3HexKeys()[:40], 9, index.BuildOptions{PageEntries: 16}))                            // coded pages
 	f.Add(buildBTree(f, []string{"k1", "k2", "k10", "k11", "", "k2"}, 1, index.BuildOptions{PageEntries: 3})) // terminated code
 	f.Add(buildBTree(f, []string{"0f3a", "0f3b", "0f3b", "1", "", "\xff\x00"}, 2, index.BuildOptions{PageEntries: 4}))
-	for _, name := range []string{"v2-string", "v3-string", "v3-hex"} {
-		if seg, err := os.ReadFile("testdata/btree-" + name + ".seg"); err == nil {
-			f.Add(seg[:min(len(seg), 2000)])
-		}
-	}
-	for _, name := range []string{"int64", "float64", "string"} {
-		if seg, err := os.ReadFile("testdata/btree-v1-" + name + ".seg"); err == nil {
-			f.Add(seg[:min(len(seg), 2000)]) // format 1: a truncated one is enough to mutate
+	for _, name := range []string{"int64", "float64"} {
+		if seg, err := os.ReadFile("testdata/btree-v2-" + name + ".seg"); err == nil {
+			f.Add(seg[:min(len(seg), 2000)]) // a truncated one is enough to mutate
 		}
 	}
 	ctx := context.Background()
