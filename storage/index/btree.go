@@ -67,7 +67,7 @@ const maxPageEntries = 1 << 20
 //	keys = 0 u8 | format 3 keys
 //	keys = 1 u8 | width u8 | fixed u8 | symbols u8 | symbol bytes | shift u8 | numeric keys
 //
-// (fixed: every key's length, or 0xff for keys ended by symbol 0; see keyCode; the numbers are
+// (fixed: every key's length, or 0xff for keys ended by symbol 0; see KeyCode; the numbers are
 // the codes shifted down by shift bits, all of them zero in every code). Sorted random keys
 // differ from the one before in fewer bits than their front-coded suffixes and lengths take:
 // 16 hex digits a key, 10M keys, 5.5 bytes a key instead of 6.5. A writer with a code takes
@@ -82,7 +82,7 @@ type BTreeWriter[K Key] struct {
 	perPage  int
 	str      bool     // string keys
 	sk       []uint64 // numbers: the page's keys, order-preserving encoded; coded strings: their codes
-	code     *keyCode // strings: set when they come coded as numbers (see keyCode)
+	code     *KeyCode // strings: set when they come coded as numbers (see KeyCode)
 	keys     []K      // strings: the page's keys
 	ids      []uint64
 	strs     []byte   // addEntries' copy of the page's string keys: a builder reuses its buffers
@@ -97,10 +97,14 @@ type BTreeWriter[K Key] struct {
 	lastID   uint64
 	started  bool
 	finished bool
-	// track: starts records where each lookup entry begins (a chunk of finishStrings,
-	// whose page offsets are shifted once it is placed).
+	// track: starts records where each lookup entry begins (a chunk writer's: its page
+	// offsets are shifted once the chunk is placed). chunk is the chunk being written.
 	track  bool
 	starts []int
+	chunk  *Chunk
+	// AddSortedString's pages: the page's first key (a copy), the key before (the caller's,
+	// or kept once detached).
+	first, prev, kept []byte
 }
 
 // NewBTreeWriter writes a segment to w with pageEntries pairs per page (0 = DefaultPageEntries).
@@ -155,6 +159,12 @@ func (bw *BTreeWriter[K]) flush() error {
 		if b, lo, hi, err = bw.appendCodedKeys(b); err != nil {
 			return err
 		}
+	case len(bw.keys) == 0: // front-coded as they came (AddSortedString)
+		var err error
+		if b, err = bw.sp.appendTo(b); err != nil {
+			return err
+		}
+		lo, hi = any(arenaString(bw.first)).(K), any(arenaString(bw.prev)).(K)
 	default:
 		keys := any(bw.keys).([]string)
 		lo, hi = bw.keys[0], bw.keys[n-1]
@@ -205,36 +215,6 @@ func (bw *BTreeWriter[K]) writePage(b []byte, off int64, lo, hi K) error {
 	bw.keys, bw.ids, bw.strs = bw.keys[:0], bw.ids[:0], bw.strs[:0]
 	bw.sk = bw.sk[:0]
 	bw.sp.reset()
-	return nil
-}
-
-// addEntries appends pairs a builder has already sorted, skipping Add's order check.
-func addEntries[K Key](bw *BTreeWriter[K], es []entry) error {
-	for len(es) > 0 {
-		n := min(len(es), bw.perPage-len(bw.ids))
-		if ks, ok := any(&bw.keys).(*[]string); ok && bw.code == nil {
-			// e.s points into a merge buffer that is refilled once es is consumed: the page
-			// keeps its own copy. A grown strs leaves the keys before it in the old array.
-			for _, e := range es[:n] {
-				at := len(bw.strs)
-				bw.strs = append(bw.strs, e.s...)
-				*ks = append(*ks, arenaString(bw.strs[at:]))
-			}
-		} else {
-			for _, e := range es[:n] {
-				bw.sk = append(bw.sk, e.k) // already the order-preserving encoding (or code)
-			}
-		}
-		for _, e := range es[:n] {
-			bw.ids = append(bw.ids, e.id)
-		}
-		es = es[n:]
-		if len(bw.ids) == bw.perPage {
-			if err := bw.flush(); err != nil {
-				return err
-			}
-		}
-	}
 	return nil
 }
 

@@ -32,7 +32,7 @@ const DefaultStringRunEntries = 1 << 19
 // (see memRun.sortStrings); Finish sorts one range of all runs at a time, on every core, and
 // writes the pages in order (see finish.go). String keys that are all short over a small
 // alphabet (hex digests, codes, dates) are coded into one uint64 each and built as numbers
-// are (see keyCode). Input already in order (an id column) is
+// are (see KeyCode). Input already in order (an id column) is
 // recognised in O(n) and not sorted. Runs stay in memory while they fit MemoryBudget; past
 // it, the runs held are sorted into one spill file in TempDir, and Finish merges spill files
 // with what is in memory. The segment is written as it is merged.
@@ -45,18 +45,18 @@ type BTreeBuilder[K Key] struct {
 	dataCap int           // string arena to allocate for the next run
 	buckets *bucketFunc   // numeric (or coded) keys: fixed by the first run
 	ranges  *stringRanges // string keys not coded: fixed by the first run (or the one ending the code)
-	// code: the string keys are coded as numbers (see keyCode), from the first run until a
+	// code: the string keys are coded as numbers (see KeyCode), from the first run until a
 	// run's sort meets a key it cannot code; that sort leaves the ranges of that run in
 	// uncoded for the filling side to take once it waited for the sort (see uncode). keyed:
 	// the first run was sealed. noCode (tests) keeps every string build on ranges.
-	code          *keyCode
+	code          *KeyCode
 	uncoded       *stringRanges
 	keyed, noCode bool
 	// fillCode is code as the filling side holds it: the runs after the first are coded as
 	// they fill, straight from the caller's bytes (no arena, and the coding is done by the
 	// goroutine that reads the column rather than the sort's), until a key does not fit (see
 	// addCoded) or the sort ended the code.
-	fillCode *keyCode
+	fillCode *KeyCode
 	// chunkEntries: a string Finish's work unit, in pairs (0: see finishStrings); tests make
 	// it small.
 	chunkEntries int
@@ -111,7 +111,7 @@ func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
 			b.cur = b.newRun()
 		}
 		n := min(len(keys), b.opts.RunEntries-b.cur.n)
-		if ks, ok := any(keys[:n]).([]string); !ok || !b.addCoded(n, firstRowID, func(dst []uint64) bool { return b.fillCode.encodeStrings(dst, ks) }) {
+		if ks, ok := any(keys[:n]).([]string); !ok || !b.addCoded(n, firstRowID, func(dst []uint64) bool { return b.fillCode.EncodeStrings(dst, ks) }) {
 			addToRun(b.cur, keys[:n], firstRowID)
 			b.noteRanges()
 		}
@@ -166,7 +166,7 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 			b.cur = b.newRun()
 		}
 		take := min(n, b.opts.RunEntries-b.cur.n)
-		if !b.addCoded(take, firstRowID, func(dst []uint64) bool { return b.fillCode.encodeBytes(dst, data, offs[:take+1]) }) {
+		if !b.addCoded(take, firstRowID, func(dst []uint64) bool { return b.fillCode.EncodeBytes(dst, data, offs[:take+1]) }) {
 			addBytesToRun(b.cur, data, offs[:take+1], firstRowID)
 			b.noteRanges()
 		}
@@ -285,7 +285,7 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	filling := r.bytes() // what the run being filled meanwhile grows to, about
 	numeric := !b.str || r.coded
 	if b.code != nil && !r.coded {
-		keys, ok := b.code.encodeRun(r, nil)
+		keys, ok := encodeRun(b.code, r, nil)
 		if ok {
 			b.recycled = fillArena{data: r.data[:0], offs: r.offs[:1], rid: r.rid[:0]}
 			r.keys, r.data, r.offs, r.rid, numeric = keys, nil, nil, nil, true
@@ -363,7 +363,7 @@ func (b *BTreeBuilder[K]) spillRuns() error {
 		var rec []byte
 		err = merge(b.memSources(), mergeBlock, func(es []entry) error {
 			if b.code != nil {
-				rec = b.code.appendSpilled(rec[:0], es)
+				rec = appendCodedSpilled(b.code, rec[:0], es)
 			} else {
 				rec = appendSpilled(rec[:0], es, false)
 			}
@@ -426,11 +426,13 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	var code *KeyCode
 	if len(b.spills) == 0 {
-		bw.code = b.code // coded runs are written as they are; spilled ones were spelled out
+		code = b.code // coded runs are written as they are; spilled ones were spelled out
+		bw.SetKeyCode(code)
 	}
 	if b.bucketed() {
-		n, err := finishBuckets(bw, b.runs, *b.buckets, b.ascending, b.chunkEntries)
+		n, err := finishBuckets(bw, code, b.runs, *b.buckets, b.ascending, b.chunkEntries)
 		if err != nil {
 			return 0, err
 		}
@@ -474,11 +476,19 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 		srcs = append(srcs, &fileSource{r: bufio.NewReaderSize(f, 256<<10), str: b.str})
 	}
 	var n uint64
+	var sk, ids []uint64
 	emit, wait := pipeline(func(es []entry) error {
 		n += uint64(len(es))
-		return addEntries(bw, es)
+		if b.str && code == nil {
+			return addStrings(bw, es)
+		}
+		sk, ids = sk[:0], ids[:0]
+		for _, e := range es {
+			sk, ids = append(sk, e.k), append(ids, e.id)
+		}
+		return bw.AddEncoded(sk, ids)
 	})
-	err = merge(srcs, bw.perPage, emit)
+	err = merge(srcs, bw.PageEntries(), emit)
 	if err := wait(); err != nil {
 		return 0, err
 	}
@@ -585,16 +595,15 @@ func writeBlocks[K Key](bw *BTreeWriter[K], src blockSource) (uint64, error) {
 	}()
 	var n uint64
 	var err error
+	var sk, ids []uint64
 	stopped := false
 	for blk := range full {
 		for at := 0; at < blk.len() && err == nil; {
-			to := min(blk.len(), at+bw.perPage-len(bw.ids))
-			bw.sk, bw.ids = blk.appendPairs(bw.sk, bw.ids, at, to)
+			to := min(blk.len(), at+bw.Room())
+			sk, ids = blk.appendPairs(sk[:0], ids[:0], at, to)
+			err = bw.AddEncoded(sk, ids)
 			n += uint64(to - at)
 			at = to
-			if len(bw.ids) == bw.perPage {
-				err = bw.flush()
-			}
 		}
 		if err != nil && !stopped {
 			close(stop)
@@ -603,6 +612,18 @@ func writeBlocks[K Key](bw *BTreeWriter[K], src blockSource) (uint64, error) {
 		free <- blk
 	}
 	return n, err
+}
+
+// addStrings hands sorted string entries (not coded) to bw, front-coded as they come: the
+// keys' buffers are reused after the call.
+func addStrings[K Key](bw *BTreeWriter[K], es []entry) error {
+	for i := range es {
+		if err := bw.AddSortedString(stringBytes(es[i].s), es[i].id, -1); err != nil {
+			return err
+		}
+	}
+	bw.Detach()
+	return nil
 }
 
 // pipeline runs consume on a goroutine of its own, so that a build merges on one core while

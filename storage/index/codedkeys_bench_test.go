@@ -16,7 +16,7 @@ func BenchmarkEncodeRun(b *testing.B) {
 	keys := make([]uint64, run.n)
 	b.ResetTimer()
 	for range b.N {
-		if _, ok := c.encodeRun(run, keys); !ok {
+		if _, ok := encodeRun(c, run, keys); !ok {
 			b.Fatal("misfit")
 		}
 	}
@@ -30,7 +30,7 @@ func BenchmarkCodedPages(b *testing.B) {
 	const n = 1 << 18
 	run := hexRun(r, n)
 	c := newKeyCode(run)
-	keys, _ := c.encodeRun(run, nil)
+	keys, _ := encodeRun(c, run, nil)
 	slices.Sort(keys)
 	ids := make([]uint64, n)
 	for i := range ids {

@@ -51,12 +51,12 @@ func TestKeyCodeOrdersLikeBytes(t *testing.T) {
 				continue
 			}
 			forms[fmt.Sprintf("fixed-%v/width-%d", c.fixed >= 0, c.width)]++
-			codes, ok := c.encodeRun(runOf(keys), nil)
+			codes, ok := encodeRun(c, runOf(keys), nil)
 			if !ok {
 				t.Fatalf("%s: the run the code was made of does not fit it", name)
 			}
 			for i := range keys {
-				if got := c.appendKey(nil, codes[i]); !bytes.Equal(got, keys[i]) {
+				if got := c.AppendKey(nil, codes[i]); !bytes.Equal(got, keys[i]) {
 					t.Fatalf("%s: %q spelled back as %q", name, keys[i], got)
 				}
 				j := r.IntN(len(keys))
@@ -82,12 +82,12 @@ func TestKeyCodeOrdersLikeBytes(t *testing.T) {
 				for at := range bad { // each position: keys of 16 bytes are coded eight at a time
 					bad := slices.Clone(bad)
 					bad[at] = byte(missing)
-					if _, ok := c.encodeRun(runOf([][]byte{keys[1], bad}), nil); ok {
+					if _, ok := encodeRun(c, runOf([][]byte{keys[1], bad}), nil); ok {
 						t.Fatalf("%s: %q coded with a byte the alphabet lacks", name, bad)
 					}
 				}
 			}
-			if _, ok := c.encodeRun(runOf([][]byte{bytes.Repeat(keys[0][:min(1, len(keys[0]))], c.max+1)}), nil); ok && len(keys[0]) > 0 {
+			if _, ok := encodeRun(c, runOf([][]byte{bytes.Repeat(keys[0][:min(1, len(keys[0]))], c.max+1)}), nil); ok && len(keys[0]) > 0 {
 				t.Fatalf("%s: a key of %d bytes coded (at most %d)", name, c.max+1, c.max)
 			}
 		}
@@ -169,16 +169,16 @@ func TestCodedPagesReadAsSpelledOut(t *testing.T) {
 				t.Fatalf("%q: no code", tc.alphabet)
 			}
 			widths[c.width] = true
-			codes, _ := c.encodeRun(runOf(keys), nil)
+			codes, _ := encodeRun(c, runOf(keys), nil)
 			var got, want bytes.Buffer
 			coded, err := NewBTreeWriter[string](&got, perPage)
 			if err != nil {
 				t.Fatal(err)
 			}
-			coded.code = c
+			coded.SetKeyCode(c)
 			plain, _ := NewBTreeWriter[string](&want, perPage)
 			for i, k := range codes {
-				if err := addEntries(coded, []entry{{k: k, id: uint64(i)}}); err != nil {
+				if err := coded.AddEncoded([]uint64{k}, []uint64{uint64(i)}); err != nil {
 					t.Fatal(err)
 				}
 				if err := plain.Add(string(keys[i]), uint64(i)); err != nil {

@@ -21,7 +21,7 @@ import (
 // prefix: sorted in cache while small, merged from the runs past maxGather), ties on the whole
 // key decided by row id, empty strings, invalid UTF-8 and NUL bytes, input already in order,
 // and row ids that are not one ascending sequence. Every build runs twice: by ranges (the
-// key code off), and as it comes, where the keys that fit a code (see keyCode) take it: in
+// key code off), and as it comes, where the keys that fit a code (see KeyCode) take it: in
 // its fixed and terminated forms, bucketed, chained in order, merged from runs in order and
 // bucketed ones, and ended by a later run (one spill).
 func TestStringFinishMatchesSerialWriter(t *testing.T) {
@@ -419,21 +419,21 @@ func serialSegment[K Key](t *testing.T, pages, n int, pair func(i int) (K, uint6
 }
 
 // codedSerialSegment is serialSegment for string keys written as codes of c.
-func codedSerialSegment(t *testing.T, c *keyCode, pages, n int, pair func(i int) (string, uint64)) *bytes.Buffer {
+func codedSerialSegment(t *testing.T, c *KeyCode, pages, n int, pair func(i int) (string, uint64)) *bytes.Buffer {
 	t.Helper()
 	var seg bytes.Buffer
 	w, err := NewBTreeWriter[string](&seg, pages)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.code = c
+	w.SetKeyCode(c)
 	codes := make([]uint64, 1)
 	for i := range n {
 		k, id := pair(i)
-		if !c.encodeStrings(codes, []string{k}) {
+		if !c.EncodeStrings(codes, []string{k}) {
 			t.Fatalf("%q does not fit the build's code", k)
 		}
-		if err := addEntries(w, []entry{{k: codes[0], id: id}}); err != nil {
+		if err := w.AddEncoded(codes, []uint64{id}); err != nil {
 			t.Fatal(err)
 		}
 	}

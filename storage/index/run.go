@@ -132,10 +132,10 @@ func addBytesToRun(r *memRun, data []byte, offs []uint32, first uint64) {
 
 // spellOut turns a coded run being filled into a string run: its keys, spelled out, become
 // its arena.
-func (r *memRun) spellOut(c *keyCode) {
+func (r *memRun) spellOut(c *KeyCode) {
 	r.offs = make([]uint32, 1, cap(r.keys)+1)
 	for _, k := range r.keys {
-		r.data = c.appendKey(r.data, k)
+		r.data = c.AppendKey(r.data, k)
 		r.offs = append(r.offs, uint32(len(r.data)))
 	}
 	r.keys, r.coded = nil, false
