@@ -68,11 +68,41 @@ func NewKeyCode(syms []byte, minLen, maxLen int) *KeyCode {
 	return c
 }
 
+// KeyCodeOf returns the code over the bytes the keys data[offs[i]:offs[i+1]] hold, for keys
+// of their lengths (NewKeyCode), or nil when they do not fit one uint64 each.
+func KeyCodeOf(data []byte, offs []uint32) *KeyCode {
+	var seen [256]bool
+	minLen, maxLen := int(^uint(0)>>1), 0
+	for i := 1; i < len(offs); i++ {
+		s := data[offs[i-1]:offs[i]]
+		minLen, maxLen = min(minLen, len(s)), max(maxLen, len(s))
+		for _, c := range s {
+			seen[c] = true
+		}
+	}
+	var syms []byte
+	for v := range 256 {
+		if seen[v] {
+			syms = append(syms, byte(v))
+		}
+	}
+	return NewKeyCode(syms, minLen, maxLen)
+}
+
 // MaxBytes is the most bytes a key's code takes packed: its longest key's symbols.
 func (c *KeyCode) MaxBytes() int { return (c.max*int(c.width) + 7) / 8 }
 
 // MaxLen is the longest key the code takes.
 func (c *KeyCode) MaxLen() int { return c.max }
+
+// Width is the bits a symbol takes.
+func (c *KeyCode) Width() uint { return c.width }
+
+// Fixed is every key's length in the fixed form, -1 in the terminated form.
+func (c *KeyCode) Fixed() int { return c.fixed }
+
+// Shared is the length of the prefix the keys coded as a and b have in common.
+func (c *KeyCode) Shared(a, b uint64) int { return c.shared(a, b) }
 
 // EncodeBytes codes the keys data[offs[i]:offs[i+1]] (len(offs)-1 of them, as a Parquet
 // page's byte-array values come) into keys, and reports whether they all fit.

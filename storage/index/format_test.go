@@ -15,6 +15,7 @@ import (
 
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/index"
+	"github.com/cba1309c/steward/storage/index/build"
 )
 
 // checkSegment compares a full scan and random ranges of seg with keys at row ids from first.
@@ -118,8 +119,8 @@ func v3HexKeys() []string {
 func TestNumericSegmentsStayFormat2(t *testing.T) {
 	ints, floats, _ := v1Keys()
 	for name, seg := range map[string][]byte{
-		"int64":   buildBTree(t, ints, 1<<33, index.BuildOptions{PageEntries: 100}),
-		"float64": buildBTree(t, floats, 1<<33, index.BuildOptions{PageEntries: 100}),
+		"int64":   buildBTree(t, ints, 1<<33, build.BuildOptions{PageEntries: 100}),
+		"float64": buildBTree(t, floats, 1<<33, build.BuildOptions{PageEntries: 100}),
 	} {
 		want, err := os.ReadFile("testdata/btree-v2-" + name + ".seg")
 		if err != nil {
@@ -129,7 +130,7 @@ func TestNumericSegmentsStayFormat2(t *testing.T) {
 			t.Fatalf("%s: %d bytes starting %q, want the %d bytes of the format 2 file", name, len(seg), seg[:8], len(want))
 		}
 	}
-	checkSegment(t, buildBTree(t, ints, 1<<33, index.BuildOptions{PageEntries: 100}), ints, 1<<33)
+	checkSegment(t, buildBTree(t, ints, 1<<33, build.BuildOptions{PageEntries: 100}), ints, 1<<33)
 }
 
 // Format 3 codes a string page's suffixes over its alphabet at every width, from one symbol
@@ -147,7 +148,7 @@ func TestFormat3StringAlphabets(t *testing.T) {
 			keys[i] = string(k)
 		}
 		for _, ps := range []int{1, 7, 1024} {
-			seg := buildBTree(t, keys, 5, index.BuildOptions{PageEntries: ps})
+			seg := buildBTree(t, keys, 5, build.BuildOptions{PageEntries: ps})
 			if string(seg[:8]) != "STWBT004" {
 				t.Fatalf("written as %q", seg[:8])
 			}
@@ -155,9 +156,9 @@ func TestFormat3StringAlphabets(t *testing.T) {
 		}
 	}
 	same := slices.Repeat([]string{"x"}, 2500) // no suffix bytes past each page's first key
-	checkSegment(t, buildBTree(t, same, 0, index.BuildOptions{}), same, 0)
+	checkSegment(t, buildBTree(t, same, 0, build.BuildOptions{}), same, 0)
 	empty := slices.Repeat([]string{""}, 2500) // none at all
-	checkSegment(t, buildBTree(t, empty, 0, index.BuildOptions{}), empty, 0)
+	checkSegment(t, buildBTree(t, empty, 0, build.BuildOptions{}), empty, 0)
 }
 
 // 16 random hex digits a key (the bench's name column): format 2 took about 15 bytes a pair,
@@ -170,7 +171,7 @@ func TestFormat4StringSize(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%016x", r.Uint64())
 	}
-	seg := buildBTree(t, keys, 0, index.BuildOptions{})
+	seg := buildBTree(t, keys, 0, build.BuildOptions{})
 	t.Logf("%.2f bytes a pair", float64(len(seg))/n)
 	if len(seg) > 9*n {
 		t.Fatalf("hex keys: %d bytes for %d pairs (%.2f a pair)", len(seg), n, float64(len(seg))/n)
@@ -184,7 +185,7 @@ func TestFormat4StringSize(t *testing.T) {
 func TestFormat2Extremes(t *testing.T) {
 	ints, floats, strs := v1Keys()
 	for _, ps := range []int{1, 7, 100, 1024} {
-		opts := index.BuildOptions{PageEntries: ps}
+		opts := build.BuildOptions{PageEntries: ps}
 		checkSegment(t, buildBTree(t, ints, 1<<33, opts), ints, 1<<33)
 		checkSegment(t, buildBTree(t, floats, math.MaxUint64-4000, opts), floats, math.MaxUint64-4000)
 		checkSegment(t, buildBTree(t, strs, 0, opts), strs, 0)
@@ -205,7 +206,7 @@ func TestFormat2Size(t *testing.T) {
 	for i := range ids {
 		ids[i] = int64(i)
 	}
-	if seg := buildBTree(t, ids, 0, index.BuildOptions{}); len(seg) > 2*n {
+	if seg := buildBTree(t, ids, 0, build.BuildOptions{}); len(seg) > 2*n {
 		t.Fatalf("sorted ids: %d bytes for %d pairs", len(seg), n)
 	}
 	r := rand.New(rand.NewPCG(1, 1))
@@ -215,7 +216,7 @@ func TestFormat2Size(t *testing.T) {
 	}
 	// Row ids need 18 bits in a page of random rows; a page's 1024 prices hold about 100
 	// distinct values (ten rows a price), each stored once with its run length.
-	if seg := buildBTree(t, prices, 0, index.BuildOptions{}); len(seg) > 4*n {
+	if seg := buildBTree(t, prices, 0, build.BuildOptions{}); len(seg) > 4*n {
 		t.Fatalf("random prices: %d bytes for %d pairs", len(seg), n)
 	}
 }

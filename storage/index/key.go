@@ -196,3 +196,17 @@ func uvarint(b []byte) (uint64, int) {
 	}
 	return v, n
 }
+
+// CheckStringOffsets checks strings packed as data and offs (value i is
+// data[offs[i]:offs[i+1]]): the offsets must not go down nor past the data.
+func CheckStringOffsets(data []byte, offs []uint32) error {
+	for i := 1; i < len(offs); i++ {
+		if offs[i] < offs[i-1] {
+			return fmt.Errorf("offset %d (%d) below the one before (%d)", i, offs[i], offs[i-1])
+		}
+	}
+	if len(offs) > 0 && int64(offs[len(offs)-1]) > int64(len(data)) {
+		return fmt.Errorf("offsets reach %d, data has %d bytes", offs[len(offs)-1], len(data))
+	}
+	return nil
+}

@@ -1,21 +1,40 @@
 package index
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // What a builder (storage/index/build) needs of the format beyond Add: a builder sorts its pairs
 // itself and hands them over in (key, row id) order, as their encodings, front-coded as they
 // come, or as pages it encoded on other cores. Every path writes the bytes Add writes of the
 // same pairs; the builder's tests compare the two byte for byte.
 
-// SortKey returns the order-preserving encoding of a number (int64, float64) that numeric pages
-// store: unsigned order is cmp.Compare's order. Not for strings.
-func SortKey[K Key](k K) uint64 { return sortKeyOf(k) }
+// SortKeyInt64 and SortKeyFloat64 are the order-preserving encodings of numbers that numeric
+// pages store: their unsigned order is cmp.Compare's order (every NaN one value, -0 as +0).
+func SortKeyInt64(v int64) uint64 { return encodeInt(v) }
 
-// KeyOfSort is SortKey's inverse.
-func KeyOfSort[K Key](u uint64) K { return keyOfSort[K](u) }
+// SortKeyFloat64: see SortKeyInt64.
+func SortKeyFloat64(f float64) uint64 { return encodeFloat(f) }
 
 // CommonPrefix is the length of the prefix a and b share.
 func CommonPrefix(a, b []byte) int { return commonPrefix(a, b) }
+
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	a, b = a[:n], b[:n]
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		// The first differing byte of a word is its lowest set byte of the xor (little endian).
+		if x := binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:]); x != 0 {
+			return i + bits.TrailingZeros64(x)/8
+		}
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
 
 // PageEntries is the writer's pairs per page.
 func (bw *BTreeWriter[K]) PageEntries() int { return bw.perPage }
@@ -27,8 +46,8 @@ func (bw *BTreeWriter[K]) Room() int { return bw.perPage - len(bw.ids) }
 // in format 4's coded form, or front-coded where that is shorter. Call it before the first pair.
 func (bw *BTreeWriter[K]) SetKeyCode(c *KeyCode) { bw.code = c }
 
-// AddEncoded appends pairs that come in (key, row id) order as their keys' encodings: SortKey
-// for numbers, codes of the writer's KeyCode for strings.
+// AddEncoded appends pairs that come in (key, row id) order as their keys' encodings: SortKeyInt64
+// or SortKeyFloat64 for numbers, codes of the writer's KeyCode for strings.
 func (bw *BTreeWriter[K]) AddEncoded(sk, ids []uint64) error {
 	for len(ids) > 0 {
 		n := min(len(ids), bw.Room())

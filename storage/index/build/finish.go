@@ -1,4 +1,4 @@
-package index
+package build
 
 import (
 	"bufio"
@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+
+	"github.com/cba1309c/steward/storage/index"
 )
 
 // A build held in memory is finished one key range (strings) or bucket (numbers) of all runs
@@ -46,7 +48,7 @@ type segChunk struct {
 	start, end, skip uint64
 	lo, hi           int
 
-	out  *Chunk
+	out  *index.Chunk
 	err  error
 	done chan struct{}
 }
@@ -54,7 +56,7 @@ type segChunk struct {
 // finishStrings writes the pairs of runs (every one packed by ranges of one function, nranges
 // of them) as bw's pages, and returns their number. chunkEntries sizes the chunks (0: the
 // default).
-func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntries int) (uint64, error) {
+func finishStrings[K index.Key](bw *index.BTreeWriter[K], runs []*memRun, nranges, chunkEntries int) (uint64, error) {
 	cum, chunks, workers := planFinish(nranges, bw.PageEntries(), chunkEntries, func(j int) (n uint64) {
 		for _, r := range runs {
 			n += uint64(r.rangeAt[j+1] - r.rangeAt[j])
@@ -83,23 +85,23 @@ func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntr
 
 	return writeChunks(bw, chunks, chunkBytes, workers, func() chunkEncoder {
 		g := newRangeGather(rangePairs, rangeBytes)
-		cw := NewChunkWriter[string](bw.PageEntries(), nil)
-		return func(c *segChunk, cb *Chunk, quit <-chan struct{}) { c.encode(runs, cw, cb, g, quit) }
+		cw := index.NewChunkWriter[string](bw.PageEntries(), nil)
+		return func(c *segChunk, cb *index.Chunk, quit <-chan struct{}) { c.encode(runs, cw, cb, g, quit) }
 	})
 }
 
 // chunkEncoder encodes chunk c into cb, a worker's own (see writeChunks).
-type chunkEncoder func(c *segChunk, cb *Chunk, quit <-chan struct{})
+type chunkEncoder func(c *segChunk, cb *index.Chunk, quit <-chan struct{})
 
 // writeChunks has workers encode the chunks, each with an encoder of its own from
 // newEncoder, and writes them to bw in order as they come; chunkBytes sizes the buffers.
-func writeChunks[K Key](bw *BTreeWriter[K], chunks []*segChunk, chunkBytes, workers int, newEncoder func() chunkEncoder) (uint64, error) {
+func writeChunks[K index.Key](bw *index.BTreeWriter[K], chunks []*segChunk, chunkBytes, workers int, newEncoder func() chunkEncoder) (uint64, error) {
 	// A worker takes a buffer before it takes a chunk and the writer hands it back once the
 	// chunk is written: at most workers+1 chunks are encoded and unwritten at once, and the
 	// lowest unwritten chunk always has its buffer.
-	free := make(chan *Chunk, workers+1)
+	free := make(chan *index.Chunk, workers+1)
 	for range workers + 1 {
-		free <- NewChunk(chunkBytes)
+		free <- index.NewChunk(chunkBytes)
 	}
 	jobs := make(chan *segChunk, len(chunks))
 	for _, c := range chunks {
@@ -114,7 +116,7 @@ func writeChunks[K Key](bw *BTreeWriter[K], chunks []*segChunk, chunkBytes, work
 		go func() {
 			defer wg.Done()
 			for {
-				var cb *Chunk
+				var cb *index.Chunk
 				select {
 				case cb = <-free:
 				case <-quit:
@@ -198,7 +200,7 @@ func planChunks(cum []uint64, page, target uint64) []*segChunk {
 
 // encode sorts the chunk's pairs and encodes them with cw (a writer without pages pending)
 // into cb.
-func (c *segChunk) encode(runs []*memRun, cw *BTreeWriter[string], cb *Chunk, g *rangeGather, quit <-chan struct{}) {
+func (c *segChunk) encode(runs []*memRun, cw *index.BTreeWriter[string], cb *index.Chunk, g *rangeGather, quit <-chan struct{}) {
 	cw.StartChunk(cb)
 	sink := pairSink{bw: cw, skip: c.skip, left: c.end - c.start}
 	for j := c.lo; j <= c.hi && sink.left > 0; j++ {
@@ -231,7 +233,7 @@ type pairWriter interface {
 // pairSink feeds sorted pairs to a chunk's page writer: it drops the first skip, then takes
 // left more.
 type pairSink struct {
-	bw         *BTreeWriter[string]
+	bw         *index.BTreeWriter[string]
 	skip, left uint64
 }
 
@@ -447,7 +449,7 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps pairWriter) error {
 	return nil
 }
 
-// sharedByPrefix is commonPrefix(a, b) for keys a and b whose sort prefixes (stringPrefix) are
+// sharedByPrefix is index.CommonPrefix(a, b) for keys a and b whose sort prefixes (stringPrefix) are
 // pa and pb: where the prefixes differ, the first differing byte is the first differing byte of
 // the keys, unless one key ends before it (a short key's prefix is padded with zeros); only
 // equal prefixes of keys longer than 8 bytes need the bytes after them.
@@ -459,7 +461,7 @@ func sharedByPrefix(pa, pb uint64, a, b []byte) int {
 	if n < 8 {
 		return n
 	}
-	return 8 + commonPrefix(a[8:], b[8:])
+	return 8 + index.CommonPrefix(a[8:], b[8:])
 }
 
 // decode appends range j of run r (its first key coded whole, see pack), with the entries'
@@ -566,7 +568,7 @@ func spillStrings(w *bufio.Writer, runs []*memRun, nranges int) error {
 // finishBuckets writes the pairs of partitioned numeric runs (see bucket.go) as bw's pages,
 // one bucket of all runs at a time, in chunks on every core (see writeChunks), and returns
 // their number.
-func finishBuckets[K Key](bw *BTreeWriter[K], code *KeyCode, runs []*memRun, f bucketFunc, ascending bool, chunkEntries int) (uint64, error) {
+func finishBuckets[K index.Key](bw *index.BTreeWriter[K], code *index.KeyCode, runs []*memRun, f bucketFunc, ascending bool, chunkEntries int) (uint64, error) {
 	_, chunks, workers := planFinish(bucketCount, bw.PageEntries(), chunkEntries, func(j int) (n uint64) {
 		for _, r := range runs {
 			n += uint64(r.bounds[j+1] - r.bounds[j])
@@ -587,14 +589,14 @@ func finishBuckets[K Key](bw *BTreeWriter[K], code *KeyCode, runs []*memRun, f b
 	return writeChunks(bw, chunks, chunkBytes, workers, func() chunkEncoder {
 		sorter := &bucketSorter{runs: runs, f: f, ascending: ascending}
 		blk := &numBlock{}
-		cw := NewChunkWriter[K](bw.PageEntries(), code)
-		return func(c *segChunk, cb *Chunk, quit <-chan struct{}) { encodeBuckets(c, sorter, blk, cw, cb, quit) }
+		cw := index.NewChunkWriter[K](bw.PageEntries(), code)
+		return func(c *segChunk, cb *index.Chunk, quit <-chan struct{}) { encodeBuckets(c, sorter, blk, cw, cb, quit) }
 	})
 }
 
 // encodeBuckets sorts chunk c's buckets and encodes their pairs with cw (a chunk writer) into
 // cb.
-func encodeBuckets[K Key](c *segChunk, s *bucketSorter, blk *numBlock, cw *BTreeWriter[K], cb *Chunk, quit <-chan struct{}) {
+func encodeBuckets[K index.Key](c *segChunk, s *bucketSorter, blk *numBlock, cw *index.BTreeWriter[K], cb *index.Chunk, quit <-chan struct{}) {
 	cw.StartChunk(cb)
 	skip, left := c.skip, c.end-c.start
 	var sk, ids []uint64

@@ -1,7 +1,9 @@
-package index
+package build
 
 import (
 	"encoding/binary"
+
+	"github.com/cba1309c/steward/storage/index"
 )
 
 // A string build whose keys are all short over a small alphabet (hex digests, decimal codes,
@@ -17,31 +19,16 @@ import (
 // build, and a later key the code cannot take costs a spill of every coded run before it (see
 // BTreeBuilder.uncode), so the code is taken only where that is unlikely. An alphabet seen
 // over a whole first run (half a million keys by default) rarely meets a new byte after.
-func newKeyCode(r *memRun) *KeyCode {
+func newKeyCode(r *memRun) *index.KeyCode {
 	if r.n == 0 {
 		return nil
 	}
-	var seen [256]bool
-	minLen, maxLen := int(^uint(0)>>1), 0
-	for i := range r.n {
-		s := r.data[r.offs[i]:r.offs[i+1]]
-		minLen, maxLen = min(minLen, len(s)), max(maxLen, len(s))
-		for _, c := range s {
-			seen[c] = true
-		}
-	}
-	var syms []byte
-	for v := range 256 {
-		if seen[v] {
-			syms = append(syms, byte(v))
-		}
-	}
-	return NewKeyCode(syms, minLen, maxLen)
+	return index.KeyCodeOf(r.data, r.offs[:r.n+1])
 }
 
 // encodeRun codes the run's keys into keys (grown to the run's size) and reports whether every
 // key fits. Its two halves are coded at once, as partition scatters them (see there).
-func encodeRun(c *KeyCode, r *memRun, keys []uint64) ([]uint64, bool) {
+func encodeRun(c *index.KeyCode, r *memRun, keys []uint64) ([]uint64, bool) {
 	if cap(keys) < r.n {
 		keys = make([]uint64, r.n)
 	}
@@ -53,12 +40,12 @@ func encodeRun(c *KeyCode, r *memRun, keys []uint64) ([]uint64, bool) {
 }
 
 // encodeKeys codes the run's keys from on into keys, and reports whether they all fit.
-func encodeKeys(c *KeyCode, r *memRun, keys []uint64, from int) bool {
+func encodeKeys(c *index.KeyCode, r *memRun, keys []uint64, from int) bool {
 	return c.EncodeBytes(keys, r.data, r.offs[from:from+len(keys)+1])
 }
 
 // appendSpilled is appendSpilled for coded keys (e.k), spelled out.
-func appendCodedSpilled(c *KeyCode, b []byte, es []entry) []byte {
+func appendCodedSpilled(c *index.KeyCode, b []byte, es []entry) []byte {
 	for _, e := range es {
 		b = binary.AppendUvarint(b, uint64(c.KeyLen(e.k)))
 		b = c.AppendKey(b, e.k)

@@ -1,4 +1,4 @@
-package index
+package build
 
 import (
 	"bufio"
@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"sync/atomic"
+
+	"github.com/cba1309c/steward/storage/index"
 )
 
 // DefaultMemoryBudget bounds the memory of a BTREE build when BuildOptions.MemoryBudget is 0.
@@ -36,7 +38,7 @@ const DefaultStringRunEntries = 1 << 19
 // recognised in O(n) and not sorted. Runs stay in memory while they fit MemoryBudget; past
 // it, the runs held are sorted into one spill file in TempDir, and Finish merges spill files
 // with what is in memory. The segment is written as it is merged.
-type BTreeBuilder[K Key] struct {
+type BTreeBuilder[K index.Key] struct {
 	opts    BuildOptions
 	str     bool
 	cur     *memRun
@@ -49,14 +51,14 @@ type BTreeBuilder[K Key] struct {
 	// run's sort meets a key it cannot code; that sort leaves the ranges of that run in
 	// uncoded for the filling side to take once it waited for the sort (see uncode). keyed:
 	// the first run was sealed. noCode (tests) keeps every string build on ranges.
-	code          *KeyCode
+	code          *index.KeyCode
 	uncoded       *stringRanges
 	keyed, noCode bool
 	// fillCode is code as the filling side holds it: the runs after the first are coded as
 	// they fill, straight from the caller's bytes (no arena, and the coding is done by the
 	// goroutine that reads the column rather than the sort's), until a key does not fit (see
 	// addCoded) or the sort ended the code.
-	fillCode *KeyCode
+	fillCode *index.KeyCode
 	// chunkEntries: a string Finish's work unit, in pairs (0: see finishStrings); tests make
 	// it small.
 	chunkEntries int
@@ -84,8 +86,8 @@ type BuildStats struct {
 }
 
 // NewBTreeBuilder returns an empty builder.
-func NewBTreeBuilder[K Key](opts BuildOptions) *BTreeBuilder[K] {
-	str := KeyTypeOf[K]() == KeyString
+func NewBTreeBuilder[K index.Key](opts BuildOptions) *BTreeBuilder[K] {
+	str := index.KeyTypeOf[K]() == index.KeyString
 	if opts.RunEntries <= 0 {
 		opts.RunEntries = DefaultRunEntries
 		if str {
@@ -127,20 +129,6 @@ func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
 	return nil
 }
 
-// CheckStringOffsets checks strings packed as data and offs (value i is
-// data[offs[i]:offs[i+1]]): the offsets must not go down nor past the data.
-func CheckStringOffsets(data []byte, offs []uint32) error {
-	for i := 1; i < len(offs); i++ {
-		if offs[i] < offs[i-1] {
-			return fmt.Errorf("offset %d (%d) below the one before (%d)", i, offs[i], offs[i-1])
-		}
-	}
-	if len(offs) > 0 && int64(offs[len(offs)-1]) > int64(len(data)) {
-		return fmt.Errorf("offsets reach %d, data has %d bytes", offs[len(offs)-1], len(data))
-	}
-	return nil
-}
-
 // AddStrings records string keys without a Go string per key: key i is
 // data[offs[i]:offs[i+1]] at row id firstRowID+i (len(offs) keys + 1 offsets, as a Parquet
 // page's byte-array values come). The bytes are copied into the build's arena, so data may be
@@ -152,7 +140,7 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 	if !b.str {
 		return errors.New("index: AddStrings on a builder of numeric keys")
 	}
-	if err := CheckStringOffsets(data, offs); err != nil {
+	if err := index.CheckStringOffsets(data, offs); err != nil {
 		return fmt.Errorf("index: AddStrings: %w", err)
 	}
 	for n := len(offs) - 1; n > 0; {
@@ -422,11 +410,11 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	// Nothing is sorted or filled again: the merge (and, on an object store, the upload
 	// behind it) can have the scratch and the fill arenas.
 	b.scratch, b.recycled, b.reuse, b.cur = sortScratch{}, fillArena{}, fillArena{}, nil
-	bw, err := NewBTreeWriter[K](w, b.opts.PageEntries)
+	bw, err := index.NewBTreeWriter[K](w, b.opts.PageEntries)
 	if err != nil {
 		return 0, err
 	}
-	var code *KeyCode
+	var code *index.KeyCode
 	if len(b.spills) == 0 {
 		code = b.code // coded runs are written as they are; spilled ones were spelled out
 		bw.SetKeyCode(code)
@@ -571,7 +559,7 @@ func (s *chainSource) next(blk *numBlock) bool {
 // writeBlocks writes the blocks of src to bw: they are produced (sorted) on a goroutine of
 // their own while this one encodes and writes pages, with up to three blocks in flight. The
 // producer is stopped and waited for before writeBlocks returns.
-func writeBlocks[K Key](bw *BTreeWriter[K], src blockSource) (uint64, error) {
+func writeBlocks[K index.Key](bw *index.BTreeWriter[K], src blockSource) (uint64, error) {
 	const inFlight = 3
 	free, full := make(chan *numBlock, inFlight), make(chan *numBlock, inFlight)
 	for range inFlight {
@@ -616,7 +604,7 @@ func writeBlocks[K Key](bw *BTreeWriter[K], src blockSource) (uint64, error) {
 
 // addStrings hands sorted string entries (not coded) to bw, front-coded as they come: the
 // keys' buffers are reused after the call.
-func addStrings[K Key](bw *BTreeWriter[K], es []entry) error {
+func addStrings[K index.Key](bw *index.BTreeWriter[K], es []entry) error {
 	for i := range es {
 		if err := bw.AddSortedString(stringBytes(es[i].s), es[i].id, -1); err != nil {
 			return err
