@@ -99,7 +99,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	code := 0
 	if plugin.Launched() {
-		srv.RunPlugin(ctx)
+		servePlugin(ctx, srv, logger)
 	} else if out, err := protocolStdout(); err != nil {
 		logger.Error("cannot serve stdio", "error", err)
 		code = 1
@@ -114,6 +114,22 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// servePlugin serves go-plugin from a socket folder of the sidecar's own (plugin.ServeSocketDir),
+// removed on every way down the process can take: go-plugin removes its socket only when its host
+// asks it to quit, and a sidecar whose host died would leave it behind.
+func servePlugin(ctx context.Context, srv *sidecar.Server, logger hclog.Logger) {
+	remove, err := plugin.ServeSocketDir()
+	if err != nil {
+		logger.Warn("go-plugin socket folder", "error", err)
+	}
+	srv.RunPlugin(ctx)
+	if remove != nil {
+		if err := remove(); err != nil {
+			logger.Error("removing the go-plugin socket folder", "error", err)
+		}
+	}
 }
 
 // defaultCgroupParent is "steward" for root, which may create cgroups anywhere, and "auto" for
