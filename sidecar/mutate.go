@@ -62,10 +62,6 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err
 	}
-	if err := s.overBudget(p); err != nil {
-		s.metrics.outcome("rejected_at_receive")
-		return rpc.MutateResult{}, fmt.Errorf("%w: %w", rpc.ErrOverMemoryBudget, err)
-	}
 	if p.Fault != "" && (!s.cfg.TestFaults || !slices.Contains(workerproto.Faults, p.Fault)) {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not enabled on this sidecar", rpc.ErrInvalidParams, p.Fault)
@@ -73,6 +69,10 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 	if p.Fault != "" && !slices.Contains(eng.decl.Faults, p.Fault) {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not acted out by engine %s (it declares %v)", rpc.ErrInvalidParams, p.Fault, eng.name, eng.decl.Faults)
+	}
+	if err := s.overBudget(p); err != nil {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: %w", rpc.ErrOverMemoryBudget, err)
 	}
 	if err := s.admitStore(ctx, p.Dataset.Store, p.Credentials); err != nil {
 		s.metrics.outcome("rejected_at_receive")
