@@ -109,6 +109,10 @@ type Options struct {
 	// tmpfs overlay (guestinit's root.json): the steps run the host's programs at their host
 	// paths. The initramfs's /v2 and /v2vm are bound into it. Needs Tools.Modules.
 	HostRoot bool
+	// Init, with HostRoot, replaces guestinit once the root is switched (the host's systemd),
+	// after the initramfs's /v2vm/etc is copied into /etc; it prints the console markers itself
+	// and runs no plan.
+	Init []string
 }
 
 // hostRootTag is the virtio-9p mount tag of the host's root.
@@ -163,7 +167,7 @@ func Boot(ctx context.Context, tools Tools, dir, init string, files []File, step
 	files = append([]File{{Path: "/init", Mode: 0o755, Src: init}, {Path: "/v2vm/plan.json", Mode: 0o644, Data: plan}}, files...)
 	var virtfs []string
 	if o.HostRoot {
-		root, mods, err := rootConfig(tools.Modules)
+		root, mods, err := rootConfig(tools.Modules, o.Init)
 		if err != nil {
 			return Result{}, err
 		}
@@ -209,15 +213,15 @@ func Boot(ctx context.Context, tools Tools, dir, init string, files []File, step
 }
 
 // rootConfig is guestinit's root.json for a HostRoot boot and the module files it names.
-func rootConfig(modules []string) ([]byte, []File, error) {
+func rootConfig(modules, init []string) ([]byte, []File, error) {
 	if len(modules) == 0 {
 		return nil, nil, errors.New("v2vm: a HostRoot boot needs the kernel's 9p and overlay modules (FindTools612)")
 	}
 	c := struct {
 		Modules      []string
 		Tag, Options string
-		Binds        []string
-	}{Tag: hostRootTag, Binds: []string{"/v2", "/v2vm"},
+		Binds, Init  []string
+	}{Tag: hostRootTag, Binds: []string{"/v2", "/v2vm"}, Init: init,
 		// The host's files do not change under a test: the guest caches them (cache=loose), and
 		// reads in 512 KiB messages.
 		Options: "version=9p2000.L,msize=524288,cache=loose"}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -16,6 +17,9 @@ type rootConfig struct {
 	Tag     string   // the virtio-9p mount tag of the host's root
 	Options string   // 9p mount options besides trans=virtio
 	Binds   []string // initramfs directories bound at the same path in the new root
+	// Init, when set, replaces guestinit once the root is switched (systemd): /v2vm/etc is
+	// copied into /etc first, and the init prints the console protocol's markers itself.
+	Init []string
 }
 
 // hostRoot makes the host's root, shared read-only over virtio-9p and written through a tmpfs
@@ -33,7 +37,45 @@ func hostRoot() (bool, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return false, fmt.Errorf("decode root.json: %w", err)
 	}
-	return true, switchRoot(c)
+	if err := switchRoot(c); err != nil {
+		return true, err
+	}
+	if len(c.Init) > 0 {
+		return true, execInit(c.Init)
+	}
+	return true, nil
+}
+
+// execInit hands PID 1 to argv on the host's root.
+func execInit(argv []string) error {
+	// The host's /.dockerenv would make systemd take the VM for a container (and ignore the
+	// kernel command line); the overlay hides it. The host's /tmp is large, and
+	// systemd-tmpfiles would empty it through the overlay at boot: a tmpfs instead.
+	if err := os.Remove("/.dockerenv"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("hide /.dockerenv: %w", err)
+	}
+	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777"); err != nil {
+		return fmt.Errorf("mount /tmp: %w", err)
+	}
+	err := filepath.WalkDir("/v2vm/etc", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("/v2vm/etc", p)
+		to := filepath.Join("/etc", rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("copy /v2vm/etc: %w", err)
+	}
+	return fmt.Errorf("exec %s: %w", argv[0], unix.Exec(argv[0], argv, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}))
 }
 
 func switchRoot(c rootConfig) error {
