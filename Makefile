@@ -91,8 +91,9 @@ v2vm:
 # The one test command (README, .ci/run): MinIO, etcd, the Lance venv and the v2 VM installed if
 # missing, then every test, the pure cgroup v2 VMs (verbose: the kernel, each test and the time in
 # the VM are in the log; ~1 minute for isolation's v2 tests and the sidecar on 6.1, ~3 for the
-# Lance engine on 6.12 over the host's root), the race detector on the concurrency-heavy packages,
-# and each fuzz target for $(FUZZTIME).
+# Lance engine on 6.12 over the host's root, under 1 for deploy/systemd's unit under the host's
+# systemd), the race detector on the concurrency-heavy packages, and each fuzz target for
+# $(FUZZTIME).
 test: minio etcd lance v2vm
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
