@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # scripts/v2vm.sh — install (once, cached) what the pure cgroup v2 VM tests boot: QEMU from
-# Debian and a Debian kernel that mounts cgroup2 alone (cgroup_no_v1=all).
+# Debian and two Debian kernels that mount cgroup2 alone (cgroup_no_v1=all): 6.1 cloud (the v2
+# tests on the built-in engine, Landlock ABI 2) and 6.12 generic (the Lance engine over the host's
+# root shared with virtio-9p, Landlock ABI 6; its 9p and overlay modules are kept beside it).
 #
 #   scripts/v2vm.sh install     QEMU (apt, pinned) and the kernel into .tools/v2vm/ if missing
 #   scripts/v2vm.sh version     print the pinned versions
@@ -22,7 +24,15 @@ KERNEL_PKG="linux-image-6.1.0-57-cloud-amd64"
 KERNEL_VERSION="6.1.192-3"
 KERNEL_SHA256="4fdd0172a8c3f41a97e92465b2ac1867e1c10d82d7aeed3d26ee7a5d14df1754"
 KERNEL_RELEASE="${KERNEL_PKG#linux-image-}"
-STAMP="qemu-system-x86=$QEMU_VERSION $KERNEL_PKG=$KERNEL_VERSION"
+# The generic 6.12 kernel (bookworm-security): 9p and overlayfs are modules, loaded by the guest's init.
+K612_PKG="linux-image-6.12.118+deb12-amd64"
+K612_VERSION="6.12.118-1~deb12u1"
+K612_SHA256="8e837371953d0d8e1e9e998a340340dcbd7a13619d529a16773a56870d69bd13"
+K612_RELEASE="${K612_PKG#linux-image-}"
+K612_DIR="$DIR/6.12"
+# The modules the guest needs (their dependencies are added from each module's modinfo).
+K612_MODULES=(9p 9pnet_virtio overlay)
+STAMP="qemu-system-x86=$QEMU_VERSION $KERNEL_PKG=$KERNEL_VERSION $K612_PKG=$K612_VERSION"
 
 installed_qemu() {
   [[ "$(dpkg-query -W -f '${Version}' qemu-system-x86 2>/dev/null || true)" == "$QEMU_VERSION" ]] \
@@ -74,9 +84,65 @@ install_kernel() {
   echo "$KERNEL_PKG=$KERNEL_VERSION" > "$DIR/kernel.version"
 }
 
+# fetch_deb PKG VERSION SHA256 DIR: download PKG=VERSION, check its sha256, unpack it into DIR.
+fetch_deb() {
+  need_lists "$1" "$2"
+  local tmp; tmp="$(mktemp -d)"
+  chmod 755 "$tmp" # apt's _apt user writes the download there
+  echo "scripts/v2vm.sh: apt-get download $1=$2 (once)" >&2
+  (cd "$tmp" && apt-get download -qq "$1=$2" >&2) || { rm -rf "$tmp"; return 1; }
+  local deb; deb="$(ls "$tmp"/*.deb)"
+  echo "$3  $deb" | sha256sum --quiet -c - || {
+    echo "scripts/v2vm.sh: $deb does not have the pinned sha256 $3" >&2; rm -rf "$tmp"; return 1; }
+  dpkg-deb -x "$deb" "$4"
+  rm -f "$deb"
+  rmdir "$tmp"
+}
+
+# modinfo_depends KO: the modules KO depends on (its .modinfo's depends=, comma-separated).
+modinfo_depends() {
+  local cat=cat
+  [[ "$1" == *.xz ]] && cat="xz -dc"
+  $cat "$1" | tr '\0' '\n' | sed -n 's/^depends=//p' | tr ',' ' '
+}
+
+install_kernel612() {
+  if [[ -f "$K612_DIR/vmlinuz" && -f "$K612_DIR/modules.load" && -f "$K612_DIR/kernel.version" \
+        && "$(cat "$K612_DIR/kernel.version")" == "$K612_PKG=$K612_VERSION" ]]; then
+    return 0
+  fi
+  local x; x="$(mktemp -d)"
+  trap "rm -rf '$x'" RETURN
+  fetch_deb "$K612_PKG" "$K612_VERSION" "$K612_SHA256" "$x"
+  local mods="$x/lib/modules/$K612_RELEASE/kernel" new="$K612_DIR.new"
+  rm -rf "$new"
+  mkdir -p "$new/modules"
+  cp "$x/boot/vmlinuz-$K612_RELEASE" "$new/vmlinuz"
+  # Dependencies first (a depth-first walk of each module's depends=), each module once.
+  local -A seen=()
+  local order=()
+  add() {
+    [[ -n "${seen[$1]:-}" ]] && return 0
+    seen[$1]=1
+    local ko; ko="$(find "$mods" -name "$1.ko*" | head -n1)"
+    [[ -n "$ko" ]] || { echo "scripts/v2vm.sh: $K612_PKG has no module $1" >&2; return 1; }
+    local d
+    for d in $(modinfo_depends "$ko"); do add "$d"; done
+    cp "$ko" "$new/modules/"
+    order+=("$(basename "$ko")")
+  }
+  local m
+  for m in "${K612_MODULES[@]}"; do add "$m"; done
+  printf '%s\n' "${order[@]}" > "$new/modules.load"
+  echo "$K612_PKG=$K612_VERSION" > "$new/kernel.version"
+  rm -rf "$K612_DIR"
+  mv "$new" "$K612_DIR"
+}
+
 install() {
   install_qemu
   install_kernel
+  install_kernel612
   echo "$STAMP" > "$DIR/versions"
 }
 

@@ -136,10 +136,16 @@ func guestStore(t *testing.T, paths ...string) string {
 // it is closed at cleanup (again: Close is idempotent), its log shown if the test failed.
 func launch(ctx context.Context, t *testing.T, bin, parent string) *host.Client {
 	t.Helper()
+	return launchWith(ctx, t, bin, parent, nil, nil)
+}
+
+// launchWith is launch with extra serve flags and environment.
+func launchWith(ctx context.Context, t *testing.T, bin, parent string, args, env []string) *host.Client {
+	t.Helper()
 	var logs testsidecar.Logs
 	c, err := host.LaunchStdio(ctx, host.Config{Path: bin,
-		Args:   append(testsidecar.FastArgs(parent), "--executors", "1"),
-		Env:    []string{"HOME=/tmp", "PATH=/v2", "STEWARD_STATE_DIR=" + t.TempDir()},
+		Args:   append(append(testsidecar.FastArgs(parent), "--executors", "1"), args...),
+		Env:    append([]string{"HOME=/tmp", "PATH=/v2", "STEWARD_STATE_DIR=" + t.TempDir()}, env...),
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "v2e2e", Output: &logs, Level: hclog.Debug, JSONFormat: true})})
 	if err != nil {
 		t.Fatalf("launch the sidecar: %v", err)

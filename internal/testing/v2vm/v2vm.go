@@ -4,9 +4,11 @@
 // pids, a controller-less cgroup2) while production hosts run pure v2: isolation's v2 path can
 // only run for real in a VM of its own.
 //
-// The kernel and QEMU come from scripts/v2vm.sh (pinned Debian packages, cached in the tools
-// dir). The guest's PID 1 is guestinit; the console protocol is in its doc comment. Only tests
-// and tools import this package.
+// The kernels and QEMU come from scripts/v2vm.sh (pinned Debian packages, cached in the tools
+// dir): 6.1 cloud, booted with the initramfs alone, and 6.12 generic, which can also take the
+// host's root shared read-only over virtio-9p as its own (HostRoot: the Lance engine's Python).
+// The guest's PID 1 is guestinit; the console protocol is in its doc comment. Only tests and
+// tools import this package.
 package v2vm
 
 import (
@@ -31,9 +33,10 @@ import (
 
 // Tools is what a boot needs from the host.
 type Tools struct {
-	QEMU     string // qemu-system-x86_64
-	Kernel   string // the pinned kernel's bzImage
-	Versions string // the pinned package versions (scripts/v2vm.sh version)
+	QEMU     string   // qemu-system-x86_64
+	Kernel   string   // the pinned kernel's bzImage
+	Modules  []string // kernel modules the guest loads, in order (HostRoot needs 9p and overlay)
+	Versions string   // the pinned package versions (scripts/v2vm.sh version)
 }
 
 // ErrNoTools: scripts/v2vm.sh has not installed the VM's QEMU or kernel.
@@ -54,6 +57,28 @@ func FindTools() (Tools, error) {
 		return Tools{}, fmt.Errorf("%w: run scripts/v2vm.sh install: %w", ErrNoTools, err)
 	}
 	return Tools{QEMU: qemu, Kernel: kernel, Versions: strings.TrimSpace(string(versions))}, nil
+}
+
+// FindTools612 finds the 6.12 generic kernel scripts/v2vm.sh installed with the modules its
+// HostRoot boot loads (9p, 9pnet_virtio, overlay and their dependencies).
+func FindTools612() (Tools, error) {
+	t, err := FindTools()
+	if err != nil {
+		return Tools{}, err
+	}
+	dir := filepath.Join(filepath.Dir(t.Kernel), "6.12")
+	t.Kernel = filepath.Join(dir, "vmlinuz")
+	order, err := os.ReadFile(filepath.Join(dir, "modules.load"))
+	if err != nil {
+		return Tools{}, fmt.Errorf("%w: the 6.12 kernel: run scripts/v2vm.sh install: %w", ErrNoTools, err)
+	}
+	if _, err := os.Stat(t.Kernel); err != nil {
+		return Tools{}, fmt.Errorf("%w: the 6.12 kernel: run scripts/v2vm.sh install: %w", ErrNoTools, err)
+	}
+	for _, m := range strings.Fields(string(order)) {
+		t.Modules = append(t.Modules, filepath.Join(dir, "modules", m))
+	}
+	return t, nil
 }
 
 // File is one regular file of the initramfs.
@@ -80,7 +105,18 @@ type Options struct {
 	MemoryMiB int           // guest RAM; default 1024
 	CPUs      int           // default 2
 	Timeout   time.Duration // the whole boot, to power-off; default 10 minutes
+	// HostRoot shares the host's / read-only over virtio-9p and makes it the guest's root under a
+	// tmpfs overlay (guestinit's root.json): the steps run the host's programs at their host
+	// paths. The initramfs's /v2 and /v2vm are bound into it. Needs Tools.Modules.
+	HostRoot bool
+	// Init, with HostRoot, replaces guestinit once the root is switched (the host's systemd),
+	// after the initramfs's /v2vm/etc is copied into /etc; it prints the console markers itself
+	// and runs no plan.
+	Init []string
 }
+
+// hostRootTag is the virtio-9p mount tag of the host's root.
+const hostRootTag = "hostroot"
 
 // Result is what the console said.
 type Result struct {
@@ -129,6 +165,17 @@ func Boot(ctx context.Context, tools Tools, dir, init string, files []File, step
 		return Result{}, fmt.Errorf("v2vm: plan: %w", err)
 	}
 	files = append([]File{{Path: "/init", Mode: 0o755, Src: init}, {Path: "/v2vm/plan.json", Mode: 0o644, Data: plan}}, files...)
+	var virtfs []string
+	if o.HostRoot {
+		root, mods, err := rootConfig(tools.Modules, o.Init)
+		if err != nil {
+			return Result{}, err
+		}
+		files = append(append(files, File{Path: "/v2vm/root.json", Mode: 0o644, Data: root}), mods...)
+		// multidevs=remap: the host's / spans several filesystems; their inode numbers are
+		// remapped so that none collide in the guest.
+		virtfs = []string{"-virtfs", "local,path=/,mount_tag=" + hostRootTag + ",security_model=none,readonly=on,multidevs=remap"}
+	}
 	initrd := filepath.Join(dir, "initramfs.cpio")
 	if err := writeInitramfs(initrd, files); err != nil {
 		return Result{}, err
@@ -136,10 +183,11 @@ func Boot(ctx context.Context, tools Tools, dir, init string, files []File, step
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	// TCG: this project's /dev/kvm is PVM-based and does not boot a stock kernel (docs/PERFORMANCE.md §5).
-	cmd := exec.CommandContext(ctx, tools.QEMU,
+	args := append([]string{
 		"-accel", "tcg,thread=multi", "-cpu", "max", "-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
 		"-nographic", "-no-reboot", "-net", "none", "-kernel", tools.Kernel, "-initrd", initrd,
-		"-append", "console=ttyS0 cgroup_no_v1=all panic=-1 quiet")
+		"-append", "console=ttyS0 cgroup_no_v1=all panic=-1 quiet"}, virtfs...)
+	cmd := exec.CommandContext(ctx, tools.QEMU, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -162,6 +210,32 @@ func Boot(ctx context.Context, tools Tools, dir, init string, files []File, step
 		return r, fmt.Errorf("v2vm: the guest stopped before running every step (last lines: %s)", tail(r.Console, 5))
 	}
 	return r, nil
+}
+
+// rootConfig is guestinit's root.json for a HostRoot boot and the module files it names.
+func rootConfig(modules, init []string) ([]byte, []File, error) {
+	if len(modules) == 0 {
+		return nil, nil, errors.New("v2vm: a HostRoot boot needs the kernel's 9p and overlay modules (FindTools612)")
+	}
+	c := struct {
+		Modules      []string
+		Tag, Options string
+		Binds, Init  []string
+	}{Tag: hostRootTag, Binds: []string{"/v2", "/v2vm"}, Init: init,
+		// The host's files do not change under a test: the guest caches them (cache=loose), and
+		// reads in 512 KiB messages.
+		Options: "version=9p2000.L,msize=524288,cache=loose"}
+	var files []File
+	for _, m := range modules {
+		p := "/v2vm/modules/" + filepath.Base(m)
+		c.Modules = append(c.Modules, p)
+		files = append(files, File{Path: p, Mode: 0o644, Src: m})
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, nil, fmt.Errorf("v2vm: root.json: %w", err)
+	}
+	return b, files, nil
 }
 
 // parse reads the console until QEMU closes it.

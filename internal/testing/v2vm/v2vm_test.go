@@ -111,17 +111,7 @@ func TestOnPureCgroupV2(t *testing.T) {
 	files := append(guestFiles(), File{Path: "/v2/steward", Mode: 0o755, Src: testbin.Steward(t)},
 		File{Path: "/v2/isolation.test", Mode: 0o755, Src: filepath.Join(dir, "isolation.test")},
 		File{Path: "/v2/v2vm.test", Mode: 0o755, Src: filepath.Join(dir, "v2vm.test")})
-	built := time.Since(t0)
-	r, err := Boot(context.Background(), tools, dir, filepath.Join(dir, "init"), files, guestPlan(), Options{})
-	if err != nil {
-		t.Fatalf("%v\nconsole:\n%s", err, strings.Join(r.Console, "\n"))
-	}
-	t.Logf("pinned: %s", tools.Versions)
-	t.Logf("guest kernel %s, controllers: %s", r.Kernel, r.Controllers)
-	t.Logf("binaries built in %v; QEMU start to guest init %v, to power-off %v", built.Round(time.Millisecond), r.Boot.Round(time.Millisecond), r.Wall.Round(time.Millisecond))
-	for _, s := range r.Steps {
-		t.Logf("step %-14s exit %d in %v", s.Name, s.Exit, s.Took)
-	}
+	r := boot(t, tools, dir, files, guestPlan(), Options{}, time.Since(t0))
 	checkIsolation(t, r)
 	t.Logf("Landlock on this kernel:\n%s", strings.Join(section(step(t, r, "isolation").Lines, "TestLandlockABIVerifiedOrRejected"), "\n"))
 	for _, name := range []string{"sidecar-root", "sidecar-65534"} {
@@ -131,6 +121,21 @@ func TestOnPureCgroupV2(t *testing.T) {
 			t.Errorf("%s: exit %d, TestSidecarOnPureV2 %q", name, s.Exit, v)
 		}
 	}
+	checkDoctors(t, r)
+}
+
+// doctorSteps run `steward doctor` as root and as uid 65534 alone in a delegated cgroup.
+func doctorSteps(env []string) []Step {
+	return []Step{
+		{Name: "doctor-root", Args: []string{"/v2/steward", "doctor", "--state-dir", "/tmp/doctor-root"}, Env: env, Timeout: 60},
+		{Name: "doctor-65534", Args: []string{"/v2/steward", "doctor", "--cgroup-parent", "auto", "--state-dir", "/tmp/doctor-65534"}, Env: env,
+			Timeout: 60, UID: 65534, Delegate: "/sys/fs/cgroup/steward-doctor.service", Cgroup: "/sys/fs/cgroup/steward-doctor.service"},
+	}
+}
+
+// checkDoctors: each of doctorSteps said ready on v2.
+func checkDoctors(t *testing.T, r Result) {
+	t.Helper()
 	for _, name := range []string{"doctor-root", "doctor-65534"} {
 		s := step(t, r, name)
 		out := strings.Join(s.Lines, "\n")
@@ -141,11 +146,28 @@ func TestOnPureCgroupV2(t *testing.T) {
 	}
 }
 
+// boot boots dir/init with files and plan, fails t without guestinit's "done", and logs the
+// pinned versions, the guest's kernel, the times (built: making the binaries) and each step's exit.
+func boot(t *testing.T, tools Tools, dir string, files []File, plan []Step, o Options, built time.Duration) Result {
+	t.Helper()
+	r, err := Boot(context.Background(), tools, dir, filepath.Join(dir, "init"), files, plan, o)
+	if err != nil {
+		t.Fatalf("%v\nconsole:\n%s", err, strings.Join(r.Console, "\n"))
+	}
+	t.Logf("pinned: %s", tools.Versions)
+	t.Logf("guest kernel %s, controllers: %s", r.Kernel, r.Controllers)
+	t.Logf("binaries built in %v; QEMU start to guest init %v, to power-off %v", built.Round(time.Millisecond), r.Boot.Round(time.Millisecond), r.Wall.Round(time.Millisecond))
+	for _, s := range r.Steps {
+		t.Logf("step %-14s exit %d in %v", s.Name, s.Exit, s.Took)
+	}
+	return r
+}
+
 // guestPlan is what the guest runs, in order.
 func guestPlan() []Step {
 	env := []string{"PATH=/v2", "HOME=/tmp", "TMPDIR=/tmp", testenv.RequireRealEnv + "=1", stewardEnv + "=/v2/steward"}
 	sidecar := []string{"/v2/v2vm.test", "-test.v", "-test.count=1", "-test.timeout=110s", "-test.run", "^TestSidecarOnPureV2$"}
-	return []Step{
+	return append([]Step{
 		{Name: "isolation", Args: []string{"/v2/isolation.test", "-test.v", "-test.count=1", "-test.timeout=280s", "-test.run", guestRun(),
 			// No /bin/true in the guest: that refusal is host-agnostic and runs on the host.
 			"-test.skip", "^TestPreflight$/^worker_that_skips_EnterWorker_fails_the_probe$"},
@@ -155,10 +177,7 @@ func guestPlan() []Step {
 		// service user's, its processes start in the subgroup.
 		{Name: "sidecar-65534", Args: sidecar, Env: env, Timeout: 120, UID: 65534,
 			Delegate: "/sys/fs/cgroup/steward-e2e.service", Cgroup: "/sys/fs/cgroup/steward-e2e.service/supervisor"},
-		{Name: "doctor-root", Args: []string{"/v2/steward", "doctor", "--state-dir", "/tmp/doctor-root"}, Env: env, Timeout: 60},
-		{Name: "doctor-65534", Args: []string{"/v2/steward", "doctor", "--cgroup-parent", "auto", "--state-dir", "/tmp/doctor-65534"}, Env: env,
-			Timeout: 60, UID: 65534, Delegate: "/sys/fs/cgroup/steward-doctor.service", Cgroup: "/sys/fs/cgroup/steward-doctor.service"},
-	}
+	}, doctorSteps(env)...)
 }
 
 func step(t *testing.T, r Result, name string) StepResult {

@@ -3,6 +3,11 @@
 // between marker lines on the console, and powers the VM off. It never decides whether a step
 // passed: the host reads the exit codes off the console.
 //
+// With /v2vm/root.json (the 6.12 kernel's boot), it first loads the kernel modules listed there,
+// mounts the host's root (virtio-9p, read-only) under a tmpfs overlay, binds the initramfs's own
+// directories into it and makes it the root, so that the steps run the host's programs (python,
+// the Lance venv) at their host paths, and everything they write stays in the guest's memory.
+//
 // Console protocol, one marker a line (the host parses nothing else):
 //
 //	v2vm: kernel <release>
@@ -54,7 +59,11 @@ func main() {
 }
 
 func run() error {
-	if err := mountAll(); err != nil {
+	shared, err := hostRoot()
+	if err != nil {
+		return err
+	}
+	if err := mountAll(shared); err != nil {
 		return err
 	}
 	var u unix.Utsname
@@ -85,15 +94,19 @@ func run() error {
 }
 
 // mountAll mounts proc, sysfs, devtmpfs, cgroup2 alone (the kernel runs with cgroup_no_v1=all)
-// and a world-writable /tmp.
-func mountAll() error {
-	for _, m := range []struct{ src, dir, fstype, data string }{
+// and a world-writable /tmp. On the host's root (shared) /tmp is the host's, written through
+// the overlay: a repository or tools dir below it stays visible to the steps.
+func mountAll(shared bool) error {
+	mounts := []struct{ src, dir, fstype, data string }{
 		{"proc", "/proc", "proc", ""},
 		{"sysfs", "/sys", "sysfs", ""},
 		{"devtmpfs", "/dev", "devtmpfs", ""},
 		{"cgroup2", "/sys/fs/cgroup", "cgroup2", "nsdelegate"},
-		{"tmpfs", "/tmp", "tmpfs", "mode=1777"},
-	} {
+	}
+	if !shared {
+		mounts = append(mounts, struct{ src, dir, fstype, data string }{"tmpfs", "/tmp", "tmpfs", "mode=1777"})
+	}
+	for _, m := range mounts {
 		if err := os.MkdirAll(m.dir, 0o755); err != nil {
 			return fmt.Errorf("mkdir %s: %w", m.dir, err)
 		}
