@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 )
@@ -176,6 +178,21 @@ func TestCancelHeldAtTheCommit(t *testing.T) {
 				t.Fatalf("after the fence, a mutation pinned to 1: %+v", next)
 			}
 		})
+	}
+}
+
+// The go-plugin transport carries index.cancel as stdio does (one protocol, two transports): a
+// worker held before its commit, cancelled through a MuxBroker stream.
+func TestCancelOverGoPlugin(t *testing.T) {
+	e := newSidecarOpts(t, testsidecar.Options{Plugin: true})
+	if !slices.Contains(e.c.Info().Capabilities, rpc.CapCancel) {
+		t.Fatalf("hello lacks %s: %v", rpc.CapCancel, e.c.Info().Capabilities)
+	}
+	c := e.startHeld(t, "cp", workerproto.FaultHoldBeforeCommit)
+	cr, res, _ := e.mustCancel(t, c)
+	expect(t, res, rpc.PhasePreInvocationRejected, rpc.ReasonCancelled)
+	if cr.State != rpc.CancelCancelled || cr.Outcome != rpc.OutcomeNotCommitted {
+		t.Fatalf("reply %+v", cr)
 	}
 }
 
