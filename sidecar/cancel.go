@@ -186,6 +186,9 @@ func (s *Server) cancel(ctx context.Context, p rpc.CancelParams) (rpc.CancelResu
 	j, rec := s.cancels.request(p.InvocationID)
 	if j != nil {
 		if j.cx.state.CompareAndSwap(jobQueued, jobCancelled) {
+			// Its place in the queue's channel is freed when an executor skips it; the depth
+			// counts the mutations still waiting.
+			s.metrics.queueDepth.Dec()
 			j.cx.byCancel = true
 			s.jobLog(j).Info("cancelled while queued: answered without a launch")
 			s.answer(j, cancelledQueued())

@@ -129,8 +129,8 @@ func (s *Server) closeQueue() {
 	}
 	s.qmu.Unlock()
 	for j := range s.queue {
-		s.metrics.queueDepth.Dec()
-		if j.cx.take() { // else a cancel answered it
+		if j.cx.take() { // else a cancel answered it (and counted it out of the queue)
+			s.metrics.queueDepth.Dec()
 			s.answer(j, shuttingDown())
 		}
 	}
@@ -188,10 +188,10 @@ func (s *Server) executor() {
 			}
 			j = next
 		}
-		s.metrics.queueDepth.Dec()
 		if !j.cx.take() {
 			continue // a cancel answered it while it was queued
 		}
+		s.metrics.queueDepth.Dec()
 		res, used := s.dequeue(j, spare)
 		s.answer(j, res)
 		if used || j.afterAnswer != nil {
