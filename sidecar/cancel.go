@@ -69,8 +69,9 @@ type answerRec struct {
 	expires time.Time
 }
 
-// maxRememberedMessage bounds the message an answer record keeps.
-const maxRememberedMessage = 512
+// maxRememberedMessage bounds the message an answer record keeps: 65,536 records stay within
+// ~25 MB however long the answers' messages.
+const maxRememberedMessage = 256
 
 // cancels tracks the admitted mutations by invocation id: the live ones (queued or running) and,
 // bounded in number and time, the answered ones.
