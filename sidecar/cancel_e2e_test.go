@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -284,7 +285,9 @@ func TestCancelVersusDeadline(t *testing.T) {
 func TestCancelVersusSidecarCrash(t *testing.T) {
 	for _, fault := range []string{workerproto.FaultHoldBeforeCommit, workerproto.FaultHoldAfterCommit} {
 		t.Run(fault, func(t *testing.T) {
-			e := newSidecar(t)
+			// A state dir of its own, adopted by the next sidecar: the killed one's tickets are
+			// settled there, not handed to another test's sidecar.
+			e := newSidecar(t, "--state-dir", filepath.Join(t.TempDir(), "state"))
 			c := e.startHeld(t, "cx", fault)
 			p := c.p
 			cancelled := make(chan error, 1)

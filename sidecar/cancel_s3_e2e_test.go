@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,7 +31,9 @@ func TestCancelWhileStorageIsDown(t *testing.T) {
 func cancelStorageDown(t *testing.T, fault, phase string, code int, outcome, resolved string) {
 	srv := testminio.Dedicated(t)
 	bucket, _ := s3Dataset(t, srv, "cancel-", 20000)
-	e := newSidecar(t)
+	// A state dir of its own: the abandoned names of the second case cannot be deleted once the
+	// call's keys are gone, and must not be handed to the next test's sidecar.
+	e := newSidecar(t, "--state-dir", filepath.Join(t.TempDir(), "state"))
 	keys := &rpc.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
 	p := rpc.MutateParams{InvocationID: randID("inv-"), DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli(),
 		Dataset:       rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://" + bucket, Endpoint: srv.Endpoint}, Path: "tbl"},
