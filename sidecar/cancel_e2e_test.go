@@ -369,3 +369,24 @@ func TestCancelTwiceFinishedAndUnknown(t *testing.T) {
 	}
 	t.Logf("double: %s %s; finished: %s %s; never seen: %s %q", later.State, later.Outcome, fin.State, fin.Outcome, never.State, never.Message)
 }
+
+// A shutdown lets a running mutation finish, and leaves index.cancel served to end it sooner;
+// other new requests are refused.
+func TestCancelDuringShutdown(t *testing.T) {
+	e := newSidecar(t)
+	c := e.startHeld(t, "cs", workerproto.FaultHoldBeforeCommit)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var sr rpc.ShutdownResult // the call alone: host.Client.Shutdown would also close the connection
+	if err := e.c.Call(ctx, rpc.MethodShutdown, rpc.ShutdownParams{Reason: "test"}, &sr); err != nil || sr.InFlight != 1 {
+		t.Fatalf("shutdown: %+v %v", sr, err)
+	}
+	if _, err := e.c.Mutate(ctx, e.params(randID("inv-"), "cs", 1, rpc.OpCreate, "ix2", "name", rpc.IndexBTree)); !errors.Is(err, rpc.ErrShuttingDown) {
+		t.Fatalf("a mutation during the shutdown: %v, want ErrShuttingDown", err)
+	}
+	cr, res, _ := e.mustCancel(t, c)
+	expect(t, res, rpc.PhasePreInvocationRejected, rpc.ReasonCancelled)
+	if cr.State != rpc.CancelCancelled || cr.Outcome != rpc.OutcomeNotCommitted {
+		t.Fatalf("reply %+v", cr)
+	}
+}
