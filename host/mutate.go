@@ -34,3 +34,17 @@ func (c *Client) Resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 	}
 	return res, nil
 }
+
+// Cancel ends invocation inv with index.cancel: a queued mutation is answered at once, a running
+// one is killed and answered with what storage holds. It returns once the mutation's own answer
+// has been sent (to whichever connection carries it); the reply repeats that answer's outcome.
+func (c *Client) Cancel(ctx context.Context, inv string) (rpc.CancelResult, error) {
+	var res rpc.CancelResult
+	if err := c.rpc.Call(ctx, rpc.MethodIndexCancel, rpc.CancelParams{InvocationID: inv}, &res); err != nil {
+		return res, err
+	}
+	if res.InvocationID != inv {
+		return res, fmt.Errorf("%w: cancel of %s answered for %s", ErrIdentity, inv, res.InvocationID)
+	}
+	return res, nil
+}

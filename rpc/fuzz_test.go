@@ -87,6 +87,7 @@ func FuzzDecodeParams(f *testing.F) {
 	f.Add([]byte(`{"protocol_version":1}`))
 	f.Add([]byte(`{"invocation_id":"i1","deadline_unix_ms":1,"dataset":{"store":{"url":"file:///d"},"path":"p"},"pinned_version":1,"op":"CREATE","index":{"name":"n","columns":["c"],"type":"BTREE"}}`))
 	f.Add([]byte(`{"invocation_id":"i1","op":"DROP","if_exists":true}`))
+	f.Add([]byte(`{"invocation_id":"inv-0001"}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"unknown":1}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
@@ -113,5 +114,7 @@ func FuzzDecodeParams(f *testing.F) {
 		}
 		r, err := rpc.DecodeParams[rpc.ResolveParams](raw)
 		check(r, err)
+		c, err := rpc.DecodeParams[rpc.CancelParams](raw)
+		check(c, err)
 	})
 }

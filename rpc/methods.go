@@ -12,6 +12,7 @@ const (
 
 	MethodIndexMutate  = "index.mutate"  // run one index mutation in an isolated worker
 	MethodIndexResolve = "index.resolve" // settle an indeterminate mutation by fencing its slot
+	MethodIndexCancel  = "index.cancel"  // end a queued or running mutation; answered after its answer
 
 	MethodObjectsReserve  = "objects.reserve"     // take custody of object names before upload
 	MethodObjectsAccept   = "objects.accept"      // names were published: release them
@@ -30,6 +31,7 @@ const (
 	CapShutdown = "shutdown"
 	CapMutate   = "index.mutate"
 	CapResolve  = "index.resolve"
+	CapCancel   = "index.cancel"
 	CapObjects  = "objects"
 	CapSweep    = "objects.sweep"
 	CapEngines  = "engines" // steward.hello lists engines; index.mutate and index.resolve take engine

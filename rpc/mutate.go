@@ -63,10 +63,12 @@ const (
 	ReasonDatasetUnavailable = -6  // the dataset could not be opened (storage unreachable, corrupt)
 	ReasonShuttingDown       = -7  // the sidecar began shutting down before the worker launched
 	ReasonInvalidRequest     = -8  // the worker found the request unusable before the engine call
+	ReasonCancelled          = -9  // index.cancel ended it: while queued, or killed with no commit in storage
 	ReasonDuplicate          = -20 // (indeterminate) this invocation id was already admitted
 	ReasonWorkerLost         = -21 // (indeterminate) the worker died, hung or broke protocol
 	ReasonDeadline           = -22 // (indeterminate) the deadline killed the worker
 	ReasonUnconfirmedCommit  = -23 // (indeterminate) the engine claimed a commit that storage does not confirm
+	ReasonCancelUnsettled    = -24 // (indeterminate) index.cancel killed the worker and storage could not be read to settle it
 )
 
 // Completion reasons explain a NATIVE_RETURN OK that committed nothing.
@@ -228,6 +230,9 @@ type MutateResult struct {
 	OOMKilled        bool   `json:"oom_killed"`
 	Signal           string `json:"signal,omitempty"`
 	TraceParent      string `json:"traceparent,omitempty"` // the request's, echoed
+	// Cancelled is true when an index.cancel for the invocation arrived before this answer was
+	// sent, whether or not it changed the outcome (Code says: -9 and -24 are the cancel's).
+	Cancelled bool `json:"cancelled,omitempty"`
 }
 
 // ResolveParams are the params of index.resolve.

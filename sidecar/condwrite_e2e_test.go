@@ -31,16 +31,7 @@ import (
 func TestConditionalWritesRefusedOnS3(t *testing.T) {
 	srv := testminio.Shared(t)
 	ctx := context.Background()
-	bucket := strings.ToLower(randID("condwrite-"))
-	publicBucket(t, srv, bucket)
-	direct, err := storage.OpenStore(ctx, storage.StoreConfig{Kind: storage.KindS3, Endpoint: srv.Endpoint, Bucket: bucket,
-		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := dataset.Create(ctx, direct, "tbl", dataset.NewGenerator(2000, 1), dataset.WriteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	bucket, direct := s3Dataset(t, srv, "condwrite-", 2000)
 	proxy, stripped := stripIfNoneMatch(t, srv.Endpoint)
 
 	tmp := t.TempDir()
@@ -132,6 +123,23 @@ func stripIfNoneMatch(t *testing.T, endpoint string) (string, *atomic.Int64) {
 
 // publicBucket creates bucket with a policy that lets anonymous clients list, read, write and
 // delete: SigV4 signs If-None-Match, so only unsigned requests survive the stripping proxy.
+// s3Dataset makes a public bucket named after prefix on srv, holding dataset "tbl" of rows rows
+// at version 1, and returns the bucket's name and the bucket as a store.
+func s3Dataset(t *testing.T, srv *testminio.Server, prefix string, rows int64) (string, storage.Store) {
+	t.Helper()
+	bucket := strings.ToLower(randID(prefix))
+	publicBucket(t, srv, bucket)
+	direct, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindS3, Endpoint: srv.Endpoint, Bucket: bucket,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dataset.Create(context.Background(), direct, "tbl", dataset.NewGenerator(rows, 1), dataset.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return bucket, direct
+}
+
 func publicBucket(t *testing.T, srv *testminio.Server, bucket string) {
 	t.Helper()
 	ctx := context.Background()

@@ -52,16 +52,22 @@ func newSidecar(t *testing.T, extra ...string) *sidecarEnv {
 // newSidecarWithEnv is newSidecar with an explicit environment for the sidecar (nil: inherit).
 func newSidecarWithEnv(t testing.TB, env []string, extra ...string) *sidecarEnv {
 	t.Helper()
+	return newSidecarOpts(t, testsidecar.Options{Args: extra, Env: env})
+}
+
+// newSidecarOpts is newSidecar with testsidecar options (OnNotify is the env's own).
+func newSidecarOpts(t testing.TB, opts testsidecar.Options) *sidecarEnv {
+	t.Helper()
 	e := &sidecarEnv{t: t, root: testenv.GuestDir(t)}
-	sc := testsidecar.Start(t, testsidecar.Options{Args: extra, Env: env,
-		OnNotify: func(method string, params json.RawMessage) {
-			var p rpc.ProgressParams
-			if method == rpc.NotifyProgress && json.Unmarshal(params, &p) == nil {
-				e.mu.Lock()
-				e.progress = append(e.progress, p)
-				e.mu.Unlock()
-			}
-		}})
+	opts.OnNotify = func(method string, params json.RawMessage) {
+		var p rpc.ProgressParams
+		if method == rpc.NotifyProgress && json.Unmarshal(params, &p) == nil {
+			e.mu.Lock()
+			e.progress = append(e.progress, p)
+			e.mu.Unlock()
+		}
+	}
+	sc := testsidecar.Start(t, opts)
 	e.c, e.parent, e.logs, e.sc = sc.Client, sc.Parent, sc.Logs, sc
 	st, err := storage.OpenStore(context.Background(), storage.StoreConfig{Kind: storage.KindLocal, Root: e.root})
 	if err != nil {

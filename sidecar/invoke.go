@@ -39,6 +39,7 @@ type session struct {
 	result     *workerproto.Result
 	violation  string
 	deadline   bool
+	cancelled  bool // index.cancel ended the session (cancel.go)
 	progress   *progressSender
 	prestarted bool               // the domain is the executor's spare
 	gw         *invocationGateway // the invocation's storage gateway, opened with the request
@@ -415,12 +416,22 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 		g.release() // its namespaces, and the tmpfs in its mount namespace, are gone
 	}
 	res := ss.classify(out)
+	// A cancel that killed the worker before its result names the answer; one that came after
+	// the result only cut its grace short.
+	killed := ss.cancelled && ss.result == nil
+	j.cx.byCancel = killed
 	if ss.requested {
 		v, err := s.decide(j, rec)
+		if killed {
+			v, err = s.settleCancelled(j, rec, v, err)
+		}
 		if err == nil {
-			j.outcome = v.Outcome
+			j.outcome, j.cx.decided = v.Outcome, true
 		}
 		res = s.confirmed(j, res, v, err)
+		if killed {
+			res = s.cancelledAnswer(j, res, v, err)
+		}
 	} else {
 		j.outcome = slot.NotCommitted // the request never reached the engine
 	}
@@ -444,8 +455,8 @@ func readFrames(r *os.File, out chan<- frameOrErr) {
 	}
 }
 
-// run drives the protocol until the worker has answered, broken protocol, died, or hit the
-// deadline. It never blocks on the worker beyond those events.
+// run drives the protocol until the worker has answered, broken protocol, died, hit the
+// deadline or been cancelled. It never blocks on the worker beyond those events.
 func (ss *session) run() {
 	timer := time.NewTimer(time.Until(ss.j.runUntil))
 	defer timer.Stop()
@@ -455,7 +466,16 @@ func (ss *session) run() {
 	exited := ss.dom.Done()
 	var drained, answered <-chan time.Time
 	for {
+		if isClosed(ss.j.cx.requested) {
+			// Ahead of any frame that is also ready: a cancel that came before the worker's
+			// hello keeps the request from being written at all.
+			ss.cancelled = true
+			return
+		}
 		select {
+		case <-ss.j.cx.requested:
+			ss.cancelled = true
+			return
 		case <-exited:
 			exited, drained = nil, time.After(exitDrain)
 		case <-drained:
@@ -553,8 +573,8 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 }
 
 // teardown brings the domain down: a worker that answered cleanly has had resultGrace to exit by
-// itself (run) and is killed if it is still there; a deadline gets the full ladder (SIGTERM,
-// grace, SIGKILL); a protocol violation is killed at once. It returns only when the domain is dead, reaped and its cgroups are removed.
+// itself (run) and is killed if it is still there; a deadline or a cancel gets the full ladder
+// (SIGTERM, grace, SIGKILL); a protocol violation is killed at once. It returns only when the domain is dead, reaped and its cgroups are removed.
 //
 // The domain's empty namespaces stay held (isolation.Domain.CloseHolding): release, which the
 // executor calls once the answer is written, lets the kernel destroy them.
@@ -566,8 +586,8 @@ func (ss *session) teardown() (isolation.Outcome, func()) {
 	switch {
 	case ss.violation != "":
 		out, err = ss.dom.Kill(ctx)
-	case ss.deadline:
-		out, err = ss.dom.Terminate(ctx)
+	case ss.deadline, ss.cancelled && ss.result == nil:
+		out, err = ss.dom.Terminate(ctx) // a cancel is the deadline's ladder, sooner
 	default:
 		// It answered, or it is gone: what is left of it has had its grace (run waits up to
 		// resultGrace after an answer) and is killed, not asked (an exited domain is not signalled).
@@ -622,6 +642,9 @@ func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 		if ss.deadline {
 			res.Code, res.Message = rpc.ReasonDeadlineLapsed, "the worker did not start before the deadline"
 		}
+		if ss.cancelled {
+			res.Code, res.Message = rpc.ReasonCancelled, "cancelled by index.cancel before the request reached the worker: nothing ran"
+		}
 	default:
 		res.Phase, res.Code = rpc.PhaseIndeterminate, rpc.ReasonWorkerLost
 		switch {
@@ -629,6 +652,9 @@ func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 			res.Message = "protocol violation: " + ss.s.sanitize(ss.j, ss.violation)
 		case ss.deadline:
 			res.Code, res.Message = rpc.ReasonDeadline, "the deadline ended the worker"
+		case ss.cancelled:
+			// Replaced by what storage says once the slot is decided (cancelledAnswer).
+			res.Code, res.Message = rpc.ReasonCancelUnsettled, "index.cancel ended the worker"
 		case out.OOMKilled:
 			res.Message = "the worker was OOM-killed"
 		case out.SignalName != "":

@@ -29,6 +29,7 @@ type job struct {
 	// outcome is what storage says of the invocation once its domain is reaped (invoke's
 	// decide): custody settles its tickets by it. Unknown until decided.
 	outcome slot.Outcome
+	cx      *jobCancel // its side of index.cancel (cancel.go)
 }
 
 // killBudget is reserved in front of every deadline so that the answer, which waits for the kill
@@ -94,8 +95,10 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		}, nil
 	}
 	j := &job{p: p, eng: eng, received: now, deadline: deadline, runUntil: deadline.Add(-s.killBudget()),
-		peer: rpc.PeerFrom(ctx), done: make(chan rpc.MutateResult, 1)}
+		peer: rpc.PeerFrom(ctx), done: make(chan rpc.MutateResult, 1), cx: newJobCancel()}
+	s.cancels.add(j)
 	if err := s.enqueue(j); err != nil {
+		s.cancels.drop(p.InvocationID)
 		s.dedup.forget(p.InvocationID)
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err
@@ -130,8 +133,10 @@ func (s *Server) closeQueue() {
 	}
 	s.qmu.Unlock()
 	for j := range s.queue {
-		s.metrics.queueDepth.Dec()
-		s.answer(j, shuttingDown())
+		if j.cx.take() { // else a cancel answered it (and counted it out of the queue)
+			s.metrics.queueDepth.Dec()
+			s.answer(j, shuttingDown())
+		}
 	}
 }
 
@@ -140,10 +145,12 @@ func shuttingDown() rpc.MutateResult {
 		Message: "the sidecar began shutting down before the worker launched"}
 }
 
-// answer settles the job's custody from its answer and hands the answer to the waiting call.
+// answer settles the job's custody from its answer, records it for index.cancel and hands it to
+// the waiting call.
 func (s *Server) answer(j *job, res rpc.MutateResult) {
 	res.InvocationID, res.Epoch, res.TraceParent = j.p.InvocationID, s.epoch, j.p.TraceParent
 	s.settleCustody(j)
+	s.cancels.finish(j, &res)
 	s.metrics.observeMutation(res, time.Since(j.received))
 	j.done <- res
 }
@@ -185,6 +192,9 @@ func (s *Server) executor() {
 			}
 			j = next
 		}
+		if !j.cx.take() {
+			continue // a cancel answered it while it was queued
+		}
 		s.metrics.queueDepth.Dec()
 		res, used := s.dequeue(j, spare)
 		s.answer(j, res)
@@ -222,6 +232,11 @@ func (s *Server) awaitReply(j *job) {
 // dequeue re-checks the deadline and the lifecycle, then runs the job; used reports whether the
 // spare was consumed (only a job that reaches invoke consumes it).
 func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) {
+	if j.cx.isRequested() {
+		// Cancelled as this executor took it: it never launches (cancel.go).
+		j.cx.byCancel = true
+		return cancelledQueued(), false
+	}
 	if time.Now().After(j.runUntil) {
 		return rpc.MutateResult{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonDeadlineLapsed,
 			Message: "the deadline lapsed while queued: it can no longer fund the kill budget"}, false

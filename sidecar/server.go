@@ -41,6 +41,7 @@ type Server struct {
 	image      string                // the worker image in tempDir that workers start from ("": Config.Isolation.WorkerPath; workerimage.go)
 	isoReport  isolation.Report
 	dedup      *dedup
+	cancels    *cancels         // the admitted mutations by invocation id, for index.cancel (cancel.go)
 	condWrites *condWrites      // per-store verdicts on put-if-absent (condwrite.go)
 	custody    *custody.Custody // nil only while New fails
 	ledgerLock *os.File         // the journal slot's lock, held while custody is open
@@ -118,6 +119,7 @@ func New(cfg Config) (*Server, error) {
 	s.spares = map[*warm]struct{}{}
 	s.engineMoved = make(chan struct{})
 	s.dedup = newDedup(cfg.DedupCapacity)
+	s.cancels = newCancels(cfg.DedupCapacity, cfg.DedupRetention)
 	s.condWrites = newCondWrites(s.log.Named("condwrite"), s.metrics.reg)
 	s.startIsolation()
 	s.openBudget()
@@ -285,11 +287,12 @@ func (s *Server) stopReason() string {
 	return s.reason
 }
 
-// track admits a request unless the sidecar is shutting down, and counts it until answered.
+// track admits a request unless the sidecar is shutting down, and counts it until answered. A
+// shutdown lets running mutations finish, so they may still be cancelled.
 func (s *Server) track(method string) (func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing && method != rpc.MethodShutdown {
+	if s.closing && method != rpc.MethodShutdown && method != rpc.MethodIndexCancel {
 		return nil, fmt.Errorf("%w: %s", rpc.ErrShuttingDown, s.reason)
 	}
 	s.inFlight.Add(1)
@@ -331,6 +334,7 @@ func (s *Server) register() {
 	handle(s, rpc.MethodShutdown, s.shutdown)
 	handle(s, rpc.MethodIndexMutate, s.mutate)
 	handle(s, rpc.MethodIndexResolve, s.resolve)
+	handle(s, rpc.MethodIndexCancel, s.cancel)
 	s.registerObjects()
 }
 
@@ -344,7 +348,7 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 		Epoch:           s.epoch,
 		Pid:             os.Getpid(),
 		Version:         s.cfg.Version,
-		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapProgress, rpc.CapObjects, rpc.CapSweep, rpc.CapEngines},
+		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapCancel, rpc.CapProgress, rpc.CapObjects, rpc.CapSweep, rpc.CapEngines},
 		Engines:         s.wireEngines(),
 		Isolation:       wireReport(s.isoReport),
 		Limits: &rpc.Limits{

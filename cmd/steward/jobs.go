@@ -17,12 +17,21 @@ const jobsUsage = `usage:
   steward jobs list       (--store FILE | --etcd ENDPOINTS [--etcd-prefix P]) [--state STATE] [--active] [--limit N]
   steward jobs show       (--store FILE | --etcd ENDPOINTS [--etcd-prefix P]) JOB
   steward jobs release    (--store FILE | --etcd ENDPOINTS [--etcd-prefix P]) --by WHO --reason WHY JOB
+  steward jobs cancel     (--store FILE | --etcd ENDPOINTS [--etcd-prefix P]) [--by WHO] [--reason WHY] [--wait DURATION] JOB
   steward jobs quarantine --store FILE --by WHO --reason WHY
 
 FILE is a host dispatcher's job store (bbolt). list and show read a consistent copy of it, taken
 without a lock, so they work while a dispatcher runs. release writes an audited force-release of
 a stuck UNKNOWN job; it needs the file's lock, which a running dispatcher holds: stop it, or
 release through its Go API (Dispatcher.Release).
+
+cancel journals a cancel of JOB (who and why are recorded). A job not yet sent is settled
+NOT_COMMITTED at once and is never sent. A sent job keeps its state: the dispatcher that drives
+its sidecar sends index.cancel (within a round, 1 s by default), and the job's answer settles it,
+COMMITTED if its commit landed before the kill, else NOT_COMMITTED (docs/PROTOCOL.md §3.12).
+--wait waits that long for the outcome. A finished job is left as it is. On FILE cancel needs
+the lock, like release: stop the dispatcher (the next one honours the cancel), or cancel through
+its Go API (Dispatcher.Cancel); on etcd every running dispatcher sees it at once.
 
 ENDPOINTS are the comma-separated client URLs of the etcd cluster that holds a journal several
 host dispatchers share (prefix default /steward/dispatch). list and show read it live, at one
@@ -38,7 +47,7 @@ A sound store is never moved.
 // runJobs implements "steward jobs ...".
 func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runGroup(ctx, "jobs", jobsUsage, map[string]subcommand{
-		"list": jobsList, "show": jobsShow, "release": jobsRelease, "quarantine": jobsQuarantine,
+		"list": jobsList, "show": jobsShow, "release": jobsRelease, "cancel": jobsCancel, "quarantine": jobsQuarantine,
 	}, args, stdout, stderr)
 }
 
@@ -108,7 +117,7 @@ func (f *jobsFlags) open(ctx context.Context, write bool) (dispatch.Store, error
 	s, err := dispatch.OpenBolt(f.store, dispatch.BoltOptions{Snapshot: !write, LockTimeout: time.Second})
 	switch {
 	case errors.Is(err, dispatch.ErrStoreLocked):
-		return nil, fmt.Errorf("%w: stop the dispatcher first, or release through its Go API (Dispatcher.Release)", err)
+		return nil, fmt.Errorf("%w: stop the dispatcher first, or go through its Go API (Dispatcher.Release, Dispatcher.Cancel)", err)
 	case errors.Is(err, dispatch.ErrCorrupt):
 		return nil, fmt.Errorf("%w; if it cannot be restored, move it aside: steward jobs quarantine --store %s --by WHO --reason WHY", err, f.store)
 	}
@@ -189,6 +198,97 @@ func jobsRelease(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
+func jobsCancel(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newJobsFlags("cancel")
+	by := f.fs.String("by", "cli", "who cancels the job (recorded)")
+	reason := f.fs.String("reason", "", "why (recorded)")
+	wait := f.fs.Duration("wait", 0, "wait this long for the job's outcome (0: do not wait)")
+	if err := f.parse(args, 1); err != nil {
+		return err
+	}
+	s, err := f.open(ctx, true)
+	if err != nil {
+		return err
+	}
+	err = cancelJob(ctx, s, f.args[0], *by, *reason, *wait, stdout)
+	return errors.Join(err, s.Close())
+}
+
+// cancelJob journals a cancel of job id on s, says what it did, and with wait > 0 waits for the
+// outcome.
+func cancelJob(ctx context.Context, s dispatch.Store, id, by, reason string, wait time.Duration, stdout io.Writer) error {
+	now := time.Now()
+	j, err := dispatch.RequestCancel(s, id, by, reason, now)
+	switch {
+	case err != nil:
+		return err
+	case j.Cancel == nil:
+		fmt.Fprintf(stdout, "job %s is %s: nothing to cancel\n", j.ID, j.State)
+		return nil
+	case !j.Cancel.At.Equal(now):
+		fmt.Fprintf(stdout, "job %s is %s: a cancel by %s was journaled at %s already\n", j.ID, j.State, j.Cancel.By, jobsStamp(j.Cancel.At))
+		if j.State.Settled() {
+			return nil
+		}
+	case j.InvocationID == "":
+		fmt.Fprintf(stdout, "cancelled job %s before any send: %s\n", j.ID, j.State)
+		return nil
+	default:
+		fmt.Fprintf(stdout, "cancel of job %s journaled: invocation %s at sidecar %s is cancelled by the dispatcher driving it\n", j.ID, j.InvocationID, j.Sidecar)
+	}
+	if wait <= 0 {
+		return nil
+	}
+	if j, err = jobsAwait(ctx, s, j.ID, wait); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "job %s: %s\n", j.ID, j.State)
+	if r := j.Result; r != nil {
+		fmt.Fprintf(stdout, "answer: %s code %d, committed version %d, cancelled %t: %s\n", jobsDash(r.Phase), r.Code, r.CommittedVersion, r.Cancelled, r.Message)
+	}
+	if c := j.Cancel; c != nil && c.Reply != nil {
+		fmt.Fprintf(stdout, "cancel reply from %s: %s, outcome %s\n", c.Reply.Sidecar, c.Reply.State, jobsDash(c.Reply.Outcome))
+	}
+	return nil
+}
+
+// replyLag bounds the wait for a cancel's reply once the job is settled: the dispatcher journals
+// it right after the answer, which the sidecar sent first.
+const replyLag = 2 * time.Second
+
+// jobsAwait waits up to d for job id to settle, and then briefly for its cancel's reply.
+func jobsAwait(ctx context.Context, s dispatch.Store, id string, d time.Duration) (dispatch.Job, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	changed, err := s.Watch(ctx, id)
+	if err != nil {
+		return dispatch.Job{}, err
+	}
+	var lag <-chan time.Time
+	for {
+		j, err := dispatch.Get(s, id)
+		if err != nil {
+			return j, err
+		}
+		if j.State.Settled() && (j.Cancel == nil || j.Cancel.Reply != nil) {
+			return j, nil
+		}
+		if j.State.Settled() && lag == nil {
+			lag = time.After(replyLag)
+		}
+		select {
+		case <-changed:
+		case <-lag:
+			return j, nil
+		case <-ctx.Done():
+			if j.State.Settled() {
+				return j, nil
+			}
+			return j, fmt.Errorf("job %s is still %s after %v: steward jobs show gives its outcome later", id, j.State, d)
+		}
+	}
+}
+
 func jobsQuarantine(_ context.Context, args []string, stdout io.Writer) error {
 	f := newJobsFlags("quarantine").audited("who quarantines the store")
 	if err := f.parse(args, 0); err != nil {
@@ -229,6 +329,12 @@ func printJob(w io.Writer, j dispatch.Job) error {
 		kv("versions", fmt.Sprintf("observed %d, committed %d", r.ObservedLatestVersion, r.CommittedVersion))
 		if r.Message != "" {
 			kv("message", r.Message)
+		}
+	}
+	if c := j.Cancel; c != nil {
+		kv("cancel", fmt.Sprintf("journaled %s by %s %s", jobsStamp(c.At), jobsDash(c.By), c.Reason))
+		if r := c.Reply; r != nil {
+			kv("cancel reply", fmt.Sprintf("%s from %s: %s, outcome %s", jobsStamp(r.At), r.Sidecar, r.State, jobsDash(r.Outcome)))
 		}
 	}
 	if r := j.Resolution; r != nil {

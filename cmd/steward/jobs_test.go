@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,8 +15,13 @@ import (
 
 	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/internal/boltfile/boltfiletest"
+	"github.com/cba1309c/steward/internal/testing/testenv"
 	"github.com/cba1309c/steward/internal/testing/testetcd"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage"
+	"github.com/cba1309c/steward/storage/dataset"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -113,6 +119,11 @@ func TestJobsCLI(t *testing.T) {
 		{"release", []string{"release", "--store", path, "--by", "alice", "--reason", "storage gone (OPS-7)", unknown}, 0, []string{"released job " + unknown}, ""},
 		{"show released", []string{"show", "--store", path, unknown}, 0, []string{"force-released", "alice", "storage gone (OPS-7)"}, ""},
 		{"release twice", []string{"release", "--store", path, "--by", "bob", "--reason", "again", unknown}, 1, nil, "only an UNKNOWN job"},
+		{"cancel pending", []string{"cancel", "--store", path, "--by", "alice", "--reason", "wrong column", pending}, 0, []string{"cancelled job " + pending + " before any send: NOT_COMMITTED"}, ""},
+		{"show cancelled", []string{"show", "--store", path, pending}, 0, []string{"state             NOT_COMMITTED", "by alice wrong column", "cancel", "cancelled before any send"}, ""},
+		{"cancel twice", []string{"cancel", "--store", path, pending}, 0, []string{"is NOT_COMMITTED: a cancel by alice was journaled at"}, ""},
+		{"cancel released", []string{"cancel", "--store", path, unknown}, 0, []string{"is UNKNOWN: nothing to cancel"}, ""},
+		{"cancel missing", []string{"cancel", "--store", path, "nope"}, 1, nil, "not found"},
 		{"no store", []string{"list"}, 2, nil, "--store is required"},
 		{"missing store file", []string{"list", "--store", filepath.Join(t.TempDir(), "none.db")}, 1, nil, "open store"},
 		{"two ids", []string{"show", "--store", path, "a", "b"}, 2, nil, "want 1 job id"},
@@ -310,6 +321,65 @@ func TestJobsEtcd(t *testing.T) {
 		code, out, errOut := runJ(t, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.wantOut) {
 			t.Fatalf("%v: exit %d, want %d\n%s%s", tc.args, code, tc.code, out, errOut)
+		}
+	}
+}
+
+// TestJobsCancelRunning cancels, from the CLI, a job that a dispatcher on another "node" (a
+// shared etcd journal) runs on a real sidecar, held before its commit: the CLI journals the
+// cancel, the dispatcher sends index.cancel, and --wait prints the job's answer.
+func TestJobsCancelRunning(t *testing.T) {
+	c := testetcd.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	es, err := dispatch.OpenEtcd(ctx, dispatch.EtcdOptions{Endpoints: c.Endpoints, Prefix: "/cli-cancel", Node: "host-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer es.Close()
+	held := make(chan string, 4)
+	sc := testsidecar.Start(t, testsidecar.Options{OnNotify: func(method string, params json.RawMessage) {
+		var p rpc.ProgressParams
+		if method == rpc.NotifyProgress && json.Unmarshal(params, &p) == nil && strings.HasPrefix(p.Stage, "hold:") {
+			held <- p.InvocationID
+		}
+	}})
+	d, err := dispatch.New(dispatch.Config{Store: es, Logger: hclog.NewNullLogger(), Interval: 100 * time.Millisecond, ExecuteDeadline: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.AddSidecar("node-1", sc.Client); err != nil {
+		t.Fatal(err)
+	}
+	go d.Run(ctx)
+
+	root := testenv.GuestDir(t)
+	st, err := storage.OpenStore(ctx, storage.StoreConfig{Kind: storage.KindLocal, Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dataset.Create(ctx, st, "events", dataset.NewGenerator(20000, 7), dataset.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := d.Submit(ctx, dispatch.Request{Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + root}, Path: "events"},
+		AdmittedVersion: 1, Op: rpc.OpCreate, Index: rpc.IndexSpec{Name: "by_name", Columns: []string{"name"}, Type: rpc.IndexBTree},
+		Fault: workerproto.FaultHoldBeforeCommit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the job never reached its hold")
+	}
+	code, out, errOut := runJ(t, "cancel", "--etcd", strings.Join(c.Endpoints, ","), "--etcd-prefix", "/cli-cancel",
+		"--by", "alice", "--reason", "dropped the table", "--wait", "60s", j.ID)
+	t.Logf("steward jobs cancel:\n%s", out)
+	for _, w := range []string{"cancel of job " + j.ID + " journaled", "job " + j.ID + ": NOT_COMMITTED",
+		"answer: PRE_INVOCATION_REJECTED code -9", "cancelled true", "cancel reply from node-1: CANCELLED, outcome NOT_COMMITTED"} {
+		if code != 0 || !strings.Contains(out, w) {
+			t.Fatalf("exit %d, output lacks %q:\n%s%s", code, w, out, errOut)
 		}
 	}
 }

@@ -72,6 +72,7 @@ func resultOf(res rpc.MutateResult, err error, at time.Time) *Result {
 	r.ObservedLatestVersion, r.CommittedVersion = res.ObservedLatestVersion, res.CommittedVersion
 	r.CompletionReason, r.Message, r.IndexUUID = res.CompletionReason, res.Message, res.IndexUUID
 	r.WallMs, r.PeakMemoryBytes, r.OOMKilled, r.Signal = res.WallMs, res.PeakMemoryBytes, res.OOMKilled, res.Signal
+	r.Cancelled = res.Cancelled
 	return r
 }
 

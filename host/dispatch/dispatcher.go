@@ -31,13 +31,14 @@ type Dispatcher struct {
 	roundMu sync.Mutex // one round at a time
 	pruneAt time.Time  // the next prune pass is due (under roundMu)
 
-	mu        sync.Mutex
-	sidecars  map[string]*sidecarEntry // name → current sidecar
-	byEpoch   map[string]*sidecarEntry // epoch → sidecar, kept after replacement until it exits
-	inflight  map[string]*call         // job id → its send
-	resolveAt map[string]time.Time     // job id → last index.resolve attempt (memory only)
-	unsent    map[string]unsentNote    // job id → its journaled invocation this dispatcher never sent (unsent.go)
-	closed    bool
+	mu         sync.Mutex
+	sidecars   map[string]*sidecarEntry // name → current sidecar
+	byEpoch    map[string]*sidecarEntry // epoch → sidecar, kept after replacement until it exits
+	inflight   map[string]*call         // job id → its send
+	resolveAt  map[string]time.Time     // job id → last index.resolve attempt (memory only)
+	unsent     map[string]unsentNote    // job id → its journaled invocation this dispatcher never sent (unsent.go)
+	cancelling map[string]bool          // job id → its index.cancel is in flight from here (cancel.go)
+	closed     bool
 
 	ctx    context.Context // cancelled by Close: abandons calls in flight
 	cancel context.CancelFunc
@@ -70,7 +71,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
 		sidecars: map[string]*sidecarEntry{}, byEpoch: map[string]*sidecarEntry{},
-		inflight: map[string]*call{}, resolveAt: map[string]time.Time{}, unsent: map[string]unsentNote{},
+		inflight: map[string]*call{}, resolveAt: map[string]time.Time{}, unsent: map[string]unsentNote{}, cancelling: map[string]bool{},
 		ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
 	}
 	d.cluster, _ = cfg.Store.(Cluster)

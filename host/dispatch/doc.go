@@ -20,6 +20,11 @@
 // proves nothing about its workers: its RUNNING jobs become UNKNOWN at their deadline, any live
 // node settles them by index.resolve (fencing the commit slot), and only then is the slot freed.
 //
+// A cancel (Dispatcher.Cancel, RequestCancel, `steward jobs cancel`) is journaled in the job's
+// record first, by any node: a job not yet sent is NOT_COMMITTED at once and never sent; a sent
+// one is cancelled at its sidecar (index.cancel) by the node that drives that sidecar, and its
+// one answer settles it as any answer does (cancel.go).
+//
 // Classification reads typed fields only (phase, code, error sentinels), never message text.
 //
 // The bbolt store is never taken on trust: a damaged file is a *CorruptError naming it

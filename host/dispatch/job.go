@@ -88,6 +88,8 @@ type Result struct {
 	PeakMemoryBytes       int64     `json:"peak_memory_bytes,omitempty"`
 	OOMKilled             bool      `json:"oom_killed,omitempty"`
 	Signal                string    `json:"signal,omitempty"`
+	// Cancelled: an index.cancel reached the invocation before its answer (rpc.MutateResult.Cancelled).
+	Cancelled bool `json:"cancelled,omitempty"`
 	// ErrorCode is the JSON-RPC error code of a refusal at receive (0 otherwise).
 	ErrorCode int64 `json:"error_code,omitempty"`
 	// ErrorClass is the class of a failed call: ErrorRefused, ErrorIdentity, ErrorConnectionLost,
@@ -156,6 +158,8 @@ type Job struct {
 
 	Result     *Result     `json:"result,omitempty"`
 	Resolution *Resolution `json:"resolution,omitempty"`
+	// Cancel is set once a cancel of the job is journaled (cancel.go).
+	Cancel *CancelIntent `json:"cancel,omitempty"`
 
 	Refresh          RefreshState `json:"refresh"`
 	RefreshAttempts  int          `json:"refresh_attempts,omitempty"`

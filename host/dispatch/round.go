@@ -21,7 +21,7 @@ type RoundStats struct {
 }
 
 // Round runs one dispatcher round, in a fixed order: unsent sweep (sends journaled and never made,
-// unsent.go), deadline sweep, possible-live sweep, resolve driver, vanished-node sweep (shared
+// unsent.go), journaled cancels of this dispatcher's sidecars' jobs (cancel.go), deadline sweep, possible-live sweep, resolve driver, vanished-node sweep (shared
 // store only), refresh driver, PENDING dispatch, and at most every Config.PruneInterval the
 // pruning of finished jobs. Sends are started and not waited for; their answers
 // are journaled when they arrive. A round with nothing to do writes nothing to the store.
@@ -36,7 +36,7 @@ func (d *Dispatcher) Round(ctx context.Context) (RoundStats, error) {
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)() // Close cuts a round's resolve and refresh calls short
 	steps := []func(context.Context, *RoundStats) error{
-		d.sweepUnsent, d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.sweepNodes, d.driveRefresh, d.dispatchPending, d.prune,
+		d.sweepUnsent, d.driveCancels, d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.sweepNodes, d.driveRefresh, d.dispatchPending, d.prune,
 	}
 	for _, step := range steps {
 		if err := step(ctx, &st); err != nil {

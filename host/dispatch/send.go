@@ -102,8 +102,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 	// On a shared store this commit also proves that the node still holds claim.
 	id := j.ID
 	j, changed, err := d.modify(id, func(x *Job) bool {
-		if x.State != StatePending {
-			return false
+		if x.State != StatePending || x.Cancel != nil {
+			return false // a cancelled job is never sent
 		}
 		x.State, x.InvocationID, x.Sidecar, x.Epoch, x.Deadline = StateRunning, inv, e.name, e.epoch, deadline
 		x.Node, x.Claim = node, claim

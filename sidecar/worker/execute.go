@@ -31,7 +31,7 @@ func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, mreq *workerproto.
 	if err != nil {
 		return rejected(rpc.ReasonDatasetUnavailable, "open store: "+err.Error(), 0)
 	}
-	store = faultStore(store, req.Fault)
+	store = faultStore(c, store, req.Fault)
 	latest, err := dataset.LatestVersion(ctx, store, req.Dataset.Path)
 	if err != nil {
 		return rejected(rpc.ReasonDatasetUnavailable, "read versions: "+err.Error(), 0)

@@ -83,9 +83,11 @@ func earlyFault(c *enginesdk.Conn, fault string) (exit int, stop bool) {
 }
 
 // faultStore wraps store to die after the build's first upload or around the manifest commit,
-// for the crash faults.
-func faultStore(store storage.Store, fault string) storage.Store {
+// for the crash faults, or to hold there, for the hold faults (c carries their progress).
+func faultStore(c *enginesdk.Conn, store storage.Store, fault string) storage.Store {
 	switch fault {
+	case workerproto.FaultHoldBeforeCommit, workerproto.FaultHoldAfterCommit:
+		return &holdStore{Store: store, c: c, fault: fault}
 	case workerproto.FaultCrashAfterBuild:
 		return buildCrashStore{store}
 	case workerproto.FaultCrashBeforeCommit, workerproto.FaultCrashAfterCommit:
@@ -122,5 +124,28 @@ func (c *crashStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, s
 	}
 	_ = c.Store.PutIfAbsent(ctx, key, r, size)
 	isolation.KillSelf()
+	return nil
+}
+
+// holdStore holds the worker at its manifest commit, before or after it, until the sidecar kills
+// it (a cancel, the deadline): the commit's race is then decided by whoever a test lets go first.
+// Its progress frame says the worker reached the point.
+type holdStore struct {
+	storage.Store
+	c     *enginesdk.Conn
+	fault string
+}
+
+func (h *holdStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if !strings.Contains(key, "_versions/") {
+		return h.Store.PutIfAbsent(ctx, key, r, size)
+	}
+	if h.fault == workerproto.FaultHoldAfterCommit {
+		if err := h.Store.PutIfAbsent(ctx, key, r, size); err != nil {
+			return err // no commit to hold after: the engine answers as it would
+		}
+	}
+	h.c.Progress(workerproto.HoldStage(h.fault), 1, 1)
+	hang()
 	return nil
 }

@@ -16,8 +16,15 @@ const (
 	FaultForkBomb          = "fork_bomb"           // fork without bound
 	FaultExitWithChildren  = "exit_with_children"  // exit without a result, leaving children that hold the pipe
 	FaultClaimCommit       = "claim_commit"        // answer COMMITTED at pinned+1 without committing (a lying engine)
+	FaultHoldBeforeCommit  = "hold_before_commit"  // after uploading, say so in progress and hang before the manifest commit
+	FaultHoldAfterCommit   = "hold_after_commit"   // commit, say so in progress and hang before the result
 )
+
+// HoldStage is the progress stage a hold fault sends when it reaches its point: "hold:" and the
+// fault's name. A test that sees it knows where the worker stands, and races it from there.
+func HoldStage(fault string) string { return "hold:" + fault }
 
 // Faults lists every fault name.
 var Faults = []string{FaultHang, FaultIgnoreSIGTERM, FaultSkipResult, FaultGarbage, FaultFlood,
-	FaultCrashAfterBuild, FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb, FaultExitWithChildren, FaultClaimCommit}
+	FaultCrashAfterBuild, FaultCrashBeforeCommit, FaultCrashAfterCommit, FaultOOM, FaultForkBomb, FaultExitWithChildren, FaultClaimCommit,
+	FaultHoldBeforeCommit, FaultHoldAfterCommit}
