@@ -65,14 +65,17 @@ func (s *Server) overBudget(p rpc.MutateParams) error {
 }
 
 // awaitBudget waits for memory bytes of budget for j's domain, until j's run-until time (then j
-// gets the deadline-lapsed answer, as from the queue) or the sidecar stops (the shutting-down
-// answer). ok is false with the answer to give.
+// gets the deadline-lapsed answer, as from the queue), an index.cancel (the queued cancel's
+// answer: nothing was launched) or the sidecar stops (the shutting-down answer). ok is false
+// with the answer to give.
 func (s *Server) awaitBudget(j *job, memory int64) (g *grant, res rpc.MutateResult, ok bool) {
 	ctx, cancel := context.WithDeadline(context.Background(), j.runUntil)
 	defer cancel()
 	go func() { // owned by this call: ends with ctx
 		select {
 		case <-s.stop:
+			cancel()
+		case <-j.cx.requested: // index.cancel: nothing was launched yet
 			cancel()
 		case <-ctx.Done():
 		}
@@ -81,6 +84,9 @@ func (s *Server) awaitBudget(j *job, memory int64) (g *grant, res rpc.MutateResu
 	switch {
 	case err == nil:
 		return g, res, true
+	case j.cx.isRequested():
+		j.cx.byCancel = true
+		return nil, cancelledQueued(), false
 	case isClosed(s.stop):
 		return nil, shuttingDown(), false
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/workerproto"
 )
 
 // budgetObserver polls the sidecar's memory cgroups (the hierarchy that holds the limits) and
@@ -239,4 +240,36 @@ func TestMemoryBudgetDefaultFromOwnCgroup(t *testing.T) {
 		t.Fatalf("hello memory_budget %+v: want 80%% of the %d-byte limit of %s", mb, limit, filepath.Join(dir, file))
 	}
 	t.Logf("default budget %+v", *mb)
+}
+
+// TestCancelWhileWaitingForBudget: a call that holds an executor but waits for memory budget has
+// launched nothing, so index.cancel answers it as a queued one (-9, no domain) at once instead of
+// leaving it to lapse at its deadline.
+func TestCancelWhileWaitingForBudget(t *testing.T) {
+	e := newSidecar(t, "--executors", "2", "--memory-budget", strconv.Itoa(96<<20))
+	e.makeDataset("cwb", 1000)
+	hold := e.params(randID("inv-hold-"), "cwb", 1, rpc.OpCreate, "ix_hold", "id", rpc.IndexBTree)
+	hold.Fault, hold.Limits = workerproto.FaultHoldBeforeCommit, &rpc.WorkerLimits{MemoryBytes: 64 << 20}
+	h := e.start(hold)
+	e.waitStage(t, hold.InvocationID, workerproto.HoldStage(hold.Fault))
+
+	waiting := e.params(randID("inv-wait-"), "cwb", 1, rpc.OpCreate, "ix_wait", "id", rpc.IndexBTree)
+	waiting.Limits = &rpc.WorkerLimits{MemoryBytes: 64 << 20}
+	w := e.start(waiting)
+	waitFor(t, func() bool { return metric(t, e, "steward_memory_budget_waiting") == 1 })
+
+	cr, res, took := e.mustCancel(t, w)
+	t.Logf("waiting for budget: answer %s %d %q; cancel %s %s; cancel→answer %v", res.Phase, res.Code, res.Message, cr.State, cr.Outcome, took)
+	expect(t, res, rpc.PhasePreInvocationRejected, rpc.ReasonCancelled)
+	if !res.Cancelled || cr.State != rpc.CancelCancelled || cr.Outcome != rpc.OutcomeNotCommitted {
+		t.Fatalf("cancel while waiting for budget: answer %+v, reply %+v", res, cr)
+	}
+	if d := e.domainOf(waiting.InvocationID); d != "" {
+		t.Fatalf("a call cancelled while waiting for budget was given domain %s", d)
+	}
+	if n := metric(t, e, "steward_memory_budget_waiting"); n != 0 {
+		t.Fatalf("%v calls still wait for budget after the cancel", n)
+	}
+	_, hres, _ := e.mustCancel(t, h)
+	expect(t, hres, rpc.PhasePreInvocationRejected, rpc.ReasonCancelled)
 }
