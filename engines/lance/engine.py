@@ -23,9 +23,10 @@ import traceback
 import uuid
 from contextlib import contextmanager
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import steward_engine as se  # noqa: E402
+if __package__:  # installed: package steward_lance (pyproject.toml)
+    from . import steward_engine as se
+else:  # run as a file from a checkout: steward_engine.py is beside it
+    import steward_engine as se
 
 SCALAR = ("BTREE", "BITMAP", "LABEL_LIST", "INVERTED")
 VECTOR = ("IVF_PQ", "IVF_HNSW_SQ")
@@ -374,7 +375,8 @@ def main():
     return 0
 
 
-if __name__ == "__main__":
+def run():
+    """The console entry point (steward-lance-engine) and the file's main."""
     code = main()
     # The answer is written (unbuffered) and every write it reports has completed: leave without
     # the interpreter's and Lance's teardown (0.1-0.3 s after a 1M-row build, more under load),
@@ -382,3 +384,7 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    run()

@@ -212,5 +212,10 @@ def main(argv):
     print()
 
 
-if __name__ == "__main__":
+def run():
+    """The console entry point (steward-lancectl)."""
     main(sys.argv)
+
+
+if __name__ == "__main__":
+    run()
