@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -79,6 +80,8 @@ func TestLanceOptimizeIndexesAppendedFragments(t *testing.T) {
 					res.CommittedVersion != pinned+1 || res.IndexUUID == "" {
 					t.Fatalf("OPTIMIZE: %+v", res)
 				}
+				l.gatewayWroteAll(inv)
+				checkStages(t, l.progressOf(inv), []string{"optimize"})
 				var after lanceCoverage
 				l.ctl(&after, "coverage", l.uri(path), ix.name)
 				if after.Version != pinned+1 || after.UnindexedRows != 0 || after.UnindexedFragments != 0 ||
@@ -129,6 +132,27 @@ func (l *lanceSidecar) noUntrackedIndex(path string) {
 	for _, k := range l.objects(path) {
 		if rest, ok := strings.CutPrefix(k, path+"/"); ok && strings.HasPrefix(rest, "_indices/") && !tracked[rest] {
 			l.t.Errorf("index object %s is referenced by no version", k)
+		}
+	}
+}
+
+// gatewayWroteAll fails the test if inv's gateway refused it anything but a read of an absent
+// key (Lance looks before it writes): what the engine wrote, the gateway let through.
+func (l *lanceSidecar) gatewayWroteAll(inv string) {
+	l.t.Helper()
+	for _, line := range strings.Split(l.logs.String(), "\n") {
+		var e struct {
+			Message    string `json:"@message"`
+			Invocation string `json:"invocation"`
+			Method     string `json:"method"`
+			Code       string `json:"code"`
+			Path       string `json:"path"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil || e.Message != "gateway refused a request" || e.Invocation != inv {
+			continue
+		}
+		if !(e.Code == "NoSuchKey" && (e.Method == "HEAD" || e.Method == "GET")) {
+			l.t.Errorf("the gateway refused %s %s: %s", e.Method, e.Path, e.Code)
 		}
 	}
 }
