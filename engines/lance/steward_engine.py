@@ -61,7 +61,7 @@ class Channel:
         self._w = os.fdopen(wfd, "wb", buffering=0)
         self._seq = 0
         self._last_progress = 0.0
-        self._last_stage = None
+        self._last_report = (None, 0, 0)  # (stage, done, total) of the last report sent
         self._lock = threading.Lock()
         self._answered = False
 
@@ -105,13 +105,16 @@ class Channel:
 
     def progress(self, stage, done, total, last=False):
         """At most ten a second within a stage; a stage's first report and a `last` one (the
-        end of a step) are always sent. total 0 means unknown."""
+        end of a step) are always sent, unless they repeat the report sent before. total 0
+        means unknown."""
+        report = (stage, max(0, int(done)), max(0, int(total)))
         with self._lock:
             now = time.monotonic()
-            if not last and stage == self._last_stage and now - self._last_progress < 0.1:
+            if report == self._last_report or (
+                    not last and stage == self._last_report[0] and now - self._last_progress < 0.1):
                 return
-            self._last_progress, self._last_stage = now, stage
-        self.send({"t": "progress", "stage": stage, "done": max(0, int(done)), "total": max(0, int(total))})
+            self._last_progress, self._last_report = now, report
+        self.send({"t": "progress", "stage": report[0], "done": report[1], "total": report[2]})
 
     def reserve(self, keys=(), prefixes=()):
         """Custody before writing: blocks for the sidecar's answer; raises Refused."""
