@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +94,50 @@ func TestLanceInstallServesAndDemo(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the demo outside a checkout lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestFindLanceOutsideACheckout: outside a checkout steward finds an installed engine in
+// $STEWARD_LANCE_VENV, else as steward-lance-engine on PATH (its symlink resolved to the venv),
+// and otherwise says how to install it.
+func TestFindLanceOutsideACheckout(t *testing.T) {
+	venv := t.TempDir()
+	bin := filepath.Join(venv, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"steward-lance-engine", "steward-lancectl"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/false\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onPath := t.TempDir()
+	if err := os.Symlink(filepath.Join(bin, "steward-lance-engine"), filepath.Join(onPath, "steward-lance-engine")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	for _, k := range []string{envLancePython, envLanceDir, envTools} {
+		t.Setenv(k, "")
+	}
+	want := lanceCommands{engine: []string{filepath.Join(bin, "steward-lance-engine")}, ctl: []string{filepath.Join(bin, "steward-lancectl")}}
+	for _, tc := range []struct {
+		name, venv, path string
+		found            bool
+	}{
+		{"STEWARD_LANCE_VENV", venv, "/usr/bin:/bin", true},
+		{"PATH", filepath.Join(t.TempDir(), "none"), onPath + ":/usr/bin:/bin", true},
+		{"nowhere", filepath.Join(t.TempDir(), "none"), "/usr/bin:/bin", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(envLanceVenv, tc.venv)
+			t.Setenv("PATH", tc.path)
+			got, err := findLance()
+			switch {
+			case tc.found && (err != nil || !slices.Equal(got.engine, want.engine) || !slices.Equal(got.ctl, want.ctl)):
+				t.Fatalf("findLance = %+v, %v; want %+v", got, err, want)
+			case !tc.found && (!errors.Is(err, errNoLance) || !strings.Contains(err.Error(), "steward lance install")):
+				t.Fatalf("findLance with nothing installed = %+v, %v", got, err)
+			}
+		})
 	}
 }
