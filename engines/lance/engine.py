@@ -152,18 +152,18 @@ def commit_failed(target, gate, e, what, code):
     return native(code, f"{what}: {e}", observed_latest=latest)
 
 
-def commit(ch_progress, target, pinned, ds, operation, invocation, kind, txn_uuid):
+def commit(ch, target, pinned, ds, operation, invocation, kind, txn_uuid):
     import lance
     gate = Gate(pinned + 1)
     tx = lance.Transaction(read_version=pinned, operation=operation, uuid=txn_uuid,
                            transaction_properties={PROP_INV: invocation, PROP_KIND: kind})
-    ch_progress("commit", 0, 1)
+    ch.progress("commit", 0, 1, last=True)
     try:
         new = lance.LanceDataset.commit(ds, tx, commit_lock=gate, max_retries=0,
                                         storage_options=target.options or None)
     except Exception as e:
         raise commit_failed(target, gate, e, "commit", se.IO if isinstance(e, OSError) else se.INTERNAL)
-    ch_progress("commit", 1, 1)
+    ch.progress("commit", 1, 1, last=True)
     if new.version != pinned + 1:  # the gate makes this impossible; say so loudly if it happens
         raise native(se.INTERNAL, f"committed at {new.version}, not {pinned + 1}", observed_latest=new.version)
     return new.version
@@ -231,8 +231,11 @@ def optimize(ch, target, pinned, name, existing, fault):
                      observed_latest=target.latest())
     if fault == "crash_after_commit":
         se.kill_self()
+    try:  # the segment to name in the answer; the commit stands without it
+        segs = [i["uuid"] for i in target.open(pinned + 1).list_indices() if i["name"] == name]
+    except Exception:
+        segs = []
     before = {x.uuid for x in existing}
-    segs = [i["uuid"] for i in target.open(pinned + 1).list_indices() if i["name"] == name]
     fresh = [u for u in segs if u not in before] or segs
     raise native(se.OK, "", completion_reason="COMMITTED", committed_version=pinned + 1, observed_latest=pinned + 1,
                  index_uuid=fresh[0] if fresh else "")
@@ -335,7 +338,7 @@ def mutate(ch, req):
     if req.get("fault") == "crash_before_commit":
         se.kill_self()
     try:
-        v = commit(lambda *a: ch.progress(*a, last=True), target, pinned, ds, lance.LanceOperation.CreateIndex(new_indices=new, removed_indices=existing),
+        v = commit(ch, target, pinned, ds, lance.LanceOperation.CreateIndex(new_indices=new, removed_indices=existing),
                    invocation, "commit", txn_uuid)
     except Answer as a:
         a.fields.setdefault("index_uuid", uuid_out)
