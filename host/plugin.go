@@ -18,19 +18,20 @@ import (
 // leaves the plugin running when the host is SIGKILLed; PDEATHSIG and the sidecar's own watch of
 // its parent close that gap.
 //
-// The sidecar's go-plugin server listens on a unix socket it creates with os.CreateTemp(dir,
-// "plugin"), dir being $PLUGIN_UNIX_SOCKET_DIR or else the temp dir, and removes only when it
-// exits cleanly: a sidecar that is SIGKILLed leaves it behind. Each sidecar therefore gets a
-// private socket directory, which the host removes as soon as that sidecar has exited, however
-// it ended.
+// Each sidecar gets a private socket folder (plugin.MakeSocketDir: named after this process, so
+// that the next host or sidecar sweeps it if this process is killed), which the host removes as
+// soon as that sidecar has exited, however it ended; a SIGKILLed sidecar cannot remove its own.
 func Launch(ctx context.Context, cfg Config) (*Client, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Path == "" {
 		return nil, fmt.Errorf("%w: Path is required", ErrConfig)
 	}
-	sockDir, err := os.MkdirTemp("", "steward-plugin-")
-	if err != nil {
+	sockDir, err := plugin.MakeSocketDir(os.TempDir())
+	if sockDir == "" {
 		return nil, fmt.Errorf("%w: socket dir: %w", ErrLaunch, err)
+	}
+	if err != nil {
+		cfg.Logger.Warn("sweeping the socket folders of dead hosts", "error", err)
 	}
 	cmd := exec.Command(cfg.Path, append([]string{"serve", "--max-frame", strconv.Itoa(cfg.MaxFrame)}, cfg.Args...)...)
 	// go-plugin adds its own cookie and PLUGIN_* variables; with SkipHostEnv it adds nothing else,

@@ -2,10 +2,7 @@ package host_test
 
 import (
 	"context"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,25 +10,6 @@ import (
 	"github.com/cba1309c/steward/host"
 	"github.com/cba1309c/steward/internal/testing/testbin"
 )
-
-// pluginLeftovers lists the unix sockets and steward-plugin-* directories under dir.
-func pluginLeftovers(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type()&fs.ModeSocket != 0 || (d.IsDir() && strings.HasPrefix(d.Name(), "steward-plugin-")) {
-			out = append(out, p)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // The go-plugin socket of a sidecar is removed by the host that launched it once the sidecar has
 // exited: SIGKILLed (go-plugin's server never removes its socket then; it used to stay in the
@@ -49,7 +27,7 @@ func TestPluginSocketRemoved(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if got := pluginLeftovers(t, tmp); len(got) == 0 {
+			if got := testbin.PluginLeftovers(t, tmp); len(got) == 0 {
 				t.Fatalf("no go-plugin socket under %s while the sidecar runs: the test proves nothing", tmp)
 			}
 			if end == "sigkill" {
@@ -68,7 +46,7 @@ func TestPluginSocketRemoved(t *testing.T) {
 			} else if err := c.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if got := pluginLeftovers(t, tmp); len(got) > 0 {
+			if got := testbin.PluginLeftovers(t, tmp); len(got) > 0 {
 				t.Fatalf("left behind after the sidecar exited: %v", got)
 			}
 		})

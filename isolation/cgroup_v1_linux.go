@@ -61,12 +61,15 @@ func newV1Group(t tree, sub string, controllers []string) (_ *v1Group, retErr er
 	return g, nil
 }
 
-// setLimits writes memory (swap off where memsw exists) and pids limits and reads them back.
-func (g *v1Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err error) {
+// setLimits writes the memory limit, swap off (memsw where the kernel accounts swap),
+// swappiness 0 and the pids limit, reading each back (a limit that reads back otherwise fails
+// the domain: ErrLimitMismatch). v1 has no group OOM kill: it is listed as not enforced.
+func (g *v1Group) setLimits(mem, pids int64) (l limitsRead, err error) {
 	md := g.dirs["memory"]
-	if memRB, err = writeReadInt(md, "memory.limit_in_bytes", mem, pageSlack); err != nil {
+	if l.mem, err = writeReadInt(md, "memory.limit_in_bytes", mem, pageSlack); err != nil {
 		return
 	}
+	l.add(LimitMemory, "memory.limit_in_bytes", l.mem, true, readBack("memory.limit_in_bytes", l.mem))
 	// memsw bounds memory+swap: equal to the memory limit means no swap. The file exists only
 	// with swap accounting; without it there is nothing to bound.
 	if hasMemsw(md) {
@@ -74,10 +77,23 @@ func (g *v1Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err e
 		if sw, err = writeReadInt(md, "memory.memsw.limit_in_bytes", mem, pageSlack); err != nil {
 			return
 		}
-		swapRB = sw - memRB
+		l.swap = sw - l.mem
+		l.add(LimitSwapOff, "memory.memsw.limit_in_bytes", sw, true, readBack("memory.memsw.limit_in_bytes", sw)+" (memory+swap = memory: no swap)")
+	} else {
+		l.swapUnbounded("memory.memsw.limit_in_bytes")
 	}
-	_ = writeFile(filepath.Join(md, "memory.swappiness"), "0")
-	pidsRB, err = writeReadInt(g.dirs["pids"], "pids.max", pids, 0)
+	// Swappiness 0 keeps the domain's reclaim off swap; memsw is the bound. A kernel that
+	// refuses the write leaves the domain at the default, which is reported, not fatal.
+	if v, serr := writeReadInt(md, "memory.swappiness", 0, 0); serr != nil {
+		l.add(LimitSwappiness, "memory.swappiness", v, false, "not enforced: "+serr.Error())
+	} else {
+		l.add(LimitSwappiness, "memory.swappiness", v, true, readBack("memory.swappiness", v))
+	}
+	l.add(LimitOOMGroup, "", 0, false, "cgroup v1 has no group OOM kill: an OOM kill takes one process; the kill ladder takes the rest when the worker ends")
+	if l.pids, err = writeReadInt(g.dirs["pids"], "pids.max", pids, 0); err != nil {
+		return
+	}
+	l.add(LimitPids, "pids.max", l.pids, true, readBack("pids.max", l.pids))
 	return
 }
 

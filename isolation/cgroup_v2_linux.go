@@ -92,21 +92,38 @@ func enableControllers(dir string) error {
 	return nil
 }
 
-// setLimits writes memory.max, memory.swap.max=0, pids.max, memory.oom.group=1 and reads them
-// back. oom.group makes an OOM kill take the whole domain, not one victim.
-func (g *v2Group) setLimits(mem, pids int64) (memRB, swapRB, pidsRB int64, err error) {
-	if memRB, err = writeReadInt(g.dir, "memory.max", mem, pageSlack); err != nil {
+// setLimits writes memory.max, memory.swap.max=0, memory.oom.group=1 and pids.max, reading
+// each back (a value that reads back otherwise fails the domain: ErrLimitMismatch). oom.group
+// makes an OOM kill take the whole domain, not one victim. A file the kernel lacks
+// (memory.swap.max without swap accounting, memory.oom.group before 4.19) is listed as not
+// enforced, with what holds instead.
+func (g *v2Group) setLimits(mem, pids int64) (l limitsRead, err error) {
+	if l.mem, err = writeReadInt(g.dir, "memory.max", mem, pageSlack); err != nil {
 		return
 	}
-	if _, statErr := os.Stat(filepath.Join(g.dir, "memory.swap.max")); statErr == nil {
-		if swapRB, err = writeReadInt(g.dir, "memory.swap.max", 0, 0); err != nil {
+	l.add(LimitMemory, "memory.max", l.mem, true, readBack("memory.max", l.mem))
+	if exists(g.dir, "memory.swap.max") {
+		if l.swap, err = writeReadInt(g.dir, "memory.swap.max", 0, 0); err != nil {
 			return
 		}
+		l.add(LimitSwapOff, "memory.swap.max", l.swap, true, readBack("memory.swap.max", l.swap))
+	} else {
+		l.swapUnbounded("memory.swap.max")
 	}
-	if _, err = writeReadInt(g.dir, "memory.oom.group", 1, 0); err != nil {
+	l.add(LimitSwappiness, "", 0, false, "cgroup v2 has no per-cgroup swappiness; swap off is memory.swap.max's")
+	if exists(g.dir, "memory.oom.group") {
+		var v int64
+		if v, err = writeReadInt(g.dir, "memory.oom.group", 1, 0); err != nil {
+			return
+		}
+		l.add(LimitOOMGroup, "memory.oom.group", v, true, readBack("memory.oom.group", v)+": an OOM kill takes every process of the domain")
+	} else {
+		l.add(LimitOOMGroup, "memory.oom.group", 0, false, "no memory.oom.group (kernel before 4.19): an OOM kill takes one process; the kill ladder takes the rest when the worker ends")
+	}
+	if l.pids, err = writeReadInt(g.dir, "pids.max", pids, 0); err != nil {
 		return
 	}
-	pidsRB, err = writeReadInt(g.dir, "pids.max", pids, 0)
+	l.add(LimitPids, "pids.max", l.pids, true, readBack("pids.max", l.pids))
 	return
 }
 

@@ -21,6 +21,7 @@ type domainCgroups struct {
 	mem     int64 // limits as read back
 	swap    int64
 	pids    int64
+	limits  []DomainLimit // what was written and read back, and what the mode lacks
 	oomBase int64
 	cnt     counterFiles
 }
@@ -45,7 +46,9 @@ func newDomainCgroups(mode Mode, t tree, sub string, mem, pids int64) (_ *domain
 		if c.v2, err = newV2Group(mount, t.rel(hUnified, sub), t.enable[hUnified], true); err != nil {
 			return nil, err
 		}
-		c.mem, c.swap, c.pids, err = c.v2.setLimits(mem, pids)
+		var l limitsRead
+		l, err = c.v2.setLimits(mem, pids)
+		c.mem, c.swap, c.pids, c.limits = l.mem, l.swap, l.pids, l.list
 	case ModeHybrid, ModeV1:
 		ctrls := []string{hMemory, hPids}
 		if mode == ModeV1 {
@@ -59,7 +62,9 @@ func newDomainCgroups(mode Mode, t tree, sub string, mem, pids int64) (_ *domain
 				return nil, err
 			}
 		}
-		c.mem, c.swap, c.pids, err = c.v1.setLimits(mem, pids)
+		var l limitsRead
+		l, err = c.v1.setLimits(mem, pids)
+		c.mem, c.swap, c.pids, c.limits = l.mem, l.swap, l.pids, l.list
 	default:
 		return nil, opErr("create cgroups", mode, "", ErrInvalidSpec, fmt.Errorf("unknown mode %q", mode))
 	}

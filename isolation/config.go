@@ -210,6 +210,9 @@ type Report struct {
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
 	SwapLimit   int64 `json:"swap_limit"`
 	PidsLimit   int64 `json:"pids_limit,omitempty"`
+	// DomainLimits lists each limit and setting written into every domain's cgroups (memory,
+	// swap off, swappiness, group OOM kill, pids) and whether the mode enforces it.
+	DomainLimits []DomainLimit `json:"domain_limits,omitempty"`
 	// BornInCgroup: workers are created inside their cgroup (CLONE_INTO_CGROUP), so limits and
 	// kill cover them from their first instruction.
 	BornInCgroup bool `json:"born_in_cgroup"`

@@ -124,6 +124,9 @@ func probe(ctx context.Context, cfg Config, t tree, owner string, pr parentResul
 		iso.OK, iso.Detail, iso.Fix = false, r.Reason, "steward identifies processes by pidfd only: run on Linux ≥ 5.3 (pidfd_open)"
 	}
 	r.Checks = append(r.Checks, iso)
+	if r.Verified {
+		r.Checks = append(r.Checks, domainLimitsCheck(r.DomainLimits))
+	}
 	r.Checks = append(r.Checks, containmentChecks(cfg, r.Containment)...)
 	if missing := r.Containment.Missing(); cfg.Containment == ContainRequire && len(missing) > 0 && r.Verified {
 		r.Verified, r.Mode = false, ModeNone
@@ -221,7 +224,7 @@ func probeMode(ctx context.Context, cfg Config, m Mode, t tree, owner string, pr
 	case cerr != nil:
 		return cerr
 	}
-	r.MemoryLimit, r.SwapLimit, r.PidsLimit = cg.mem, cg.swap, cg.pids
+	r.MemoryLimit, r.SwapLimit, r.PidsLimit, r.DomainLimits = cg.mem, cg.swap, cg.pids, cg.limits
 	r.BornInCgroup = cg.v2 != nil
 	r.Barrier = cg.needsBarrier()
 	switch m {

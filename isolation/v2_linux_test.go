@@ -78,6 +78,33 @@ func TestV2LimitsReadBack(t *testing.T) {
 	assertReaped(t, o, err, "term")
 }
 
+// TestV2LimitNotReadBackRejected: memory.max written as 2^63-1 bytes is clamped by the kernel to
+// its page counter's maximum and reads back "max": a limit that does not read back as written
+// fails the start (ErrLimitMismatch) and leaves no cgroup. The report lists memory.max,
+// memory.swap.max=0, memory.oom.group=1 and pids.max as enforced.
+func TestV2LimitNotReadBackRejected(t *testing.T) {
+	needPureV2(t)
+	s := newSupervisor(t, ModeV2, nil)
+	enforced := map[string]int64{}
+	for _, l := range s.Report().DomainLimits {
+		if l.Enforced {
+			enforced[l.File] = l.Value
+		}
+	}
+	for file, want := range map[string]int64{"memory.max": DefaultMemoryLimit, "memory.swap.max": 0, "memory.oom.group": 1, "pids.max": DefaultPidsLimit} {
+		if got, ok := enforced[file]; !ok || got != want {
+			t.Errorf("report: %s enforced %v as %d, want %d (%+v)", file, ok, got, want, s.Report().DomainLimits)
+		}
+	}
+	_, err := s.Start(context.Background(), Spec{ID: "unbounded", Env: workerEnv("noop"), MemoryLimit: 1<<63 - 1})
+	if !errors.Is(err, ErrLimitMismatch) || !strings.Contains(err.Error(), "memory.max") {
+		t.Fatalf("Start with memory.max 2^63-1 = %v, want ErrLimitMismatch on memory.max", err)
+	}
+	if _, err := os.Stat(filepath.Join(unifiedMount(), testParent, s.owner, "unbounded")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused domain's cgroup is still there: %v", err)
+	}
+}
+
 // TestV2OOMGroupKillsTheWholeDomain: with memory.oom.group=1 an OOM kill takes every process of
 // the domain, not one victim: the worker's three idle children die with the allocating worker
 // before any kill of steward's, memory.events counts the group kill and the outcome is OOM-killed.

@@ -4,7 +4,8 @@
 // dials that stream and both sides run the same bounded JSON-RPC connection as in stdio mode.
 //
 // The package knows nothing about what is served: the sidecar passes a function that serves one
-// connection, the host gets a net.Conn. It imports no other steward package but rpc (none today).
+// connection, the host gets a net.Conn. It also owns the folders go-plugin sockets live in
+// (socketdir.go). It imports no other steward package.
 package plugin
 
 import (

@@ -36,6 +36,8 @@ const (
 
 	CodeConditionalWritesIgnored Code = -32015 // the store accepts a second put-if-absent: no commit or fence on it
 	CodeStoreNotAllowed          Code = -32016 // no per-call credentials, and the store is not on the sidecar's --allow-store list
+
+	CodeOverMemoryBudget Code = -32020 // the call's worker memory limit exceeds the sidecar's whole memory budget
 )
 
 // Sentinel is a wire error class. Domain code wraps a sentinel (fmt.Errorf("...: %w",
@@ -86,6 +88,10 @@ var (
 	// the sidecar's allow-list, so the sidecar will not send its own keys there. Nothing was
 	// done; send credentials with the call, or add the store to --allow-store.
 	ErrStoreNotAllowed = newSentinel(CodeStoreNotAllowed, "store not allowed for the sidecar's own credentials")
+	// ErrOverMemoryBudget: the call's worker memory limit is larger than the sidecar's whole
+	// memory budget, so it could never be admitted, however long it waited. Nothing ran; send
+	// a lower limits.memory_bytes, or raise --memory-budget.
+	ErrOverMemoryBudget = newSentinel(CodeOverMemoryBudget, "worker memory limit exceeds the memory budget")
 )
 
 // Errors of the wire contract's own decoders, wrapped with the detail. DecodeParams wraps a

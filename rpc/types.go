@@ -48,6 +48,8 @@ type HelloResult struct {
 	Credentials *CredentialsReport `json:"credentials,omitempty"`
 	// Storage says how engines reach storage: through a per-invocation gateway only.
 	Storage *StorageReport `json:"storage,omitempty"`
+	// MemoryBudget is admission by memory: the budget and its use.
+	MemoryBudget *MemoryBudget `json:"memory_budget,omitempty"`
 }
 
 // StorageReport is hello's account of how workers reach storage (docs/ENGINE.md §4.3).
@@ -117,6 +119,43 @@ type IsolationReport struct {
 	Checks []IsolationCheck `json:"checks,omitempty"`
 	// Containment is what every worker domain is held by beyond its cgroups.
 	Containment *Containment `json:"containment,omitempty"`
+	// DomainLimits lists each limit and setting written into every worker domain's cgroups
+	// (memory, swap off, swappiness, oom group, pids), read back after the write, and whether
+	// this mode enforces it (docs/PROTOCOL.md §2.1).
+	DomainLimits []DomainLimit `json:"domain_limits,omitempty"`
+}
+
+// DomainLimit is one limit of every worker domain: the file written, the value read back, and
+// whether it is enforced (when not, Detail says what the kernel lacks and what holds instead).
+type DomainLimit struct {
+	Name     string `json:"name"`
+	File     string `json:"file,omitempty"`
+	Value    int64  `json:"value"`
+	Enforced bool   `json:"enforced"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+// MemoryBudget is hello's account of admission by memory: the memory limits of every running
+// worker domain (mutations and prestarted spares) never sum above BudgetBytes.
+type MemoryBudget struct {
+	// BudgetBytes is the budget (--memory-budget, or its default).
+	BudgetBytes int64 `json:"budget_bytes"`
+	// InUseBytes is the sum of the memory limits of the domains that hold budget now.
+	InUseBytes int64 `json:"in_use_bytes"`
+	// SparesBytes is the part of InUseBytes held by idle prestarted spares (retired first when
+	// a call needs it).
+	SparesBytes int64 `json:"spares_bytes"`
+	// Waiting counts the calls waiting for budget now.
+	Waiting int `json:"waiting"`
+	// Source says where the budget came from: "flag", or the default's base: "cgroup" (the
+	// sidecar's own cgroup memory limit) or "machine" (MemTotal).
+	Source string `json:"source"`
+	// BaseBytes is the memory the default was taken from (0 for "flag").
+	BaseBytes int64 `json:"base_bytes,omitempty"`
+	// Share is the fraction of BaseBytes the default is (0 for "flag").
+	Share float64 `json:"share,omitempty"`
+	// Detail names the cgroup file or /proc/meminfo the base was read from.
+	Detail string `json:"detail,omitempty"`
 }
 
 // Containment is the wire form of the containment layers (isolation.ContainmentReport).

@@ -45,6 +45,12 @@ type Config struct {
 	// DisableIsolation starts without a supervisor: index.mutate is then refused with
 	// rpc.ErrIsolationUnavailable. For transport-only embedding and tests; default false.
 	DisableIsolation bool
+	// MemoryBudget bounds the sum of the memory limits of every worker domain that exists at once
+	// (mutations, idle prestarted spares, engine probes): calls wait in the queue for it, a call
+	// whose own limit exceeds it is refused at receive with rpc.ErrOverMemoryBudget. Default 0:
+	// 80% of the sidecar's own cgroup memory limit when it has one below MemTotal, else 50% of
+	// MemTotal, never below one Isolation.MemoryLimit the memory holds (budget.go).
+	MemoryBudget int64
 	// Executors is the number of workers that may run at once. Default 2.
 	Executors int
 	// QueueCapacity bounds admitted mutations waiting for an executor; a full queue refuses new

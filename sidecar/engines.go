@@ -105,10 +105,19 @@ func (s *Server) registerEngines() {
 
 // probe starts e once in a domain and reads its hello.
 func (s *Server) probe(e *engine) (workerproto.Engine, error) {
-	w, err := s.launch(e, "hello-"+e.name, s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, nil)
+	// Before any executor runs: the budget is free. A budget below the worker limit bounds the
+	// probe too.
+	mem := min(s.cfg.Isolation.MemoryLimit, s.budget.total)
+	g := s.budget.tryAcquire(mem, false)
+	if g == nil {
+		return workerproto.Engine{}, fmt.Errorf("no memory budget for the probe (%d bytes)", mem)
+	}
+	w, err := s.launch(e, "hello-"+e.name, mem, s.cfg.Isolation.PidsLimit, nil)
 	if err != nil {
+		g.release()
 		return workerproto.Engine{}, err
 	}
+	w.grant = g
 	defer w.discard()
 	select {
 	case fe, ok := <-w.frames:

@@ -75,6 +75,7 @@ type warm struct {
 	logw    *workerLog
 	tempDir string      // the domain's private TMPDIR and HOME, removed once the domain is reaped
 	idle    *idleFreeze // a spare of another engine than the built-in one: frozen while it waits
+	grant   *grant      // the domain's memory budget (budget.go), given back once it is gone
 }
 
 // launch starts one domain of engine e with the given limits and a fresh private temp dir; its
@@ -159,16 +160,31 @@ func (s *Server) prestart(idle bool) *warm {
 	if all := s.iso.CPUs(); idle && len(all) > 1 && e.builtin() {
 		cpus = all[len(all)-1:]
 	}
+	g := s.budget.tryAcquire(s.cfg.Isolation.MemoryLimit, true)
+	if g == nil {
+		return nil // the budget is in use or awaited: the next call starts cold
+	}
 	w, err := s.launch(e, "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, cpus)
 	if err != nil {
+		g.release()
 		s.log.Warn("could not start a spare worker", "engine", e.name, "error", err)
 		return nil
 	}
+	w.grant = g
 	if !e.builtin() {
 		w.idle = s.freezeIdle(w)
 	}
 	s.spares[w] = struct{}{}
-	return w
+	if !s.budget.headShort() {
+		return w
+	}
+	// A call began waiting for budget while this spare launched, too late to retire it: it is
+	// retired now, for that call.
+	delete(s.spares, w)
+	s.spareMu.Unlock()
+	w.discard()
+	s.spareMu.Lock() // for the deferred unlock
+	return nil
 }
 
 // spareFreezeAfter is how long a spare of another engine than the built-in one runs before it is
@@ -274,6 +290,7 @@ func (w *warm) discard() {
 	w.toW.Close()
 	w.fromW.Close()
 	_ = os.RemoveAll(w.tempDir)
+	w.grant.release()
 }
 
 // spareEngine is the engine the spares for t run: t's, if it is the built-in engine or if
@@ -332,7 +349,10 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	s.followCall(j) // the next spares are born for calls like this one
 	w := spare
 	if w != nil && !s.take(w) {
-		w = nil // discarded by shutdown
+		w = nil // discarded by shutdown, or retired for a call waiting for budget
+	}
+	if w != nil {
+		w.grant.claim()
 	}
 	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j.eng)) {
 		w.discard()
@@ -346,11 +366,17 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 		}
 	}
 	if w == nil {
+		g, res, ok := s.awaitBudget(j, memory)
+		if !ok {
+			return res
+		}
 		var err error
 		if w, err = s.launch(j.eng, j.p.InvocationID, memory, pids, nil); err != nil {
+			g.release()
 			s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
 			return launchFailed(err)
 		}
+		w.grant = g
 	}
 	defer w.toW.Close()
 	defer w.fromW.Close()
@@ -380,12 +406,13 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	// namespaces: the held mount namespace has the dir mounted, and an rmdir there detaches that
 	// mount and waits out an expedited RCU grace period (the answer's path paid ~30 µs for the
 	// removal and the worker's exit ~0.1 ms more for its mount namespace's end, measured).
-	tmp := w.tempDir
+	tmp, g := w.tempDir, w.grant
 	j.afterAnswer = func() {
 		release()
 		if err := os.RemoveAll(tmp); err != nil {
 			s.log.Error("removing the domain's temp dir failed", "invocation", j.p.InvocationID, "error", err)
 		}
+		g.release() // its namespaces, and the tmpfs in its mount namespace, are gone
 	}
 	res := ss.classify(out)
 	if ss.requested {

@@ -70,6 +70,10 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not acted out by engine %s (it declares %v)", rpc.ErrInvalidParams, p.Fault, eng.name, eng.decl.Faults)
 	}
+	if err := s.overBudget(p); err != nil {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: %w", rpc.ErrOverMemoryBudget, err)
+	}
 	if err := s.admitStore(ctx, p.Dataset.Store, p.Credentials); err != nil {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err
@@ -162,7 +166,7 @@ func (s *Server) executor() {
 	for {
 		// A spare of an engine the calls have left (another executor's call, or this one's) would
 		// only be discarded by the next call, a cold start: it is replaced now.
-		if spare != nil && s.spareStale(spare) {
+		if spare != nil && (s.spareStale(spare) || !s.idleSpare(spare)) { // or retired for budget
 			if s.take(spare) {
 				spare.discard()
 			}

@@ -69,6 +69,9 @@ type Server struct {
 
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
 
+	budget     *memBudget   // admission by memory (budget.go)
+	budgetFrom budgetSource // where its size came from, for hello
+
 	ownCreds *rpc.Credentials // Config.S3Credentials; handed out by credsFor only
 	allow    AllowList        // Config.AllowStores, parsed
 }
@@ -117,6 +120,7 @@ func New(cfg Config) (*Server, error) {
 	s.dedup = newDedup(cfg.DedupCapacity)
 	s.condWrites = newCondWrites(s.log.Named("condwrite"), s.metrics.reg)
 	s.startIsolation()
+	s.openBudget()
 	// After isolation's preflight: it killed what was left in dead owners' cgroups, so nothing
 	// still writes into their temp dirs.
 	if err := s.openTempDir(); err != nil {
@@ -354,8 +358,9 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 			LedgerCapacity:  s.cfg.LedgerCapacity,
 			LedgerQuota:     s.cfg.LedgerQuota,
 		},
-		Credentials: &rpc.CredentialsReport{Source: s.cfg.CredentialsSource, AllowStores: s.allow.names()},
-		Storage:     s.storageReport(),
+		Credentials:  &rpc.CredentialsReport{Source: s.cfg.CredentialsSource, AllowStores: s.allow.names()},
+		Storage:      s.storageReport(),
+		MemoryBudget: s.helloBudget(),
 	}, nil
 }
 
@@ -391,6 +396,9 @@ func wireReport(r isolation.Report) *rpc.IsolationReport {
 	}
 	w := &rpc.IsolationReport{Mode: string(r.Mode), Verified: r.Verified, Reason: r.Reason,
 		Controllers: r.Controllers, Limits: limits, Cgroups: r.Cgroups}
+	for _, l := range r.DomainLimits {
+		w.DomainLimits = append(w.DomainLimits, rpc.DomainLimit{Name: l.Name, File: l.File, Value: l.Value, Enforced: l.Enforced, Detail: l.Detail})
+	}
 	if r.Parent.Source != "" {
 		w.Parent = &rpc.IsolationParent{Source: r.Parent.Source, Dirs: r.Parent.Dirs, Leaf: r.Parent.Leaf, Why: r.Parent.Why}
 	}

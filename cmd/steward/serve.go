@@ -32,6 +32,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.DurationVar(&iso.TermGrace, "term-grace", 10*time.Second, "SIGTERM to SIGKILL grace of the kill ladder")
 	fs.DurationVar(&iso.ReapBound, "reap-bound", 11*time.Second, "bound on killing and reaping a domain")
 	executors := fs.Int("executors", 2, "mutations that may run at once")
+	memBudget := fs.Int64("memory-budget", 0, "bytes the memory limits of all worker domains (mutations and prestarted spares) may sum to at once; default 80% of the sidecar's cgroup memory limit, else 50% of MemTotal, at least one --worker-memory")
 	queue := fs.Int("queue", 16, "admitted mutations that may wait for an executor")
 	skew := fs.Duration("clock-skew", time.Second, "host/sidecar clock disagreement reserved in front of every deadline")
 	minRun := fs.Duration("min-runnable", time.Second, "least run time a deadline must fund after the kill budget")
@@ -58,6 +59,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	// to read; delivery never blocks) a write to a broken pipe fails with EPIPE instead. Unlike
 	// SIG_IGN, a caught signal is reset to its default in every worker the sidecar execs.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	if *memBudget < 0 {
+		fmt.Fprintln(stderr, "steward serve: --memory-budget must be a number of bytes > 0 (or 0 for the default)")
+		return 2
+	}
 	fr, err := rpc.ParseFraming(*framing)
 	if err != nil {
 		fmt.Fprintln(stderr, "steward serve:", err)
@@ -79,7 +84,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	})
 	srv, err := sidecar.New(sidecar.Config{
 		Logger: logger, Version: buildVersion(), Framing: fr, MaxFrame: *maxFrame, ShutdownGrace: *grace,
-		Isolation: iso, Executors: *executors, QueueCapacity: *queue, ClockSkew: *skew, MinRunnable: *minRun,
+		Isolation: iso, Executors: *executors, MemoryBudget: *memBudget, QueueCapacity: *queue, ClockSkew: *skew, MinRunnable: *minRun,
 		TestFaults: *faults, Engines: engines, StateDir: *stateDir, LedgerPath: *ledgerPath, LedgerCapacity: *ledgerCap,
 		MetricsListen: *metricsListen, LedgerQuota: *ledgerQuota, WorkerExecutable: workerExecutable,
 		Gateway: gateway.Limits{MaxBytes: *workerDisk},
@@ -94,7 +99,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	code := 0
 	if plugin.Launched() {
-		srv.RunPlugin(ctx)
+		servePlugin(ctx, srv, logger)
 	} else if out, err := protocolStdout(); err != nil {
 		logger.Error("cannot serve stdio", "error", err)
 		code = 1
@@ -109,6 +114,22 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// servePlugin serves go-plugin from a socket folder of the sidecar's own (plugin.ServeSocketDir),
+// removed on every way down the process can take: go-plugin removes its socket only when its host
+// asks it to quit, and a sidecar whose host died would leave it behind.
+func servePlugin(ctx context.Context, srv *sidecar.Server, logger hclog.Logger) {
+	remove, err := plugin.ServeSocketDir()
+	if err != nil {
+		logger.Warn("go-plugin socket folder", "error", err)
+	}
+	srv.RunPlugin(ctx)
+	if remove != nil {
+		if err := remove(); err != nil {
+			logger.Error("removing the go-plugin socket folder", "error", err)
+		}
+	}
 }
 
 // defaultCgroupParent is "steward" for root, which may create cgroups anywhere, and "auto" for

@@ -89,6 +89,11 @@ func TestDependencyDirection(t *testing.T) {
 		{"the supervisor never links the worker", "sidecar", func(d string) bool {
 			return within(d, "sidecar/worker")
 		}, true, "imports"},
+		// The index format (storage/index) owns what readers agree on; its builder sorts and
+		// reaches the format only through the writer's exported calls.
+		{"the index builder links only the index format", "storage/index/build", func(d string) bool {
+			return strings.HasPrefix(d, module+"/") && d != module+"/storage/index" && d != module+"/storage"
+		}, true, "imports"},
 		{"storecfg links only rpc and storage", "storecfg", func(d string) bool {
 			return strings.HasPrefix(d, module+"/") && !within(d, "rpc") && !within(d, "storage")
 		}, true, "imports"},

@@ -16,7 +16,7 @@ func TestCheckNames(t *testing.T) {
 		{"another dataset", []string{"wh/other/data/a"}, nil, false},
 		{"a sibling sharing the name", []string{"wh/ev2/data/a"}, nil, false},
 		{"the version chain", []string{"wh/ev/_versions/3.manifest"}, nil, false},
-		{"steward's claims", nil, []string{"wh/ev/_steward/slots/"}, false},
+		{"steward's claims", nil, []string{"wh/ev/_steward/claims/"}, false},
 		{"a whole folder", nil, []string{"wh/ev/_indices/"}, false},
 		{"the dataset itself", nil, []string{"wh/ev/"}, false},
 		{"a top-level key", []string{"wh/ev/latest_version_hint.json"}, nil, false},

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cba1309c/steward/storage/index"
+	"github.com/cba1309c/steward/storage/index/build"
 )
 
 // MutateOp is an index mutation.
@@ -54,10 +55,10 @@ type MutateOptions struct {
 	// TempDir holds BTREE sort spills. Default: os.TempDir().
 	TempDir string
 	// MemoryBudget bounds the bytes a BTREE build keeps in memory before spilling sorted
-	// runs to TempDir. Default: index.DefaultMemoryBudget (256 MiB).
+	// runs to TempDir. Default: build.DefaultMemoryBudget (256 MiB).
 	MemoryBudget int64
 	// RunEntries is the number of pairs a BTREE build sorts as one run. Default:
-	// index.DefaultRunEntries (index.DefaultStringRunEntries for a string column).
+	// build.DefaultRunEntries (build.DefaultStringRunEntries for a string column).
 	RunEntries int
 }
 
@@ -317,7 +318,7 @@ func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ Ind
 	var addRaw func(data []byte, offs []uint32, first uint64) error // strings: no string per row
 	var b segmentBuilder
 	if typ == BTree {
-		bt := index.NewBTreeBuilder[K](index.BuildOptions{
+		bt := build.NewBTreeBuilder[K](build.BuildOptions{
 			MemoryBudget: opts.MemoryBudget, RunEntries: opts.RunEntries, TempDir: opts.TempDir, PageEntries: p.pageEntries,
 		})
 		add, b = bt.Add, bt
@@ -325,7 +326,7 @@ func buildSegment[K index.Key](ctx context.Context, d *Dataset, f Field, typ Ind
 			addRaw = bt.AddStrings
 		}
 	} else {
-		bm := index.NewBitmapBuilder[K]()
+		bm := build.NewBitmapBuilder[K]()
 		bm.MaxKeys = p.maxKeys
 		add, b = bm.Add, bm
 		if f.Type == String {

@@ -11,14 +11,15 @@ import (
 	"sort"
 )
 
-// Segment formats, told apart by their magic. Formats 2, 3 and 4 differ only in the keys of a
-// string page: string segments are written in format 4, numeric ones still in format 2 (the
-// same bytes, so a steward that predates formats 3 and 4 reads them); formats 1 and 3 are
-// still read.
+// Segment formats, told apart by their magic. A numeric segment is written in format 2, a
+// string one in format 4 (formats 2 and 4 differ only in a string page's keys), and those are
+// the formats read. Formats 1 and 3, and format 2 with string keys, were written only by
+// development builds before 2026-12-06 (no release wrote them: docs/FORMATS.md); a reader
+// refuses them with ErrRetiredFormat, whose fix is rebuilding the index.
 const (
-	btreeMagicV1 = "STWBT001"
+	btreeMagicV1 = "STWBT001" // retired
 	btreeMagicV2 = "STWBT002"
-	btreeMagicV3 = "STWBT003"
+	btreeMagicV3 = "STWBT003" // retired
 	btreeMagic   = "STWBT004"
 )
 
@@ -66,7 +67,7 @@ const maxPageEntries = 1 << 20
 //	keys = 0 u8 | format 3 keys
 //	keys = 1 u8 | width u8 | fixed u8 | symbols u8 | symbol bytes | shift u8 | numeric keys
 //
-// (fixed: every key's length, or 0xff for keys ended by symbol 0; see keyCode; the numbers are
+// (fixed: every key's length, or 0xff for keys ended by symbol 0; see KeyCode; the numbers are
 // the codes shifted down by shift bits, all of them zero in every code). Sorted random keys
 // differ from the one before in fewer bits than their front-coded suffixes and lengths take:
 // 16 hex digits a key, 10M keys, 5.5 bytes a key instead of 6.5. A writer with a code takes
@@ -81,7 +82,7 @@ type BTreeWriter[K Key] struct {
 	perPage  int
 	str      bool     // string keys
 	sk       []uint64 // numbers: the page's keys, order-preserving encoded; coded strings: their codes
-	code     *keyCode // strings: set when they come coded as numbers (see keyCode)
+	code     *KeyCode // strings: set when they come coded as numbers (see KeyCode)
 	keys     []K      // strings: the page's keys
 	ids      []uint64
 	strs     []byte   // addEntries' copy of the page's string keys: a builder reuses its buffers
@@ -96,10 +97,14 @@ type BTreeWriter[K Key] struct {
 	lastID   uint64
 	started  bool
 	finished bool
-	// track: starts records where each lookup entry begins (a chunk of finishStrings,
-	// whose page offsets are shifted once it is placed).
+	// track: starts records where each lookup entry begins (a chunk writer's: its page
+	// offsets are shifted once the chunk is placed). chunk is the chunk being written.
 	track  bool
 	starts []int
+	chunk  *Chunk
+	// AddSortedString's pages: the page's first key (a copy), the key before (the caller's,
+	// or kept once detached).
+	first, prev, kept []byte
 }
 
 // NewBTreeWriter writes a segment to w with pageEntries pairs per page (0 = DefaultPageEntries).
@@ -154,6 +159,12 @@ func (bw *BTreeWriter[K]) flush() error {
 		if b, lo, hi, err = bw.appendCodedKeys(b); err != nil {
 			return err
 		}
+	case len(bw.keys) == 0: // front-coded as they came (AddSortedString)
+		var err error
+		if b, err = bw.sp.appendTo(b); err != nil {
+			return err
+		}
+		lo, hi = any(arenaString(bw.first)).(K), any(arenaString(bw.prev)).(K)
 	default:
 		keys := any(bw.keys).([]string)
 		lo, hi = bw.keys[0], bw.keys[n-1]
@@ -207,36 +218,6 @@ func (bw *BTreeWriter[K]) writePage(b []byte, off int64, lo, hi K) error {
 	return nil
 }
 
-// addEntries appends pairs a builder has already sorted, skipping Add's order check.
-func addEntries[K Key](bw *BTreeWriter[K], es []entry) error {
-	for len(es) > 0 {
-		n := min(len(es), bw.perPage-len(bw.ids))
-		if ks, ok := any(&bw.keys).(*[]string); ok && bw.code == nil {
-			// e.s points into a merge buffer that is refilled once es is consumed: the page
-			// keeps its own copy. A grown strs leaves the keys before it in the old array.
-			for _, e := range es[:n] {
-				at := len(bw.strs)
-				bw.strs = append(bw.strs, e.s...)
-				*ks = append(*ks, arenaString(bw.strs[at:]))
-			}
-		} else {
-			for _, e := range es[:n] {
-				bw.sk = append(bw.sk, e.k) // already the order-preserving encoding (or code)
-			}
-		}
-		for _, e := range es[:n] {
-			bw.ids = append(bw.ids, e.id)
-		}
-		es = es[n:]
-		if len(bw.ids) == bw.perPage {
-			if err := bw.flush(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // Close writes the last page, the lookup table and the trailer. It does not close the
 // underlying writer.
 func (bw *BTreeWriter[K]) Close() error {
@@ -263,7 +244,6 @@ type BTreeReader[K Key] struct {
 	r       RangeReader
 	pages   []btreePage[K]
 	entries uint64
-	format  int // 1 to 4
 }
 
 // OpenBTree reads and validates a segment's trailer and lookup table.
@@ -271,6 +251,13 @@ func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], erro
 	t, lookup, magic, err := readFrame(ctx, r, "btree", []string{btreeMagic, btreeMagicV3, btreeMagicV2, btreeMagicV1}, KeyTypeOf[K]())
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case magic == writeMagic[K]():
+	case magic == btreeMagic:
+		return nil, corrupt("btree", 0, "format 4 holds string keys only")
+	default:
+		return nil, &retiredError{magic: magic}
 	}
 	if uint64(t.count) > uint64(len(lookup))/16 {
 		return nil, corrupt("btree", int64(t.lookupOff), "%d pages cannot fit a %d-byte lookup table", t.count, len(lookup))
@@ -299,16 +286,7 @@ func OpenBTree[K Key](ctx context.Context, r RangeReader) (*BTreeReader[K], erro
 	if len(d.b) != 0 || next != int64(t.lookupOff) || total != t.entries {
 		return nil, corrupt("btree", int64(t.lookupOff), "lookup table does not account for the segment")
 	}
-	format := 4
-	switch magic {
-	case btreeMagicV1:
-		format = 1
-	case btreeMagicV2:
-		format = 2
-	case btreeMagicV3:
-		format = 3
-	}
-	return &BTreeReader[K]{r: r, pages: pages, entries: t.entries, format: format}, nil
+	return &BTreeReader[K]{r: r, pages: pages, entries: t.entries}, nil
 }
 
 // Entries is the number of (key, row id) pairs in the segment.
@@ -350,12 +328,7 @@ func (br *BTreeReader[K]) Scan(ctx context.Context, rg Range[K], fn func(K, uint
 		}
 		for _, p := range br.pages[lo:hi] {
 			page := buf[p.off-start : p.off-start+p.length]
-			if br.format == 1 {
-				keys, ids, err = decodePageV1(page, p, keys[:0], ids[:0])
-			} else {
-				keys, ids, err = decodePage(page, p, br.format, keys[:0], ids[:0])
-			}
-			if err != nil {
+			if keys, ids, err = decodePage(page, p, keys[:0], ids[:0]); err != nil {
 				return err
 			}
 			for j, k := range keys {
@@ -369,8 +342,8 @@ func (br *BTreeReader[K]) Scan(ctx context.Context, rg Range[K], fn func(K, uint
 	return nil
 }
 
-// decodePage decodes a page of format 2, 3 or 4.
-func decodePage[K Key](b []byte, p btreePage[K], format int, keys []K, ids []uint64) ([]K, []uint64, error) {
+// decodePage decodes a page of format 2 (numbers) or 4 (strings).
+func decodePage[K Key](b []byte, p btreePage[K], keys []K, ids []uint64) ([]K, []uint64, error) {
 	body, err := pageBody(b, p)
 	if err != nil {
 		return nil, nil, err
@@ -382,21 +355,15 @@ func decodePage[K Key](b []byte, p btreePage[K], format int, keys []K, ids []uin
 		if keys, body, ids, err = decodeNumKeys(body, p.count, keys, ids[:0], bad); err != nil {
 			return nil, nil, err
 		}
-	case format == 2:
-		if keys, body, err = decodeFrontCoded(body, p.count, keys, bad); err != nil {
-			return nil, nil, err
-		}
-	case format == 4 && len(body) > 0 && body[0] == keysCoded:
+	case len(body) > 0 && body[0] == keysCoded:
 		if keys, body, ids, err = decodeCodedKeys(body[1:], p.count, keys, ids[:0], bad); err != nil {
 			return nil, nil, err
 		}
 	default:
-		if format == 4 {
-			if len(body) == 0 || body[0] != keysFront {
-				return nil, nil, bad("string keys in an unknown form")
-			}
-			body = body[1:]
+		if len(body) == 0 || body[0] != keysFront {
+			return nil, nil, bad("string keys in an unknown form")
 		}
+		body = body[1:]
 		if keys, body, ids, err = decodeStrKeys(body, p.count, keys, ids[:0], bad); err != nil {
 			return nil, nil, err
 		}
@@ -563,32 +530,6 @@ func pageBody[K Key](b []byte, p btreePage[K]) ([]byte, error) {
 		return nil, corrupt("btree", p.off, "page count disagrees with lookup table")
 	}
 	return body[4:], nil
-}
-
-// decodePageV1 decodes a page of format 1.
-func decodePageV1[K Key](b []byte, p btreePage[K], keys []K, ids []uint64) ([]K, []uint64, error) {
-	body, err := pageBody(b, p)
-	if err != nil {
-		return nil, nil, err
-	}
-	for range p.count {
-		k, n := decodeKey[K](body)
-		if n <= 0 {
-			return nil, nil, corrupt("btree", p.off, "page key truncated")
-		}
-		if len(keys) > 0 && cmp.Compare(keys[len(keys)-1], k) > 0 {
-			return nil, nil, corrupt("btree", p.off, "page keys out of order")
-		}
-		keys = append(keys, k)
-		body = body[n:]
-	}
-	if len(body) != 8*p.count || cmp.Compare(keys[0], p.min) != 0 || cmp.Compare(keys[len(keys)-1], p.max) != 0 {
-		return nil, nil, corrupt("btree", p.off, "page body does not match its lookup entry")
-	}
-	for i := range p.count {
-		ids = append(ids, binary.LittleEndian.Uint64(body[8*i:]))
-	}
-	return keys, ids, nil
 }
 
 // VerifyBTree decodes every page of a segment: a full consistency check.

@@ -1,20 +1,14 @@
 package index
 
 import (
-	"encoding/binary"
 	"math/bits"
 	"slices"
 )
 
-// A string build whose keys are all short over a small alphabet (hex digests, decimal codes,
-// dates, short identifiers) is built as a numeric one: each key becomes one uint64 whose
-// unsigned order is the keys' byte order (keyCode), so its runs are bucketed and radix-sorted
-// as numbers are (bucket.go), with no front-coding at seal and no decoding at Finish, and its
-// pages store the numbers and the code (format 4's coded form), spelled out only where front
-// coding is shorter. The code is taken from the first run; a later run with a key it cannot
-// code ends it for the rest of the build (see BTreeBuilder.uncode).
+// Format 4's coded form: a string page whose keys a KeyCode turns into numbers stores the code
+// and the numbers as a numeric page's keys (see BTreeWriter).
 
-// keyCode codes a string as one symbol per byte, width bits each, from the top bit down: the
+// KeyCode codes a string as one symbol per byte, width bits each, from the top bit down: the
 // symbols are the bytes of an alphabet in ascending order, so comparing two codes compares
 // the strings. Two forms:
 //
@@ -22,7 +16,7 @@ import (
 //     length up to max order like their bytes ("ab" < "ab\x00" < "abc");
 //   - fixed (fixed = every key's length): the bytes take 0..n-1, for keys of one length whose
 //     terminated form would not fit 64 bits (16 hex digits: 4 bits a digit, not 5).
-type keyCode struct {
+type KeyCode struct {
 	// at[p] maps a byte to its symbol shifted to the place of the p-th of eight (the last
 	// unshifted), or to badCode when the alphabet lacks the byte.
 	at    [8][256]uint64
@@ -42,33 +36,12 @@ type keyCode struct {
 // symbol takes at most 7 (see newKeyCode).
 const badCode = 1 << 63
 
-// newKeyCode returns the code of the run's keys, or nil when they do not fit one uint64 each.
-// The first run decides for the build, and a later key the code cannot take costs a spill of
-// every coded run before it (see BTreeBuilder.uncode), so the code is taken only where that is
-// unlikely: the terminated form (which later runs' shorter keys fit) when the run's longest
-// key leaves a quarter of the symbols a key may have spare (words of a few letters, dates,
-// decimal codes; not names that already reach the limit), the fixed form only when every key
-// of the run has one length (digests, padded codes). An alphabet seen over a whole first run
-// (half a million keys by default) rarely meets a new byte after.
-func newKeyCode(r *memRun) *keyCode {
-	var seen [256]bool
-	minLen, maxLen := int(^uint(0)>>1), 0
-	for i := range r.n {
-		s := r.data[r.offs[i]:r.offs[i+1]]
-		minLen, maxLen = min(minLen, len(s)), max(maxLen, len(s))
-		for _, c := range s {
-			seen[c] = true
-		}
-	}
-	if r.n == 0 {
-		return nil
-	}
-	c := &keyCode{}
-	for v := range 256 {
-		if seen[v] {
-			c.syms = append(c.syms, byte(v))
-		}
-	}
+// NewKeyCode returns the code over the bytes syms (ascending, each once) for keys of minLen to
+// maxLen bytes, or nil when such keys do not fit one uint64 each. The terminated form is taken
+// when the longest key leaves a quarter of the symbols a key may have spare (later keys may be
+// shorter or a little longer), the fixed form only when every key has one length.
+func NewKeyCode(syms []byte, minLen, maxLen int) *KeyCode {
+	c := &KeyCode{syms: syms}
 	// A symbol takes at most 7 bits, so that eight of them leave the top bit for badCode: an
 	// alphabet that needs 8 is as wide as the bytes themselves.
 	n := len(c.syms)
@@ -95,27 +68,45 @@ func newKeyCode(r *memRun) *keyCode {
 	return c
 }
 
-// encodeRun codes the run's keys into keys (grown to the run's size) and reports whether every
-// key fits. Its two halves are coded at once, as partition scatters them (see there).
-func (c *keyCode) encodeRun(r *memRun, keys []uint64) ([]uint64, bool) {
-	if cap(keys) < r.n {
-		keys = make([]uint64, r.n)
+// KeyCodeOf returns the code over the bytes the keys data[offs[i]:offs[i+1]] hold, for keys
+// of their lengths (NewKeyCode), or nil when they do not fit one uint64 each.
+func KeyCodeOf(data []byte, offs []uint32) *KeyCode {
+	var seen [256]bool
+	minLen, maxLen := int(^uint(0)>>1), 0
+	for i := 1; i < len(offs); i++ {
+		s := data[offs[i-1]:offs[i]]
+		minLen, maxLen = min(minLen, len(s)), max(maxLen, len(s))
+		for _, c := range s {
+			seen[c] = true
+		}
 	}
-	keys = keys[:r.n]
-	mid := r.n / 2
-	var ok [2]bool
-	both(func() { ok[0] = c.encodeKeys(r, keys[:mid], 0) }, func() { ok[1] = c.encodeKeys(r, keys[mid:], mid) })
-	return keys, ok[0] && ok[1]
+	var syms []byte
+	for v := range 256 {
+		if seen[v] {
+			syms = append(syms, byte(v))
+		}
+	}
+	return NewKeyCode(syms, minLen, maxLen)
 }
 
-// encodeKeys codes the run's keys from on into keys, and reports whether they all fit.
-func (c *keyCode) encodeKeys(r *memRun, keys []uint64, from int) bool {
-	return c.encodeBytes(keys, r.data, r.offs[from:from+len(keys)+1])
-}
+// MaxBytes is the most bytes a key's code takes packed: its longest key's symbols.
+func (c *KeyCode) MaxBytes() int { return (c.max*int(c.width) + 7) / 8 }
 
-// encodeBytes codes the keys data[offs[i]:offs[i+1]] (len(offs)-1 of them, as a Parquet
+// MaxLen is the longest key the code takes.
+func (c *KeyCode) MaxLen() int { return c.max }
+
+// Width is the bits a symbol takes.
+func (c *KeyCode) Width() uint { return c.width }
+
+// Fixed is every key's length in the fixed form, -1 in the terminated form.
+func (c *KeyCode) Fixed() int { return c.fixed }
+
+// Shared is the length of the prefix the keys coded as a and b have in common.
+func (c *KeyCode) Shared(a, b uint64) int { return c.shared(a, b) }
+
+// EncodeBytes codes the keys data[offs[i]:offs[i+1]] (len(offs)-1 of them, as a Parquet
 // page's byte-array values come) into keys, and reports whether they all fit.
-func (c *keyCode) encodeBytes(keys []uint64, data []byte, offs []uint32) bool {
+func (c *KeyCode) EncodeBytes(keys []uint64, data []byte, offs []uint32) bool {
 	keys = keys[:len(offs)-1]
 	var bad uint64
 	if c.fixed >= 0 {
@@ -149,8 +140,8 @@ func (c *keyCode) encodeBytes(keys []uint64, data []byte, offs []uint32) bool {
 	return bad == 0
 }
 
-// encodeStrings is encodeBytes for keys given as strings.
-func (c *keyCode) encodeStrings(keys []uint64, ks []string) bool {
+// EncodeStrings is EncodeBytes for keys given as strings.
+func (c *KeyCode) EncodeStrings(keys []uint64, ks []string) bool {
 	var bad uint64
 	for i, s := range ks {
 		if len(s) > c.max || c.fixed >= 0 && len(s) != c.fixed {
@@ -165,7 +156,7 @@ func (c *keyCode) encodeStrings(keys []uint64, ks []string) bool {
 // encode16 codes keys of 16 bytes each (hex digests, the commonest fixed length), one after
 // the other in data, into keys, and reports whether they all fit: encode with its two groups
 // of eight written out, in the loop (a call a key, and its loop, cost as much as the lookups).
-func (c *keyCode) encode16(keys []uint64, data []byte) bool {
+func (c *KeyCode) encode16(keys []uint64, data []byte) bool {
 	at := &c.at
 	g := (8 * c.width) & 63       // a group's bits: 32 for hex digits
 	end := (64 - 16*c.width) & 63 // 0 for hex digits
@@ -184,7 +175,7 @@ func (c *keyCode) encode16(keys []uint64, data []byte) bool {
 
 // encode codes s (at most max bytes). A byte outside the alphabet sets a bit in bad (the code
 // is garbled then).
-func (c *keyCode) encode(s []byte) (k, bad uint64) {
+func (c *KeyCode) encode(s []byte) (k, bad uint64) {
 	n := uint(len(s))
 	// Eight bytes at a time, each symbol looked up already shifted to its place in the eight:
 	// loads and ors, independent of each other (a chain of shifts through k, a byte at a time,
@@ -205,8 +196,8 @@ func (c *keyCode) encode(s []byte) (k, bad uint64) {
 	return k << ((64 - n*c.width) & 63), bad & badCode
 }
 
-// keyLen is the length of the key coded as k.
-func (c *keyCode) keyLen(k uint64) int {
+// KeyLen is the length of the key coded as k.
+func (c *KeyCode) KeyLen(k uint64) int {
 	if c.fixed >= 0 {
 		return c.fixed
 	}
@@ -214,29 +205,19 @@ func (c *keyCode) keyLen(k uint64) int {
 	return int(c.lenAbove[bits.TrailingZeros64(k)])
 }
 
-// appendKey appends the key coded as k to dst.
-func (c *keyCode) appendKey(dst []byte, k uint64) []byte {
-	return c.appendSuffix(dst, k, 0, c.keyLen(k))
+// AppendKey appends the key coded as k to dst.
+func (c *KeyCode) AppendKey(dst []byte, k uint64) []byte {
+	return c.appendSuffix(dst, k, 0, c.KeyLen(k))
 }
 
 // shared is the length of the prefix the keys coded as a and b have in common.
-func (c *keyCode) shared(a, b uint64) int {
+func (c *KeyCode) shared(a, b uint64) int {
 	if a == b {
-		return c.keyLen(a)
+		return c.KeyLen(a)
 	}
 	// The first symbol that differs; a key that ends there has symbol 0 against one that
 	// does not, so the shorter key is the prefix.
 	return int(c.symbolsIn[bits.LeadingZeros64(a^b)])
-}
-
-// appendSpilled is appendSpilled for coded keys (e.k), spelled out.
-func (c *keyCode) appendSpilled(b []byte, es []entry) []byte {
-	for _, e := range es {
-		b = binary.AppendUvarint(b, uint64(c.keyLen(e.k)))
-		b = c.appendKey(b, e.k)
-		b = binary.LittleEndian.AppendUint64(b, e.id)
-	}
-	return b
 }
 
 // appendCodedKeys appends the page's keys, coded in bw.sk: in format 4's coded form (the key
@@ -269,17 +250,17 @@ func (bw *BTreeWriter[K]) appendCodedKeys(b []byte) (_ []byte, lo, hi K, _ error
 	// narrower). A sample is enough to choose the form: an eighth of a full page's keys.
 	step := max(1, len(ks)/128)
 	var ors, orl uint64
-	suffix := c.keyLen(ks[0])
+	suffix := c.KeyLen(ks[0])
 	for i := step; i < len(ks); i += step {
-		l, sh := c.keyLen(ks[i]), c.shared(ks[i-1], ks[i])
+		l, sh := c.KeyLen(ks[i]), c.shared(ks[i-1], ks[i])
 		ors, orl, suffix = ors|uint64(sh), orl|uint64(l-sh), suffix+(l-sh)*step
 	}
-	front := 2 + len(c.syms) + (len(ks)*(bits.Len64(ors)+bits.Len64(orl|uint64(c.keyLen(ks[0]))))+suffix*int(symbolWidth(len(c.syms))))/8
+	front := 2 + len(c.syms) + (len(ks)*(bits.Len64(ors)+bits.Len64(orl|uint64(c.KeyLen(ks[0]))))+suffix*int(symbolWidth(len(c.syms))))/8
 	strs := bw.strs[:0]
 	if front >= len(b)-start {
-		strs = c.appendKey(strs, ks[0])
+		strs = c.AppendKey(strs, ks[0])
 		at := len(strs)
-		strs = c.appendKey(strs, ks[len(ks)-1])
+		strs = c.AppendKey(strs, ks[len(ks)-1])
 		bw.strs = strs
 		return b, any(arenaString(strs[:at])).(K), any(arenaString(strs[at:])).(K), nil
 	}
@@ -287,7 +268,7 @@ func (bw *BTreeWriter[K]) appendCodedKeys(b []byte) (_ []byte, lo, hi K, _ error
 	// firstEnd, the last starts at at.
 	var at, firstEnd int
 	for i, k := range ks {
-		at, strs = len(strs), c.appendKey(strs, k)
+		at, strs = len(strs), c.AppendKey(strs, k)
 		sh := 0
 		if i > 0 {
 			sh = c.shared(ks[i-1], k)
@@ -378,7 +359,7 @@ func decodeCodedKeys[K Key](b []byte, n int, keys []K, scratch []uint64, bad fun
 }
 
 // appendSuffix appends symbols from..to-1 of the key coded as k.
-func (c *keyCode) appendSuffix(dst []byte, k uint64, from, to int) []byte {
+func (c *KeyCode) appendSuffix(dst []byte, k uint64, from, to int) []byte {
 	k <<= uint(from) * c.width
 	for range to - from {
 		dst = append(dst, c.syms[k>>(64-c.width)-c.base])

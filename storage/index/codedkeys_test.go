@@ -2,241 +2,15 @@ package index
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
+
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 )
-
-// runOf is a sealed string run of keys, as a build fills it.
-func runOf(keys [][]byte) *memRun {
-	r := newRun(true, len(keys), 0, fillArena{})
-	for _, k := range keys {
-		r.data = append(r.data, k...)
-		r.offs = append(r.offs, uint32(len(r.data)))
-	}
-	r.n = len(keys)
-	return r
-}
-
-// TestKeyCodeOrdersLikeBytes: over alphabets of 1 to 128 bytes (NUL and 0xff among them) and
-// keys of one length or many (the empty key included), a key code, when the keys fit one,
-// orders them as bytes.Compare does, spells each back, and counts shared prefixes as
-// commonPrefix; a key with a byte the alphabet lacks, or too long, is refused.
-func TestKeyCodeOrdersLikeBytes(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 7))
-	forms := map[string]int{}
-	for _, size := range []int{1, 2, 3, 4, 5, 10, 11, 15, 16, 17, 31, 64, 100, 127, 128} {
-		for _, lens := range [][2]int{{0, 3}, {1, 8}, {4, 4}, {8, 8}, {9, 9}, {16, 16}, {0, 64}, {5, 21}} {
-			alphabet := r.Perm(256)[:size]
-			if size > 1 {
-				alphabet[0], alphabet[1] = 0, 255
-			}
-			keys := make([][]byte, 300)
-			for i := range keys {
-				k := make([]byte, lens[0]+r.IntN(lens[1]-lens[0]+1))
-				for j := range k {
-					k[j] = byte(alphabet[r.IntN(size)])
-				}
-				keys[i] = k
-			}
-			name := fmt.Sprintf("alphabet-%d/len-%d-%d", size, lens[0], lens[1])
-			c := newKeyCode(runOf(keys))
-			if c == nil {
-				forms["none"]++
-				continue
-			}
-			forms[fmt.Sprintf("fixed-%v/width-%d", c.fixed >= 0, c.width)]++
-			codes, ok := c.encodeRun(runOf(keys), nil)
-			if !ok {
-				t.Fatalf("%s: the run the code was made of does not fit it", name)
-			}
-			for i := range keys {
-				if got := c.appendKey(nil, codes[i]); !bytes.Equal(got, keys[i]) {
-					t.Fatalf("%s: %q spelled back as %q", name, keys[i], got)
-				}
-				j := r.IntN(len(keys))
-				if want, got := bytes.Compare(keys[i], keys[j]), cmpCodes(codes[i], codes[j]); want != got {
-					t.Fatalf("%s: %q vs %q compares %d, codes %d", name, keys[i], keys[j], want, got)
-				}
-				if want, got := commonPrefix(keys[i], keys[j]), c.shared(codes[i], codes[j]); want != got {
-					t.Fatalf("%s: %q and %q share %d, codes say %d", name, keys[i], keys[j], want, got)
-				}
-			}
-			missing := -1
-			for v := range 256 {
-				if !slices.Contains(alphabet, v) {
-					missing = v
-					break
-				}
-			}
-			if missing >= 0 {
-				bad := slices.Clone(keys[0])
-				if len(bad) == 0 {
-					bad = []byte{0}
-				}
-				for at := range bad { // each position: keys of 16 bytes are coded eight at a time
-					bad := slices.Clone(bad)
-					bad[at] = byte(missing)
-					if _, ok := c.encodeRun(runOf([][]byte{keys[1], bad}), nil); ok {
-						t.Fatalf("%s: %q coded with a byte the alphabet lacks", name, bad)
-					}
-				}
-			}
-			if _, ok := c.encodeRun(runOf([][]byte{bytes.Repeat(keys[0][:min(1, len(keys[0]))], c.max+1)}), nil); ok && len(keys[0]) > 0 {
-				t.Fatalf("%s: a key of %d bytes coded (at most %d)", name, c.max+1, c.max)
-			}
-		}
-	}
-	// Both forms and every fast width were taken, and keys too wide were left uncoded.
-	for _, want := range []string{"fixed-true/width-4", "fixed-false/width-1", "fixed-false/width-2", "fixed-false/width-4", "fixed-false/width-7", "none"} {
-		if forms[want] == 0 {
-			t.Errorf("no alphabet took %s (%v)", want, forms)
-		}
-	}
-}
-
-// TestKeyCodeLeavesHeadroom: the terminated form is taken only while the first run's longest
-// key leaves a quarter of a code's symbols spare, so that a longer key later (which would end
-// the code and spill every run before it) is unlikely; keys of one length take the fixed form.
-func TestKeyCodeLeavesHeadroom(t *testing.T) {
-	words := func(n, maxLen int) [][]byte {
-		r := rand.New(rand.NewPCG(uint64(n), uint64(maxLen)))
-		keys := make([][]byte, n)
-		for i := range keys {
-			k := make([]byte, 1+r.IntN(maxLen))
-			for j := range k {
-				k[j] = byte('a' + r.IntN(26))
-			}
-			keys[i] = k
-		}
-		keys[0] = bytes.Repeat([]byte("z"), maxLen) // the longest, and every letter is there
-		keys[1] = []byte("abcdefghijklmnopqrstuvwxy")[:min(25, maxLen)]
-		return keys
-	}
-	// 26 letters and the end take 5 bits: 12 fit 64 bits, 9 leave a quarter spare.
-	if c := newKeyCode(runOf(words(5000, 9))); c == nil || c.fixed >= 0 || c.max != 12 {
-		t.Fatalf("words of up to 9 letters: code %+v, want the terminated form up to 12", c)
-	}
-	if c := newKeyCode(runOf(words(5000, 10))); c != nil {
-		t.Fatalf("words of up to 10 letters coded (%d of at most 12 symbols): a longer one would end the code", c.max)
-	}
-}
-
-func cmpCodes(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// TestCodedPagesReadAsSpelledOut: a segment of coded pages (format 4's coded form) reads back
-// the pairs of the segment the writer makes of the same keys spelled out (front-coded pages),
-// page for page, over codes of 1 to 7 bits a symbol, fixed and terminated, pages of 1 to 300
-// keys; 16 hex digits a key take fewer bytes coded.
-func TestCodedPagesReadAsSpelledOut(t *testing.T) {
-	r := rand.New(rand.NewPCG(8, 8))
-	ctx := context.Background()
-	widths := map[uint]bool{}
-	forms := map[byte]int{}
-	for _, tc := range []struct {
-		alphabet string
-		lo, hi   int
-	}{
-		{"a", 0, 40}, {"ab", 0, 20}, {"abc", 1, 20}, {"0123456789", 1, 12}, {"0123456789abcdef", 16, 16},
-		{"0123456789abcdef", 0, 9}, {"0123456789-", 10, 10}, {"abcdefghijklmnopqrstuvwxyz", 0, 9}, {"\x00\xff", 0, 24},
-		{"", 0, 0}, {string(seq(0, 100)), 0, 6}, {string(seq(1, 128)), 9, 9}, {"abcde", 0, 12}, {string(seq(32, 80)), 0, 7},
-	} {
-		for _, perPage := range []int{1, 2, 5, 64, 300} {
-			keys := make([][]byte, 2000)
-			for i := range keys {
-				k := make([]byte, tc.lo+r.IntN(tc.hi-tc.lo+1))
-				for j := range k {
-					k[j] = tc.alphabet[r.IntN(len(tc.alphabet))]
-				}
-				keys[i] = k
-			}
-			slices.SortFunc(keys, bytes.Compare)
-			c := newKeyCode(runOf(keys))
-			if c == nil {
-				t.Fatalf("%q: no code", tc.alphabet)
-			}
-			widths[c.width] = true
-			codes, _ := c.encodeRun(runOf(keys), nil)
-			var got, want bytes.Buffer
-			coded, err := NewBTreeWriter[string](&got, perPage)
-			if err != nil {
-				t.Fatal(err)
-			}
-			coded.code = c
-			plain, _ := NewBTreeWriter[string](&want, perPage)
-			for i, k := range codes {
-				if err := addEntries(coded, []entry{{k: k, id: uint64(i)}}); err != nil {
-					t.Fatal(err)
-				}
-				if err := plain.Add(string(keys[i]), uint64(i)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := coded.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if err := plain.Close(); err != nil {
-				t.Fatal(err)
-			}
-			name := fmt.Sprintf("%q, %d a page", tc.alphabet, perPage)
-			cr, err := OpenBTree[string](ctx, BytesReader(got.Bytes()))
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			pr, err := OpenBTree[string](ctx, BytesReader(want.Bytes()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(cr.pages) != len(pr.pages) {
-				t.Fatalf("%s: %d pages, spelled out %d", name, len(cr.pages), len(pr.pages))
-			}
-			for i, p := range cr.pages {
-				forms[got.Bytes()[p.off+4]]++ // after the page's count
-				if q := pr.pages[i]; p.count != q.count || p.min != q.min || p.max != q.max {
-					t.Fatalf("%s: page %d holds %d keys %q..%q, spelled out %d %q..%q", name, i, p.count, p.min, p.max, q.count, q.min, q.max)
-				}
-			}
-			type pair struct {
-				k  string
-				id uint64
-			}
-			var cp, pp []pair
-			if err := cr.Scan(ctx, Range[string]{}, func(k string, id uint64) bool { cp = append(cp, pair{k, id}); return true }); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if err := pr.Scan(ctx, Range[string]{}, func(k string, id uint64) bool { pp = append(pp, pair{k, id}); return true }); err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(cp, pp) || len(cp) != len(keys) {
-				t.Fatalf("%s: the coded segment reads %d pairs, the spelled-out one %d of %d, or they differ", name, len(cp), len(pp), len(keys))
-			}
-			if tc.lo == 16 && perPage == 300 && got.Len() >= want.Len() {
-				t.Fatalf("%s: coded %d bytes, spelled out %d", name, got.Len(), want.Len())
-			}
-		}
-	}
-	if forms[keysCoded] == 0 || forms[keysFront] == 0 || len(forms) != 2 {
-		t.Errorf("pages by form: %v; want both coded and front-coded pages, and no other", forms)
-	}
-	for w := uint(1); w <= 7; w++ {
-		if !widths[w] {
-			t.Errorf("no code of width %d was written (%v)", w, widths)
-		}
-	}
-}
 
 // seq is the bytes from lo to hi.
 func seq(lo, hi int) []byte {
@@ -245,52 +19,6 @@ func seq(lo, hi int) []byte {
 		b = append(b, byte(v))
 	}
 	return b
-}
-
-// FuzzStringBuild: any string keys, in runs of a few, make the segment the plain writer makes
-// of them sorted, coded or not, a code ended by a later run or not. Keys come length-prefixed.
-func FuzzStringBuild(f *testing.F) {
-	f.Add([]byte("\x02ab\x03abc\x00\x02zz\x010"), uint8(3), uint8(2))
-	f.Add([]byte("\x0201\x0210\x0211\x0200\x03\xff\x00a\x0201"), uint8(1), uint8(1))
-	f.Add([]byte("\x100123456789abcdef\x10fedcba9876543210\x100000000000000000\x01g"), uint8(2), uint8(4))
-	f.Fuzz(func(t *testing.T, data []byte, runEntries, pageEntries uint8) {
-		var keys []string
-		for len(data) > 0 {
-			l := min(int(data[0])%32, len(data)-1)
-			keys = append(keys, string(data[1:1+l]))
-			data = data[1+l:]
-		}
-		type pair struct {
-			k  string
-			id uint64
-		}
-		pairs := make([]pair, len(keys))
-		for i, k := range keys {
-			pairs[i] = pair{k, uint64(i)}
-		}
-		slices.SortFunc(pairs, func(a, b pair) int {
-			if c := strings.Compare(a.k, b.k); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.id, b.id)
-		})
-		pages := 1 + int(pageEntries)%9
-		want := serialSegment(t, pages, len(pairs), func(i int) (string, uint64) { return pairs[i].k, pairs[i].id })
-		b := NewBTreeBuilder[string](BuildOptions{RunEntries: 1 + int(runEntries)%50, PageEntries: pages, TempDir: t.TempDir()})
-		defer b.Close()
-		for i := 0; i < len(keys); i += 7 {
-			if err := b.Add(keys[i:min(i+7, len(keys))], uint64(i)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var got bytes.Buffer
-		if n, err := b.Finish(&got); err != nil || n != uint64(len(keys)) {
-			t.Fatalf("finish: %d pairs, %v; want %d", n, err, len(keys))
-		}
-		if !bytes.Equal(got.Bytes(), want.Bytes()) {
-			t.Fatalf("segment differs from the serial writer's (code %v)", b.code != nil)
-		}
-	})
 }
 
 // TestCodedKeysRefuseMalformedCodes: format 4's coded form reads back keys a writer made, and
@@ -361,4 +89,120 @@ func TestCodedKeysRefuseMalformedCodes(t *testing.T) {
 			t.Errorf("%s: read %q, %v; want it refused", name, keys, err)
 		}
 	}
+}
+
+// TestCodedPagesReadAsSpelledOut: a segment of coded pages (format 4's coded form) reads back
+// the pairs of the segment the writer makes of the same keys spelled out (front-coded pages),
+// page for page, over codes of 1 to 7 bits a symbol, fixed and terminated, pages of 1 to 300
+// keys; 16 hex digits a key take fewer bytes coded.
+func TestCodedPagesReadAsSpelledOut(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	ctx := context.Background()
+	widths := map[uint]bool{}
+	forms := map[byte]int{}
+	for _, tc := range []struct {
+		alphabet string
+		lo, hi   int
+	}{
+		{"a", 0, 40}, {"ab", 0, 20}, {"abc", 1, 20}, {"0123456789", 1, 12}, {"0123456789abcdef", 16, 16},
+		{"0123456789abcdef", 0, 9}, {"0123456789-", 10, 10}, {"abcdefghijklmnopqrstuvwxyz", 0, 9}, {"\x00\xff", 0, 24},
+		{"", 0, 0}, {string(seq(0, 100)), 0, 6}, {string(seq(1, 128)), 9, 9}, {"abcde", 0, 12}, {string(seq(32, 80)), 0, 7},
+	} {
+		for _, perPage := range []int{1, 2, 5, 64, 300} {
+			keys := make([][]byte, 2000)
+			for i := range keys {
+				k := make([]byte, tc.lo+r.IntN(tc.hi-tc.lo+1))
+				for j := range k {
+					k[j] = tc.alphabet[r.IntN(len(tc.alphabet))]
+				}
+				keys[i] = k
+			}
+			slices.SortFunc(keys, bytes.Compare)
+			c, codes := codeOf(keys)
+			if c == nil {
+				t.Fatalf("%q: no code", tc.alphabet)
+			}
+			widths[c.width] = true
+			var got, want bytes.Buffer
+			coded, err := NewBTreeWriter[string](&got, perPage)
+			if err != nil {
+				t.Fatal(err)
+			}
+			coded.SetKeyCode(c)
+			plain, _ := NewBTreeWriter[string](&want, perPage)
+			for i, k := range codes {
+				if err := coded.AddEncoded([]uint64{k}, []uint64{uint64(i)}); err != nil {
+					t.Fatal(err)
+				}
+				if err := plain.Add(string(keys[i]), uint64(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := coded.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := plain.Close(); err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("%q, %d a page", tc.alphabet, perPage)
+			cr, err := OpenBTree[string](ctx, BytesReader(got.Bytes()))
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			pr, err := OpenBTree[string](ctx, BytesReader(want.Bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cr.pages) != len(pr.pages) {
+				t.Fatalf("%s: %d pages, spelled out %d", name, len(cr.pages), len(pr.pages))
+			}
+			for i, p := range cr.pages {
+				forms[got.Bytes()[p.off+4]]++ // after the page's count
+				if q := pr.pages[i]; p.count != q.count || p.min != q.min || p.max != q.max {
+					t.Fatalf("%s: page %d holds %d keys %q..%q, spelled out %d %q..%q", name, i, p.count, p.min, p.max, q.count, q.min, q.max)
+				}
+			}
+			type pair struct {
+				k  string
+				id uint64
+			}
+			var cp, pp []pair
+			if err := cr.Scan(ctx, Range[string]{}, func(k string, id uint64) bool { cp = append(cp, pair{k, id}); return true }); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if err := pr.Scan(ctx, Range[string]{}, func(k string, id uint64) bool { pp = append(pp, pair{k, id}); return true }); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(cp, pp) || len(cp) != len(keys) {
+				t.Fatalf("%s: the coded segment reads %d pairs, the spelled-out one %d of %d, or they differ", name, len(cp), len(pp), len(keys))
+			}
+			if tc.lo == 16 && perPage == 300 && got.Len() >= want.Len() {
+				t.Fatalf("%s: coded %d bytes, spelled out %d", name, got.Len(), want.Len())
+			}
+		}
+	}
+	if forms[keysCoded] == 0 || forms[keysFront] == 0 || len(forms) != 2 {
+		t.Errorf("pages by form: %v; want both coded and front-coded pages, and no other", forms)
+	}
+	for w := uint(1); w <= 7; w++ {
+		if !widths[w] {
+			t.Errorf("no code of width %d was written (%v)", w, widths)
+		}
+	}
+}
+
+// codeOf is the key code of sorted keys, and their codes.
+func codeOf(keys [][]byte) (*KeyCode, []uint64) {
+	var data []byte
+	offs := []uint32{0}
+	for _, k := range keys {
+		data = append(data, k...)
+		offs = append(offs, uint32(len(data)))
+	}
+	c := KeyCodeOf(data, offs)
+	codes := make([]uint64, len(keys))
+	if c == nil || !c.EncodeBytes(codes, data, offs) {
+		return nil, nil
+	}
+	return c, codes
 }

@@ -17,6 +17,10 @@ var (
 	// ErrTooLarge: a writer would write a page, bitmap or lookup table larger than readers
 	// accept (256 MiB); nothing readable could come of it.
 	ErrTooLarge = errors.New("index: segment part too large")
+	// ErrRetiredFormat: a segment of a format no release of steward wrote (formats 1 and 3,
+	// and format 2 with string keys: development builds before 2026-12-06), no longer read.
+	// It wraps ErrCorruptSegment too: the reader cannot decode it. Fix: rebuild the index.
+	ErrRetiredFormat = errors.New("index: retired segment format")
 )
 
 // CorruptError tells where a segment stopped making sense.
@@ -35,3 +39,12 @@ func (e *CorruptError) Unwrap() error { return ErrCorruptSegment }
 func corrupt(seg string, off int64, format string, args ...any) error {
 	return &CorruptError{Segment: seg, Offset: off, Reason: fmt.Sprintf(format, args...)}
 }
+
+// retiredError is a segment of a retired format (ErrRetiredFormat).
+type retiredError struct{ magic string }
+
+func (e *retiredError) Error() string {
+	return fmt.Sprintf("index: BTREE segment format %s was written only by development builds of steward and is no longer read: rebuild the index (DROP it, then CREATE it)", e.magic)
+}
+
+func (e *retiredError) Unwrap() []error { return []error{ErrRetiredFormat, ErrCorruptSegment} }

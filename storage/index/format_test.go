@@ -4,25 +4,19 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/index"
+	"github.com/cba1309c/steward/storage/index/build"
 )
-
-// v1Keys regenerates the keys of the format 1 segments in testdata (written, 100 pairs a page,
-// row ids from 1<<33, by the format 1 writer before format 2 replaced it).
-func v1Keys() (ints []int64, floats []float64, strs []string) {
-	r := rand.New(rand.NewPCG(7, 7))
-	ints = append(genKeys[int64](r, 3000, 500), math.MinInt64, math.MaxInt64)
-	floats = append(genKeys[float64](r, 3000, 500), math.Inf(1), math.Inf(-1), math.Copysign(0, -1))
-	strs = append(genKeys[string](r, 3000, 500), "", "\xff\xfe", "k")
-	return ints, floats, strs
-}
 
 // checkSegment compares a full scan and random ranges of seg with keys at row ids from first.
 func checkSegment[K index.Key](t *testing.T, seg []byte, keys []K, first uint64) {
@@ -66,48 +60,50 @@ func checkSegment[K index.Key](t *testing.T, seg []byte, keys []K, first uint64)
 	}
 }
 
-// Segments written before the bit-packed pages stay readable, with the same answers.
-func TestFormat1SegmentsStillRead(t *testing.T) {
-	ints, floats, strs := v1Keys()
-	read := func(name string) []byte {
-		b, err := os.ReadFile("testdata/" + name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(b[:8]) != "STWBT001" {
-			t.Fatalf("%s is not a format 1 segment", name)
-		}
-		return b
-	}
-	t.Run("int64", func(t *testing.T) { checkSegment(t, read("btree-v1-int64.seg"), ints, 1<<33) })
-	t.Run("float64", func(t *testing.T) { checkSegment(t, read("btree-v1-float64.seg"), floats, 1<<33) })
-	t.Run("string", func(t *testing.T) { checkSegment(t, read("btree-v1-string.seg"), strs, 1<<33) })
-}
-
-// v2StringKeys regenerates the keys of testdata/btree-v2-string.seg (written, 100 pairs a
-// page, row ids from 1<<33, by the format 2 writer before format 3 coded the string pages).
-func v2StringKeys() []string {
-	_, _, strs := v1Keys()
-	return append(strs, string(make([]byte, 300)), "\x00", "", "é", "\xff")
-}
-
-// String segments of format 2 (uvarint lengths, raw suffixes) stay readable.
-func TestFormat2StringSegmentsStillRead(t *testing.T) {
-	b, err := os.ReadFile("testdata/btree-v2-string.seg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b[:8]) != "STWBT002" {
-		t.Fatal("btree-v2-string.seg is not a format 2 segment")
-	}
-	checkSegment(t, b, v2StringKeys(), 1<<33)
-	if n, err := index.VerifyBTree[string](context.Background(), index.BytesReader(b)); err != nil || n != uint64(len(v2StringKeys())) {
-		t.Fatalf("verify: %d, %v", n, err)
+// Segments of the retired formats (testdata: format 1 of every key type, format 2 and 3 string
+// segments, all written by development builds) are refused with ErrRetiredFormat, which names
+// the fix, and still count as corrupt for callers that only tell readable from not.
+func TestRetiredFormatsRefused(t *testing.T) {
+	for _, name := range []string{"v1-int64", "v1-float64", "v1-string", "v2-string", "v3-string", "v3-hex"} {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile("testdata/btree-" + name + ".seg")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var open func() error
+			switch name {
+			case "v1-int64":
+				open = func() error { _, err := index.OpenBTree[int64](context.Background(), index.BytesReader(b)); return err }
+			case "v1-float64":
+				open = func() error {
+					_, err := index.OpenBTree[float64](context.Background(), index.BytesReader(b))
+					return err
+				}
+			default:
+				open = func() error {
+					_, err := index.OpenBTree[string](context.Background(), index.BytesReader(b))
+					return err
+				}
+			}
+			err = open()
+			if !errors.Is(err, index.ErrRetiredFormat) || !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), "rebuild the index") {
+				t.Fatalf("open: %v, want ErrRetiredFormat naming the fix", err)
+			}
+		})
 	}
 }
 
-// v3HexKeys regenerates the keys of testdata/btree-v3-hex.seg (written, 100 pairs a page, row
-// ids from 1<<33, by the format 3 writer, which coded them and spelled them out again).
+// v1Keys regenerates the keys of testdata/btree-v2-{int64,float64}.seg (100 pairs a page, row
+// ids from 1<<33).
+func v1Keys() (ints []int64, floats []float64, strs []string) {
+	r := rand.New(rand.NewPCG(7, 7))
+	ints = append(genKeys[int64](r, 3000, 500), math.MinInt64, math.MaxInt64)
+	floats = append(genKeys[float64](r, 3000, 500), math.Inf(1), math.Inf(-1), math.Copysign(0, -1))
+	strs = append(genKeys[string](r, 3000, 500), "", "\xff\xfe", "k")
+	return ints, floats, strs
+}
+
+// v3HexKeys: 3000 keys of 16 random hex digits.
 func v3HexKeys() []string {
 	r := rand.New(rand.NewPCG(3, 0))
 	keys := make([]string, 3000)
@@ -117,38 +113,14 @@ func v3HexKeys() []string {
 	return keys
 }
 
-// String segments of format 3 stay readable: testdata/btree-v3-string.seg holds
-// v2StringKeys, btree-v3-hex.seg v3HexKeys (both 100 pairs a page, row ids from 1<<33). Both
-// are written in format 4 now, the hex keys in fewer bytes.
-func TestFormat3StringSegmentsStillRead(t *testing.T) {
-	for name, keys := range map[string][]string{"string": v2StringKeys(), "hex": v3HexKeys()} {
-		b, err := os.ReadFile("testdata/btree-v3-" + name + ".seg")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(b[:8]) != "STWBT003" {
-			t.Fatalf("btree-v3-%s.seg is not a format 3 segment", name)
-		}
-		checkSegment(t, b, keys, 1<<33)
-		if n, err := index.VerifyBTree[string](context.Background(), index.BytesReader(b)); err != nil || n != uint64(len(keys)) {
-			t.Fatalf("verify %s: %d, %v", name, n, err)
-		}
-		now := buildBTree(t, keys, 1<<33, index.BuildOptions{PageEntries: 100})
-		if string(now[:8]) != "STWBT004" || name == "hex" && len(now) >= len(b) {
-			t.Fatalf("%s rewritten: %q, %d bytes against format 3's %d", name, now[:8], len(now), len(b))
-		}
-		checkSegment(t, now, keys, 1<<33)
-	}
-}
-
 // Numeric segments are still written in format 2, byte for byte as the writer before format 3
 // wrote them (testdata/btree-v2-*.seg, same keys, 100 pairs a page, row ids from 1<<33), so a
 // steward that predates format 3 reads every numeric index a newer one builds.
 func TestNumericSegmentsStayFormat2(t *testing.T) {
 	ints, floats, _ := v1Keys()
 	for name, seg := range map[string][]byte{
-		"int64":   buildBTree(t, ints, 1<<33, index.BuildOptions{PageEntries: 100}),
-		"float64": buildBTree(t, floats, 1<<33, index.BuildOptions{PageEntries: 100}),
+		"int64":   buildBTree(t, ints, 1<<33, build.BuildOptions{PageEntries: 100}),
+		"float64": buildBTree(t, floats, 1<<33, build.BuildOptions{PageEntries: 100}),
 	} {
 		want, err := os.ReadFile("testdata/btree-v2-" + name + ".seg")
 		if err != nil {
@@ -158,7 +130,7 @@ func TestNumericSegmentsStayFormat2(t *testing.T) {
 			t.Fatalf("%s: %d bytes starting %q, want the %d bytes of the format 2 file", name, len(seg), seg[:8], len(want))
 		}
 	}
-	checkSegment(t, buildBTree(t, ints, 1<<33, index.BuildOptions{PageEntries: 100}), ints, 1<<33)
+	checkSegment(t, buildBTree(t, ints, 1<<33, build.BuildOptions{PageEntries: 100}), ints, 1<<33)
 }
 
 // Format 3 codes a string page's suffixes over its alphabet at every width, from one symbol
@@ -176,7 +148,7 @@ func TestFormat3StringAlphabets(t *testing.T) {
 			keys[i] = string(k)
 		}
 		for _, ps := range []int{1, 7, 1024} {
-			seg := buildBTree(t, keys, 5, index.BuildOptions{PageEntries: ps})
+			seg := buildBTree(t, keys, 5, build.BuildOptions{PageEntries: ps})
 			if string(seg[:8]) != "STWBT004" {
 				t.Fatalf("written as %q", seg[:8])
 			}
@@ -184,9 +156,9 @@ func TestFormat3StringAlphabets(t *testing.T) {
 		}
 	}
 	same := slices.Repeat([]string{"x"}, 2500) // no suffix bytes past each page's first key
-	checkSegment(t, buildBTree(t, same, 0, index.BuildOptions{}), same, 0)
+	checkSegment(t, buildBTree(t, same, 0, build.BuildOptions{}), same, 0)
 	empty := slices.Repeat([]string{""}, 2500) // none at all
-	checkSegment(t, buildBTree(t, empty, 0, index.BuildOptions{}), empty, 0)
+	checkSegment(t, buildBTree(t, empty, 0, build.BuildOptions{}), empty, 0)
 }
 
 // 16 random hex digits a key (the bench's name column): format 2 took about 15 bytes a pair,
@@ -199,7 +171,7 @@ func TestFormat4StringSize(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%016x", r.Uint64())
 	}
-	seg := buildBTree(t, keys, 0, index.BuildOptions{})
+	seg := buildBTree(t, keys, 0, build.BuildOptions{})
 	t.Logf("%.2f bytes a pair", float64(len(seg))/n)
 	if len(seg) > 9*n {
 		t.Fatalf("hex keys: %d bytes for %d pairs (%.2f a pair)", len(seg), n, float64(len(seg))/n)
@@ -213,7 +185,7 @@ func TestFormat4StringSize(t *testing.T) {
 func TestFormat2Extremes(t *testing.T) {
 	ints, floats, strs := v1Keys()
 	for _, ps := range []int{1, 7, 100, 1024} {
-		opts := index.BuildOptions{PageEntries: ps}
+		opts := build.BuildOptions{PageEntries: ps}
 		checkSegment(t, buildBTree(t, ints, 1<<33, opts), ints, 1<<33)
 		checkSegment(t, buildBTree(t, floats, math.MaxUint64-4000, opts), floats, math.MaxUint64-4000)
 		checkSegment(t, buildBTree(t, strs, 0, opts), strs, 0)
@@ -234,7 +206,7 @@ func TestFormat2Size(t *testing.T) {
 	for i := range ids {
 		ids[i] = int64(i)
 	}
-	if seg := buildBTree(t, ids, 0, index.BuildOptions{}); len(seg) > 2*n {
+	if seg := buildBTree(t, ids, 0, build.BuildOptions{}); len(seg) > 2*n {
 		t.Fatalf("sorted ids: %d bytes for %d pairs", len(seg), n)
 	}
 	r := rand.New(rand.NewPCG(1, 1))
@@ -244,7 +216,7 @@ func TestFormat2Size(t *testing.T) {
 	}
 	// Row ids need 18 bits in a page of random rows; a page's 1024 prices hold about 100
 	// distinct values (ten rows a price), each stored once with its run length.
-	if seg := buildBTree(t, prices, 0, index.BuildOptions{}); len(seg) > 4*n {
+	if seg := buildBTree(t, prices, 0, build.BuildOptions{}); len(seg) > 4*n {
 		t.Fatalf("random prices: %d bytes for %d pairs", len(seg), n)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cba1309c/steward/storage"
 	"github.com/cba1309c/steward/storage/index"
+	"github.com/cba1309c/steward/storage/index/build"
 )
 
 func genKeys[K index.Key](r *rand.Rand, n, distinct int) []K {
@@ -65,9 +66,9 @@ func brute[K index.Key](keys []K, first uint64, match func(K) bool) []uint64 {
 	return out
 }
 
-func buildBTree[K index.Key](t testing.TB, keys []K, first uint64, opts index.BuildOptions) []byte {
+func buildBTree[K index.Key](t testing.TB, keys []K, first uint64, opts build.BuildOptions) []byte {
 	t.Helper()
-	b := index.NewBTreeBuilder[K](opts)
+	b := build.NewBTreeBuilder[K](opts)
 	defer b.Close()
 	for i := 0; i < len(keys); i += 100 {
 		if err := b.Add(keys[i:min(i+100, len(keys))], first+uint64(i)); err != nil {
@@ -84,7 +85,7 @@ func buildBTree[K index.Key](t testing.TB, keys []K, first uint64, opts index.Bu
 
 func buildBitmap[K index.Key](t testing.TB, keys []K, first uint64) []byte {
 	t.Helper()
-	b := index.NewBitmapBuilder[K]()
+	b := build.NewBitmapBuilder[K]()
 	if err := b.Add(keys, first); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func checkType[K index.Key](t *testing.T, seed uint64) {
 		t.Run(tc.name, func(t *testing.T) {
 			keys := genKeys[K](r, tc.n, tc.dist)
 			const first = 1 << 33 // row ids beyond 32 bits
-			seg := buildBTree(t, keys, first, index.BuildOptions{RunEntries: tc.runs, PageEntries: tc.pageSize, TempDir: t.TempDir(), MemoryBudget: tc.budget})
+			seg := buildBTree(t, keys, first, build.BuildOptions{RunEntries: tc.runs, PageEntries: tc.pageSize, TempDir: t.TempDir(), MemoryBudget: tc.budget})
 			bt, err := index.OpenBTree[K](ctx, index.BytesReader(seg))
 			if err != nil {
 				t.Fatal(err)
@@ -179,7 +180,7 @@ func TestIndexesMatchBruteForce(t *testing.T) {
 
 func TestKeyTypeMismatch(t *testing.T) {
 	ctx := context.Background()
-	seg := buildBTree(t, []int64{1, 2, 3}, 0, index.BuildOptions{})
+	seg := buildBTree(t, []int64{1, 2, 3}, 0, build.BuildOptions{})
 	if _, err := index.OpenBTree[string](ctx, index.BytesReader(seg)); !errors.Is(err, index.ErrKeyType) {
 		t.Fatalf("err = %v", err)
 	}
@@ -201,10 +202,10 @@ func TestCorruptSegments(t *testing.T) {
 	ctx := context.Background()
 	keys := []string{"b", "a", "c", "a", "d", "b", "e"}
 	segs := map[string][]byte{
-		"btree":       buildBTree(t, keys, 10, index.BuildOptions{PageEntries: 2}),
-		"btree-int":   buildBTree(t, []int64{5, -3, 5, 1 << 50, 7}, 1<<40, index.BuildOptions{PageEntries: 2}),
-		"btree-float": buildBTree(t, []float64{0.5, -3, math.Inf(1), 0.25}, 3, index.BuildOptions{PageEntries: 3}),
-		"btree-runs":  buildBTree(t, []int64{9, 9, 9, 9, 9, 9, 9, 9, 1 << 40, 1 << 40, 1 << 40, 1 << 40, 1 << 40, 1 << 40}, 0, index.BuildOptions{PageEntries: 14}),
+		"btree":       buildBTree(t, keys, 10, build.BuildOptions{PageEntries: 2}),
+		"btree-int":   buildBTree(t, []int64{5, -3, 5, 1 << 50, 7}, 1<<40, build.BuildOptions{PageEntries: 2}),
+		"btree-float": buildBTree(t, []float64{0.5, -3, math.Inf(1), 0.25}, 3, build.BuildOptions{PageEntries: 3}),
+		"btree-runs":  buildBTree(t, []int64{9, 9, 9, 9, 9, 9, 9, 9, 1 << 40, 1 << 40, 1 << 40, 1 << 40, 1 << 40, 1 << 40}, 0, build.BuildOptions{PageEntries: 14}),
 		"bitmap":      buildBitmap(t, keys, 10),
 	}
 	verify := map[string]func([]byte) error{
@@ -249,9 +250,9 @@ func TestWriterRejectsUnsorted(t *testing.T) {
 }
 
 func TestBitmapTooManyKeys(t *testing.T) {
-	b := index.NewBitmapBuilder[int64]()
+	b := build.NewBitmapBuilder[int64]()
 	b.MaxKeys = 3
-	if err := b.Add([]int64{1, 2, 3, 4}, 0); !errors.Is(err, index.ErrTooManyKeys) {
+	if err := b.Add([]int64{1, 2, 3, 4}, 0); !errors.Is(err, build.ErrTooManyKeys) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -268,7 +269,7 @@ func TestBitmapAddStrings(t *testing.T) {
 		keys[i] = words[r.IntN(len(words))]
 	}
 	want := buildBitmap(t, keys, 40)
-	b := index.NewBitmapBuilder[string]()
+	b := build.NewBitmapBuilder[string]()
 	for lo := 0; lo < len(keys); lo += 777 {
 		batch := keys[lo:min(lo+777, len(keys))]
 		data := []byte("page header")
@@ -291,25 +292,25 @@ func TestBitmapAddStrings(t *testing.T) {
 		t.Fatalf("AddStrings built %d bytes unlike Add's %d", got.Len(), len(want))
 	}
 
-	few := index.NewBitmapBuilder[string]()
+	few := build.NewBitmapBuilder[string]()
 	few.MaxKeys = 2
-	if err := few.AddStrings([]byte("abc"), []uint32{0, 1, 2, 3}, 0); !errors.Is(err, index.ErrTooManyKeys) {
+	if err := few.AddStrings([]byte("abc"), []uint32{0, 1, 2, 3}, 0); !errors.Is(err, build.ErrTooManyKeys) {
 		t.Fatalf("a third key: %v", err)
 	}
-	if err := index.NewBitmapBuilder[string]().AddStrings([]byte("abcdef"), []uint32{0, 4, 2}, 0); err == nil {
+	if err := build.NewBitmapBuilder[string]().AddStrings([]byte("abcdef"), []uint32{0, 4, 2}, 0); err == nil {
 		t.Fatal("descending offsets accepted")
 	}
-	if err := index.NewBitmapBuilder[string]().AddStrings([]byte("abc"), []uint32{0, 9}, 0); err == nil {
+	if err := build.NewBitmapBuilder[string]().AddStrings([]byte("abc"), []uint32{0, 9}, 0); err == nil {
 		t.Fatal("offsets past the data accepted")
 	}
-	if err := index.NewBitmapBuilder[int64]().AddStrings([]byte("a"), []uint32{0, 1}, 0); err == nil {
+	if err := build.NewBitmapBuilder[int64]().AddStrings([]byte("a"), []uint32{0, 1}, 0); err == nil {
 		t.Fatal("AddStrings on a numeric builder accepted")
 	}
 }
 
 func Example() {
 	ctx := context.Background()
-	b := index.NewBTreeBuilder[int64](index.BuildOptions{})
+	b := build.NewBTreeBuilder[int64](build.BuildOptions{})
 	defer b.Close()
 	_ = b.Add([]int64{30, 10, 20, 10}, 100) // row ids 100..103
 	var seg bytes.Buffer
@@ -338,7 +339,7 @@ func TestBitmapManyRowsPerKey(t *testing.T) {
 		keys[i] = vals[v]
 		want[v].Add(first + uint64(i))
 	}
-	b := index.NewBitmapBuilder[float64]()
+	b := build.NewBitmapBuilder[float64]()
 	for lo := 0; lo < len(keys); {
 		n := min(1+r.IntN(9000), len(keys)-lo)
 		if err := b.Add(keys[lo:lo+n], first+uint64(lo)); err != nil {
@@ -365,7 +366,7 @@ func TestBitmapManyRowsPerKey(t *testing.T) {
 	}
 
 	before := runtime.NumGoroutine()
-	unfinished := index.NewBitmapBuilder[float64]()
+	unfinished := build.NewBitmapBuilder[float64]()
 	if err := unfinished.Add(keys, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -188,39 +188,6 @@ func keyOfSort[K Key](u uint64) K {
 	return k
 }
 
-// decodeFrontCoded reads n keys of a format 2 string page from b onto keys and returns the
-// bytes after them. The keys share one new arena: none of them aliases b. bad makes the error
-// for a malformed key.
-func decodeFrontCoded[K Key](b []byte, n int, keys []K, bad func(string) error) ([]K, []byte, error) {
-	arena := make([]byte, 0, 2*len(b))
-	prev := ""
-	for i := range n {
-		shared, m := uvarint(b)
-		if m <= 0 || shared > uint64(len(prev)) || i == 0 && shared != 0 {
-			return nil, nil, bad("key prefix malformed")
-		}
-		b = b[m:]
-		l, m := uvarint(b)
-		if m <= 0 || l > maxKeyLen-shared || uint64(len(b)-m) < l {
-			return nil, nil, bad("key truncated")
-		}
-		suffix := b[m : m+int(l)]
-		b = b[m+int(l):]
-		if len(arena)+int(shared)+len(suffix) > maxSpanLen {
-			return nil, nil, bad("keys longer than a page may hold")
-		}
-		at := len(arena)
-		arena = append(append(arena, prev[:shared]...), suffix...)
-		k := arenaString(arena[at:])
-		if k < prev {
-			return nil, nil, bad("keys out of order")
-		}
-		keys = append(keys, any(k).(K))
-		prev = k
-	}
-	return keys, b, nil
-}
-
 // uvarint is binary.Uvarint that also refuses a non-minimal encoding (n <= 0).
 func uvarint(b []byte) (uint64, int) {
 	v, n := binary.Uvarint(b)
@@ -228,4 +195,18 @@ func uvarint(b []byte) (uint64, int) {
 		return 0, -1
 	}
 	return v, n
+}
+
+// CheckStringOffsets checks strings packed as data and offs (value i is
+// data[offs[i]:offs[i+1]]): the offsets must not go down nor past the data.
+func CheckStringOffsets(data []byte, offs []uint32) error {
+	for i := 1; i < len(offs); i++ {
+		if offs[i] < offs[i-1] {
+			return fmt.Errorf("offset %d (%d) below the one before (%d)", i, offs[i], offs[i-1])
+		}
+	}
+	if len(offs) > 0 && int64(offs[len(offs)-1]) > int64(len(data)) {
+		return fmt.Errorf("offsets reach %d, data has %d bytes", offs[len(offs)-1], len(data))
+	}
+	return nil
 }

@@ -47,7 +47,7 @@ const (
 // has whole. Within the grace Decide answers Unknown; callers ask again (custody every 30 s).
 const ClaimGrace = 10 * time.Second
 
-// MaxClaimSize bounds a claim object: anything larger under _steward/slots/ is not a claim.
+// MaxClaimSize bounds a claim object: anything larger under _steward/claims/ is not a claim.
 const MaxClaimSize = 4096
 
 // ErrCorrupt: a claim object does not decode. The slot is taken by something steward did not

@@ -56,6 +56,9 @@ func verdicts(lines []string) map[string]string {
 // kill and reap escapees, orphans and a dozen processes through cgroup.kill.
 var inGuest = []string{
 	"TestV2LimitsReadBack",
+	"TestV2LimitNotReadBackRejected",
+	"TestDomainLimitsVerifiedOrRejected/v2",
+	"TestOwnMemoryCeilingInADomain/v2",
 	"TestV2OOMGroupKillsTheWholeDomain",
 	"TestV2WorkerBornInItsCgroup",
 	"TestV2DelegatedUnprivileged",

@@ -1,4 +1,4 @@
-package index_test
+package build_test
 
 import (
 	"io"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cba1309c/steward/storage/index"
+	"github.com/cba1309c/steward/storage/index/build"
 )
 
 // BenchmarkBTreeBuildNumeric measures the numeric BTREE builder alone (Add in page-sized
@@ -38,7 +39,7 @@ func benchBuild[K index.Key](b *testing.B, keys []K, page int) {
 	cpu := processCPU()
 	defer func() { b.ReportMetric((processCPU()-cpu).Seconds()/float64(b.N), "cpu-s/op") }()
 	for range b.N {
-		bt := index.NewBTreeBuilder[K](index.BuildOptions{TempDir: b.TempDir()})
+		bt := build.NewBTreeBuilder[K](build.BuildOptions{TempDir: b.TempDir()})
 		for i := 0; i < len(keys); i += page {
 			if err := bt.Add(keys[i:min(i+page, len(keys))], uint64(i)); err != nil {
 				b.Fatal(err)
@@ -72,7 +73,7 @@ func BenchmarkBTreeBuildStrings(b *testing.B) {
 	cpu := processCPU()
 	defer func() { b.ReportMetric((processCPU()-cpu).Seconds()/float64(b.N), "cpu-s/op") }()
 	for range b.N {
-		bt := index.NewBTreeBuilder[string](index.BuildOptions{TempDir: b.TempDir()})
+		bt := build.NewBTreeBuilder[string](build.BuildOptions{TempDir: b.TempDir()})
 		for i := 0; i < rows; i += page {
 			if err := bt.AddStrings(data, offs[i:min(i+page, rows)+1], uint64(i)); err != nil {
 				b.Fatal(err)

@@ -1,4 +1,4 @@
-package index
+package build
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/cba1309c/steward/storage/index"
 )
 
 // memRun is one batch of a BTREE build held in memory, sorted by (key, row id) once sealed.
@@ -89,18 +91,18 @@ func (r *memRun) bytes() int64 {
 const maxArena = 1<<32 - 1
 
 // add appends keys at row ids first, first+1, ...
-func addToRun[K Key](r *memRun, keys []K, first uint64) {
+func addToRun[K index.Key](r *memRun, keys []K, first uint64) {
 	r.addIDs(len(keys), first)
 	switch ks := any(keys).(type) {
 	case []int64:
 		dst := r.extend(len(ks))
 		for i, k := range ks {
-			dst[i] = encodeInt(k)
+			dst[i] = index.SortKeyInt64(k)
 		}
 	case []float64:
 		dst := r.extend(len(ks))
 		for i, k := range ks {
-			dst[i] = encodeFloat(k)
+			dst[i] = index.SortKeyFloat64(k)
 		}
 	case []string:
 		for _, k := range ks {
@@ -132,10 +134,10 @@ func addBytesToRun(r *memRun, data []byte, offs []uint32, first uint64) {
 
 // spellOut turns a coded run being filled into a string run: its keys, spelled out, become
 // its arena.
-func (r *memRun) spellOut(c *keyCode) {
+func (r *memRun) spellOut(c *index.KeyCode) {
 	r.offs = make([]uint32, 1, cap(r.keys)+1)
 	for _, k := range r.keys {
-		r.data = c.appendKey(r.data, k)
+		r.data = c.AppendKey(r.data, k)
 		r.offs = append(r.offs, uint32(len(r.data)))
 	}
 	r.keys, r.coded = nil, false
@@ -404,7 +406,7 @@ func (r *memRun) packHalf(buf []byte, rid []uint16, lo, hi uint32, before *packH
 	}
 	for i := lo; i < hi; i++ {
 		j, s := rid[i], r.data[r.offs[i]:r.offs[i+1]]
-		shared := commonPrefix(prev[j], s)
+		shared := index.CommonPrefix(prev[j], s)
 		p := at[j]
 		p += uint32(binary.PutUvarint(buf[p:], uint64(shared)))
 		p += uint32(binary.PutUvarint(buf[p:], uint64(len(s)-shared)))
@@ -658,7 +660,7 @@ type packer struct {
 }
 
 func (pk *packer) add(s []byte, i uint32) {
-	shared := commonPrefix(pk.prev, s)
+	shared := index.CommonPrefix(pk.prev, s)
 	pk.p = binary.AppendUvarint(pk.p, uint64(shared))
 	pk.p = binary.AppendUvarint(pk.p, uint64(len(s)-shared))
 	pk.p = append(pk.p, s[shared:]...)
@@ -668,28 +670,12 @@ func (pk *packer) add(s []byte, i uint32) {
 
 // addDelta is add for entries in ascending entry numbers: i is written as i - the last one.
 func (pk *packer) addDelta(s []byte, i uint32) {
-	shared := commonPrefix(pk.prev, s)
+	shared := index.CommonPrefix(pk.prev, s)
 	pk.p = binary.AppendUvarint(pk.p, uint64(shared))
 	pk.p = binary.AppendUvarint(pk.p, uint64(len(s)-shared))
 	pk.p = append(pk.p, s[shared:]...)
 	pk.p = binary.AppendUvarint(pk.p, uint64(i-pk.last))
 	pk.prev, pk.last = s, i
-}
-
-func commonPrefix(a, b []byte) int {
-	n := min(len(a), len(b))
-	a, b = a[:n], b[:n]
-	i := 0
-	for ; i+8 <= n; i += 8 {
-		// The first differing byte of a word is its lowest set byte of the xor (little endian).
-		if x := binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:]); x != 0 {
-			return i + bits.TrailingZeros64(x)/8
-		}
-	}
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
 }
 
 // runSource yields a sorted, packed string run. Its keys are decoded into blk, which the

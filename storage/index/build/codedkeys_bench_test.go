@@ -1,11 +1,12 @@
-package index
+package build
 
 import (
-	"io"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/cba1309c/steward/storage/index"
 )
 
 // BenchmarkEncodeRun codes a run of 512K keys of 16 hex digits (the dataset bench's name
@@ -16,7 +17,7 @@ func BenchmarkEncodeRun(b *testing.B) {
 	keys := make([]uint64, run.n)
 	b.ResetTimer()
 	for range b.N {
-		if _, ok := c.encodeRun(run, keys); !ok {
+		if _, ok := encodeRun(c, run, keys); !ok {
 			b.Fatal("misfit")
 		}
 	}
@@ -30,23 +31,23 @@ func BenchmarkCodedPages(b *testing.B) {
 	const n = 1 << 18
 	run := hexRun(r, n)
 	c := newKeyCode(run)
-	keys, _ := c.encodeRun(run, nil)
+	keys, _ := encodeRun(c, run, nil)
 	slices.Sort(keys)
 	ids := make([]uint64, n)
 	for i := range ids {
 		ids[i] = r.Uint64N(10_000_000)
 	}
-	w := &BTreeWriter[string]{perPage: DefaultPageEntries, str: true, code: c, w: &countingWriter{w: io.Discard}}
+	w := index.NewChunkWriter[string](index.DefaultPageEntries, c)
+	chunk := index.NewChunk(0)
 	b.ResetTimer()
 	for range b.N {
-		for p := 0; p < n; p += DefaultPageEntries {
-			w.sk = append(w.sk[:0], keys[p:p+DefaultPageEntries]...)
-			w.ids = append(w.ids[:0], ids[p:p+DefaultPageEntries]...)
-			if err := w.flush(); err != nil {
-				b.Fatal(err)
-			}
+		w.StartChunk(chunk)
+		if err := w.AddEncoded(keys, ids); err != nil {
+			b.Fatal(err)
 		}
-		w.lookup = w.lookup[:0]
+		if err := w.EndChunk(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
 }

@@ -1,4 +1,4 @@
-package index
+package build
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cba1309c/steward/storage/index"
 )
 
 // TestStringFinishMatchesSerialWriter builds string segments through the range-by-range
@@ -21,7 +23,7 @@ import (
 // prefix: sorted in cache while small, merged from the runs past maxGather), ties on the whole
 // key decided by row id, empty strings, invalid UTF-8 and NUL bytes, input already in order,
 // and row ids that are not one ascending sequence. Every build runs twice: by ranges (the
-// key code off), and as it comes, where the keys that fit a code (see keyCode) take it: in
+// key code off), and as it comes, where the keys that fit a code (see KeyCode) take it: in
 // its fixed and terminated forms, bucketed, chained in order, merged from runs in order and
 // bucketed ones, and ended by a later run (one spill).
 func TestStringFinishMatchesSerialWriter(t *testing.T) {
@@ -146,7 +148,7 @@ func TestStringFinishMatchesSerialWriter(t *testing.T) {
 				}
 				switch {
 				case path == fixed || path == terminated:
-					if b.code == nil || (b.code.fixed >= 0) != (path == fixed) || b.ranges != nil {
+					if b.code == nil || (b.code.Fixed() >= 0) != (path == fixed) || b.ranges != nil {
 						t.Fatalf("code %+v, ranges %v: the build did not take the path it was made for", b.code, b.ranges != nil)
 					}
 				case b.code != nil:
@@ -282,12 +284,12 @@ func TestStringRunWithUnsampledBytes(t *testing.T) {
 	if _, err := b.Finish(&seg); err != nil {
 		t.Fatal(err)
 	}
-	br, err := OpenBTree[string](t.Context(), BytesReader(seg.Bytes()))
+	br, err := index.OpenBTree[string](t.Context(), index.BytesReader(seg.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	if err := br.Scan(t.Context(), Range[string]{}, func(k string, _ uint64) bool { got = append(got, k); return true }); err != nil {
+	if err := br.Scan(t.Context(), index.Range[string]{}, func(k string, _ uint64) bool { got = append(got, k); return true }); err != nil {
 		t.Fatalf("segment: %v", err)
 	}
 	slices.Sort(ks)
@@ -350,7 +352,7 @@ func TestBucketFinishMatchesSerialWriter(t *testing.T) {
 	})
 }
 
-func checkBucketFinish[K Key](t *testing.T, r *rand.Rand, key func() K, shuffled bool) {
+func checkBucketFinish[K index.Key](t *testing.T, r *rand.Rand, key func() K, shuffled bool) {
 	const n, per = 30000, 1000
 	type pair struct {
 		k  K
@@ -400,10 +402,10 @@ func checkBucketFinish[K Key](t *testing.T, r *rand.Rand, key func() K, shuffled
 }
 
 // serialSegment is the segment the plain writer makes of n sorted pairs, pair(i) the i-th.
-func serialSegment[K Key](t *testing.T, pages, n int, pair func(i int) (K, uint64)) *bytes.Buffer {
+func serialSegment[K index.Key](t *testing.T, pages, n int, pair func(i int) (K, uint64)) *bytes.Buffer {
 	t.Helper()
 	var seg bytes.Buffer
-	w, err := NewBTreeWriter[K](&seg, pages)
+	w, err := index.NewBTreeWriter[K](&seg, pages)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,21 +421,21 @@ func serialSegment[K Key](t *testing.T, pages, n int, pair func(i int) (K, uint6
 }
 
 // codedSerialSegment is serialSegment for string keys written as codes of c.
-func codedSerialSegment(t *testing.T, c *keyCode, pages, n int, pair func(i int) (string, uint64)) *bytes.Buffer {
+func codedSerialSegment(t *testing.T, c *index.KeyCode, pages, n int, pair func(i int) (string, uint64)) *bytes.Buffer {
 	t.Helper()
 	var seg bytes.Buffer
-	w, err := NewBTreeWriter[string](&seg, pages)
+	w, err := index.NewBTreeWriter[string](&seg, pages)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.code = c
+	w.SetKeyCode(c)
 	codes := make([]uint64, 1)
 	for i := range n {
 		k, id := pair(i)
-		if !c.encodeStrings(codes, []string{k}) {
+		if !c.EncodeStrings(codes, []string{k}) {
 			t.Fatalf("%q does not fit the build's code", k)
 		}
-		if err := addEntries(w, []entry{{k: codes[0], id: id}}); err != nil {
+		if err := w.AddEncoded(codes, []uint64{id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -473,7 +475,7 @@ func TestSharedByPrefixIsCommonPrefix(t *testing.T) {
 	fixed := [][]byte{nil, {}, []byte("ab"), []byte("ab\x00"), []byte("ab\x00c"), []byte("abcdefgh"),
 		[]byte("abcdefghi"), []byte("abcdefgh\x00"), []byte("abcdefg"), []byte("\x00\x00\x00\x00\x00\x00\x00\x00\x00")}
 	check := func(a, b []byte) {
-		want := commonPrefix(a, b)
+		want := index.CommonPrefix(a, b)
 		if got := sharedByPrefix(stringPrefix(string(a)), stringPrefix(string(b)), a, b); got != want {
 			t.Fatalf("sharedByPrefix(%q, %q) = %d, commonPrefix %d", a, b, got, want)
 		}
@@ -511,11 +513,11 @@ func TestCommonPrefixMatchesBytewise(t *testing.T) {
 				b = append(b, a[shared]^byte(1<<r.IntN(8))) // differs at shared
 			}
 			b = append(b, make([]byte, r.IntN(20))...)
-			if got, want := commonPrefix(a, b), bytewise(a, b); got != want {
-				t.Fatalf("commonPrefix(%x, %x) = %d, want %d", a, b, got, want)
+			if got, want := index.CommonPrefix(a, b), bytewise(a, b); got != want {
+				t.Fatalf("index.CommonPrefix(%x, %x) = %d, want %d", a, b, got, want)
 			}
-			if got, want := commonPrefix(b, a), bytewise(b, a); got != want {
-				t.Fatalf("commonPrefix(%x, %x) = %d, want %d", b, a, got, want)
+			if got, want := index.CommonPrefix(b, a), bytewise(b, a); got != want {
+				t.Fatalf("index.CommonPrefix(%x, %x) = %d, want %d", b, a, got, want)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package index
+package build
 
 import (
 	"bufio"
@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+
+	"github.com/cba1309c/steward/storage/index"
 )
 
 // A build held in memory is finished one key range (strings) or bucket (numbers) of all runs
@@ -46,33 +48,16 @@ type segChunk struct {
 	start, end, skip uint64
 	lo, hi           int
 
-	out     *chunkBuf
-	count   uint32
-	entries uint64
-	err     error
-	done    chan struct{}
-}
-
-// chunkBuf holds an encoded chunk until it is written; the buffers go round between the
-// workers and the writer (a build allocates workers+1 of them, not one per chunk).
-type chunkBuf struct {
-	pages  appendWriter
-	lookup []byte
-	starts []int // where each of lookup's entries starts (its offset comes first)
-}
-
-type appendWriter struct{ b []byte }
-
-func (w *appendWriter) Write(p []byte) (int, error) {
-	w.b = append(w.b, p...)
-	return len(p), nil
+	out  *index.Chunk
+	err  error
+	done chan struct{}
 }
 
 // finishStrings writes the pairs of runs (every one packed by ranges of one function, nranges
 // of them) as bw's pages, and returns their number. chunkEntries sizes the chunks (0: the
 // default).
-func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntries int) (uint64, error) {
-	cum, chunks, workers := planFinish(nranges, bw.perPage, chunkEntries, func(j int) (n uint64) {
+func finishStrings[K index.Key](bw *index.BTreeWriter[K], runs []*memRun, nranges, chunkEntries int) (uint64, error) {
+	cum, chunks, workers := planFinish(nranges, bw.PageEntries(), chunkEntries, func(j int) (n uint64) {
 		for _, r := range runs {
 			n += uint64(r.rangeAt[j+1] - r.rangeAt[j])
 		}
@@ -100,23 +85,23 @@ func finishStrings[K Key](bw *BTreeWriter[K], runs []*memRun, nranges, chunkEntr
 
 	return writeChunks(bw, chunks, chunkBytes, workers, func() chunkEncoder {
 		g := newRangeGather(rangePairs, rangeBytes)
-		cw := &BTreeWriter[string]{perPage: bw.perPage, str: true, track: true}
-		return func(c *segChunk, cb *chunkBuf, quit <-chan struct{}) { c.encode(runs, cw, cb, g, quit) }
+		cw := index.NewChunkWriter[string](bw.PageEntries(), nil)
+		return func(c *segChunk, cb *index.Chunk, quit <-chan struct{}) { c.encode(runs, cw, cb, g, quit) }
 	})
 }
 
 // chunkEncoder encodes chunk c into cb, a worker's own (see writeChunks).
-type chunkEncoder func(c *segChunk, cb *chunkBuf, quit <-chan struct{})
+type chunkEncoder func(c *segChunk, cb *index.Chunk, quit <-chan struct{})
 
 // writeChunks has workers encode the chunks, each with an encoder of its own from
 // newEncoder, and writes them to bw in order as they come; chunkBytes sizes the buffers.
-func writeChunks[K Key](bw *BTreeWriter[K], chunks []*segChunk, chunkBytes, workers int, newEncoder func() chunkEncoder) (uint64, error) {
+func writeChunks[K index.Key](bw *index.BTreeWriter[K], chunks []*segChunk, chunkBytes, workers int, newEncoder func() chunkEncoder) (uint64, error) {
 	// A worker takes a buffer before it takes a chunk and the writer hands it back once the
 	// chunk is written: at most workers+1 chunks are encoded and unwritten at once, and the
 	// lowest unwritten chunk always has its buffer.
-	free := make(chan *chunkBuf, workers+1)
+	free := make(chan *index.Chunk, workers+1)
 	for range workers + 1 {
-		free <- &chunkBuf{pages: appendWriter{b: make([]byte, 0, chunkBytes)}}
+		free <- index.NewChunk(chunkBytes)
 	}
 	jobs := make(chan *segChunk, len(chunks))
 	for _, c := range chunks {
@@ -131,7 +116,7 @@ func writeChunks[K Key](bw *BTreeWriter[K], chunks []*segChunk, chunkBytes, work
 		go func() {
 			defer wg.Done()
 			for {
-				var cb *chunkBuf
+				var cb *index.Chunk
 				select {
 				case cb = <-free:
 				case <-quit:
@@ -156,17 +141,11 @@ func writeChunks[K Key](bw *BTreeWriter[K], chunks []*segChunk, chunkBytes, work
 		if c.err != nil {
 			return 0, c.err
 		}
-		cb, base := c.out, uint64(bw.w.off)
-		if _, err := bw.w.Write(cb.pages.b); err != nil {
+		cb := c.out
+		if err := bw.AppendChunk(cb); err != nil {
 			return 0, err
 		}
-		for _, at := range cb.starts {
-			binary.LittleEndian.PutUint64(cb.lookup[at:], binary.LittleEndian.Uint64(cb.lookup[at:])+base)
-		}
-		bw.lookup = append(bw.lookup, cb.lookup...)
-		bw.pages += c.count
-		bw.entries += c.entries
-		n += c.entries
+		n += cb.Entries()
 		c.out = nil
 		free <- cb
 	}
@@ -221,10 +200,8 @@ func planChunks(cum []uint64, page, target uint64) []*segChunk {
 
 // encode sorts the chunk's pairs and encodes them with cw (a writer without pages pending)
 // into cb.
-func (c *segChunk) encode(runs []*memRun, cw *BTreeWriter[string], cb *chunkBuf, g *rangeGather, quit <-chan struct{}) {
-	cb.pages.b = cb.pages.b[:0]
-	cw.w = &countingWriter{w: &cb.pages}
-	cw.lookup, cw.starts, cw.pages, cw.entries = cb.lookup[:0], cb.starts[:0], 0, 0
+func (c *segChunk) encode(runs []*memRun, cw *index.BTreeWriter[string], cb *index.Chunk, g *rangeGather, quit <-chan struct{}) {
+	cw.StartChunk(cb)
 	sink := pairSink{bw: cw, skip: c.skip, left: c.end - c.start}
 	for j := c.lo; j <= c.hi && sink.left > 0; j++ {
 		select {
@@ -237,11 +214,10 @@ func (c *segChunk) encode(runs []*memRun, cw *BTreeWriter[string], cb *chunkBuf,
 			return
 		}
 	}
-	if c.err = sink.flush(); c.err != nil {
+	if c.err = cw.EndChunk(); c.err != nil {
 		return
 	}
-	cb.lookup, cb.starts = cw.lookup, cw.starts
-	c.out, c.count, c.entries = cb, cw.pages, cw.entries
+	c.out = cb
 }
 
 // pairWriter takes sorted pairs; skipRange reports whether it drops all of the next n;
@@ -255,14 +231,10 @@ type pairWriter interface {
 }
 
 // pairSink feeds sorted pairs to a chunk's page writer: it drops the first skip, then takes
-// left more. It front-codes each key into the page's strPage as it comes (as BTreeWriter.flush
-// does for the same keys), so keys are not copied whole to be encoded later: prev is the key
-// before, in the caller's buffer until detach copies it.
+// left more.
 type pairSink struct {
-	bw          *BTreeWriter[string]
-	skip, left  uint64
-	prev, first []byte
-	kept        []byte // prev's copy, once detached
+	bw         *index.BTreeWriter[string]
+	skip, left uint64
 }
 
 func (ps *pairSink) skipRange(n int) bool {
@@ -282,40 +254,11 @@ func (ps *pairSink) add(s []byte, id uint64, shared int) error {
 		return errChunkFull
 	}
 	ps.left--
-	bw := ps.bw
-	if len(bw.ids) == 0 {
-		ps.first, ps.prev, shared = append(ps.first[:0], s...), nil, 0
-	}
-	if shared < 0 {
-		shared = commonPrefix(ps.prev, s)
-	}
-	bw.sp.add(shared, s[shared:])
-	ps.prev = s
-	bw.ids = append(bw.ids, id)
-	if len(bw.ids) == bw.perPage {
-		return ps.flush()
-	}
-	return nil
+	return ps.bw.AddSortedString(s, id, shared)
 }
 
 // detach copies the last key, whose buffer the caller is about to reuse.
-func (ps *pairSink) detach() {
-	ps.kept = append(ps.kept[:0], ps.prev...)
-	ps.prev = ps.kept
-}
-
-// flush writes the page being encoded, if any.
-func (ps *pairSink) flush() error {
-	bw := ps.bw
-	if len(bw.ids) == 0 {
-		return nil
-	}
-	b, err := bw.sp.appendTo(binary.LittleEndian.AppendUint32(bw.page[:0], uint32(len(bw.ids))))
-	if err != nil {
-		return err
-	}
-	return bw.writePage(b, bw.w.off, arenaString(ps.first), arenaString(ps.prev))
-}
+func (ps *pairSink) detach() { ps.bw.Detach() }
 
 // rangeGather is a worker's scratch for one range of all runs: key e is
 // data[offs[e]:offs[e+1]] at row id ids[e].
@@ -506,7 +449,7 @@ func (g *rangeGather) emitRange(runs []*memRun, j int, ps pairWriter) error {
 	return nil
 }
 
-// sharedByPrefix is commonPrefix(a, b) for keys a and b whose sort prefixes (stringPrefix) are
+// sharedByPrefix is index.CommonPrefix(a, b) for keys a and b whose sort prefixes (stringPrefix) are
 // pa and pb: where the prefixes differ, the first differing byte is the first differing byte of
 // the keys, unless one key ends before it (a short key's prefix is padded with zeros); only
 // equal prefixes of keys longer than 8 bytes need the bytes after them.
@@ -518,7 +461,7 @@ func sharedByPrefix(pa, pb uint64, a, b []byte) int {
 	if n < 8 {
 		return n
 	}
-	return 8 + commonPrefix(a[8:], b[8:])
+	return 8 + index.CommonPrefix(a[8:], b[8:])
 }
 
 // decode appends range j of run r (its first key coded whole, see pack), with the entries'
@@ -625,8 +568,8 @@ func spillStrings(w *bufio.Writer, runs []*memRun, nranges int) error {
 // finishBuckets writes the pairs of partitioned numeric runs (see bucket.go) as bw's pages,
 // one bucket of all runs at a time, in chunks on every core (see writeChunks), and returns
 // their number.
-func finishBuckets[K Key](bw *BTreeWriter[K], runs []*memRun, f bucketFunc, ascending bool, chunkEntries int) (uint64, error) {
-	_, chunks, workers := planFinish(bucketCount, bw.perPage, chunkEntries, func(j int) (n uint64) {
+func finishBuckets[K index.Key](bw *index.BTreeWriter[K], code *index.KeyCode, runs []*memRun, f bucketFunc, ascending bool, chunkEntries int) (uint64, error) {
+	_, chunks, workers := planFinish(bucketCount, bw.PageEntries(), chunkEntries, func(j int) (n uint64) {
 		for _, r := range runs {
 			n += uint64(r.bounds[j+1] - r.bounds[j])
 		}
@@ -636,8 +579,8 @@ func finishBuckets[K Key](bw *BTreeWriter[K], runs []*memRun, f bucketFunc, asce
 	// bytes and a row id (16 hex digits: ~9). A buffer grown by appends copies itself several
 	// times over: ~24 ms of CPU of a 10M-key name build, in growslice.
 	perPair := 4
-	if bw.code != nil {
-		perPair += (bw.code.max*int(bw.code.width) + 7) / 8
+	if code != nil {
+		perPair += code.MaxBytes()
 	}
 	chunkBytes := 0
 	for _, c := range chunks {
@@ -646,18 +589,17 @@ func finishBuckets[K Key](bw *BTreeWriter[K], runs []*memRun, f bucketFunc, asce
 	return writeChunks(bw, chunks, chunkBytes, workers, func() chunkEncoder {
 		sorter := &bucketSorter{runs: runs, f: f, ascending: ascending}
 		blk := &numBlock{}
-		cw := &BTreeWriter[K]{perPage: bw.perPage, track: true, str: bw.str, code: bw.code}
-		return func(c *segChunk, cb *chunkBuf, quit <-chan struct{}) { encodeBuckets(c, sorter, blk, cw, cb, quit) }
+		cw := index.NewChunkWriter[K](bw.PageEntries(), code)
+		return func(c *segChunk, cb *index.Chunk, quit <-chan struct{}) { encodeBuckets(c, sorter, blk, cw, cb, quit) }
 	})
 }
 
-// encodeBuckets sorts chunk c's buckets and encodes their pairs with cw (a writer without
-// pages pending) into cb.
-func encodeBuckets[K Key](c *segChunk, s *bucketSorter, blk *numBlock, cw *BTreeWriter[K], cb *chunkBuf, quit <-chan struct{}) {
-	cb.pages.b = cb.pages.b[:0]
-	cw.w = &countingWriter{w: &cb.pages}
-	cw.lookup, cw.starts, cw.pages, cw.entries = cb.lookup[:0], cb.starts[:0], 0, 0
+// encodeBuckets sorts chunk c's buckets and encodes their pairs with cw (a chunk writer) into
+// cb.
+func encodeBuckets[K index.Key](c *segChunk, s *bucketSorter, blk *numBlock, cw *index.BTreeWriter[K], cb *index.Chunk, quit <-chan struct{}) {
+	cw.StartChunk(cb)
 	skip, left := c.skip, c.end-c.start
+	var sk, ids []uint64
 	for j := c.lo; j <= c.hi && left > 0; j++ {
 		select {
 		case <-quit:
@@ -673,20 +615,17 @@ func encodeBuckets[K Key](c *segChunk, s *bucketSorter, blk *numBlock, cw *BTree
 		at := int(skip)
 		skip = 0
 		for at < blk.len() && left > 0 {
-			to := min(blk.len(), at+cw.perPage-len(cw.ids), at+int(left))
-			cw.sk, cw.ids = blk.appendPairs(cw.sk, cw.ids, at, to)
+			to := min(blk.len(), at+cw.Room(), at+int(left))
+			sk, ids = blk.appendPairs(sk[:0], ids[:0], at, to)
+			if c.err = cw.AddEncoded(sk, ids); c.err != nil {
+				return
+			}
 			left -= uint64(to - at)
 			at = to
-			if len(cw.ids) == cw.perPage {
-				if c.err = cw.flush(); c.err != nil {
-					return
-				}
-			}
 		}
 	}
-	if c.err = cw.flush(); c.err != nil {
+	if c.err = cw.EndChunk(); c.err != nil {
 		return
 	}
-	cb.lookup, cb.starts = cw.lookup, cw.starts
-	c.out, c.count, c.entries = cb, cw.pages, cw.entries
+	c.out = cb
 }

@@ -1,4 +1,4 @@
-package index_test
+package build_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cba1309c/steward/storage/index"
+	"github.com/cba1309c/steward/storage/index/build"
 )
 
 // scanAll returns every (key, row id) pair of a segment in segment order.
@@ -40,14 +41,14 @@ type batch[K index.Key] struct {
 
 // checkOrder builds from batches (row ids in any order) and checks the segment holds exactly
 // the input pairs sorted by (cmp.Compare of key, row id).
-func checkOrder[K index.Key](t *testing.T, batches []batch[K], opts index.BuildOptions) index.BuildStats {
+func checkOrder[K index.Key](t *testing.T, batches []batch[K], opts build.BuildOptions) build.BuildStats {
 	t.Helper()
-	return checkOrderFed(t, batches, opts, func(b *index.BTreeBuilder[K], bt batch[K]) error { return b.Add(bt.keys, bt.first) })
+	return checkOrderFed(t, batches, opts, func(b *build.BTreeBuilder[K], bt batch[K]) error { return b.Add(bt.keys, bt.first) })
 }
 
 // addAsPage feeds a string batch through AddStrings the way a Parquet page holds it: one byte
 // buffer (with unrelated bytes before and after the values) and n+1 offsets.
-func addAsPage(b *index.BTreeBuilder[string], bt batch[string]) error {
+func addAsPage(b *build.BTreeBuilder[string], bt batch[string]) error {
 	data := []byte("page header junk")
 	offs := []uint32{uint32(len(data))}
 	for _, k := range bt.keys {
@@ -60,14 +61,14 @@ func addAsPage(b *index.BTreeBuilder[string], bt batch[string]) error {
 	return err
 }
 
-func checkOrderFed[K index.Key](t *testing.T, batches []batch[K], opts index.BuildOptions, feed func(*index.BTreeBuilder[K], batch[K]) error) index.BuildStats {
+func checkOrderFed[K index.Key](t *testing.T, batches []batch[K], opts build.BuildOptions, feed func(*build.BTreeBuilder[K], batch[K]) error) build.BuildStats {
 	t.Helper()
 	type pair struct {
 		k  K
 		id uint64
 	}
 	var want []pair
-	b := index.NewBTreeBuilder[K](opts)
+	b := build.NewBTreeBuilder[K](opts)
 	defer b.Close()
 	for _, bt := range batches {
 		if err := feed(b, bt); err != nil {
@@ -114,7 +115,7 @@ func drawBatches[K index.Key](r *rand.Rand, pool []K, firsts []uint64, per int) 
 
 type buildMode struct {
 	name string
-	o    index.BuildOptions
+	o    build.BuildOptions
 }
 
 // buildModes is one build in memory and the same one spilled after every run, with runs of
@@ -122,8 +123,8 @@ type buildMode struct {
 func buildModes(t *testing.T, runEntries, spillPage int) []buildMode {
 	dir := t.TempDir()
 	return []buildMode{
-		{"memory", index.BuildOptions{RunEntries: runEntries, TempDir: dir}},
-		{"spill", index.BuildOptions{RunEntries: runEntries, MemoryBudget: 1, PageEntries: spillPage, TempDir: dir}},
+		{"memory", build.BuildOptions{RunEntries: runEntries, TempDir: dir}},
+		{"spill", build.BuildOptions{RunEntries: runEntries, MemoryBudget: 1, PageEntries: spillPage, TempDir: dir}},
 	}
 }
 
@@ -199,11 +200,11 @@ func TestBTreeBuildBudget(t *testing.T) {
 		keys[i] = r.Int64()
 	}
 	bs := []batch[int64]{{keys, 0}}
-	st := checkOrder(t, bs, index.BuildOptions{RunEntries: 1000})
+	st := checkOrder(t, bs, build.BuildOptions{RunEntries: 1000})
 	if st.Runs != 10 || st.Spills != 0 {
 		t.Fatalf("default budget: %+v", st)
 	}
-	st = checkOrder(t, bs, index.BuildOptions{RunEntries: 1000, MemoryBudget: 60 << 10, TempDir: t.TempDir()})
+	st = checkOrder(t, bs, build.BuildOptions{RunEntries: 1000, MemoryBudget: 60 << 10, TempDir: t.TempDir()})
 	if st.Spills == 0 || st.SpilledBytes == 0 || st.PeakBytes > 60<<10+2*1000*12 {
 		t.Fatalf("60 KiB budget: %+v", st)
 	}
@@ -212,7 +213,7 @@ func TestBTreeBuildBudget(t *testing.T) {
 // TestAddStringsRefusesBadOffsets: offsets out of order or past the data are an error, never a
 // panic or a wrong key.
 func TestAddStringsRefusesBadOffsets(t *testing.T) {
-	b := index.NewBTreeBuilder[string](index.BuildOptions{TempDir: t.TempDir()})
+	b := build.NewBTreeBuilder[string](build.BuildOptions{TempDir: t.TempDir()})
 	defer b.Close()
 	if err := b.AddStrings([]byte("abcdef"), []uint32{0, 4, 2}, 0); err == nil {
 		t.Fatal("descending offsets accepted")
@@ -220,7 +221,7 @@ func TestAddStringsRefusesBadOffsets(t *testing.T) {
 	if err := b.AddStrings([]byte("abc"), []uint32{0, 9}, 0); err == nil {
 		t.Fatal("offsets past the data accepted")
 	}
-	n := index.NewBTreeBuilder[int64](index.BuildOptions{TempDir: t.TempDir()})
+	n := build.NewBTreeBuilder[int64](build.BuildOptions{TempDir: t.TempDir()})
 	defer n.Close()
 	if err := n.AddStrings([]byte("a"), []uint32{0, 1}, 0); err == nil {
 		t.Fatal("AddStrings on a numeric builder accepted")

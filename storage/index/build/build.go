@@ -1,4 +1,4 @@
-package index
+package build
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
+	"github.com/cba1309c/steward/storage/index"
 )
 
 // BuildOptions tunes the builders. The zero value is ready to use.
@@ -35,7 +36,7 @@ type BuildOptions struct {
 // by a goroutine of the builder's (the adder, started with the first full batch and ended by
 // Finish or Close) while the caller goes on looking keys up: the two halves of the work on
 // two cores (a 10M-row category build: ~60 ms of map lookups, ~70 ms of bitmap adds).
-type BitmapBuilder[K Key] struct {
+type BitmapBuilder[K index.Key] struct {
 	// MaxKeys fails the build once more distinct keys than this appear. Default (0): 1<<20.
 	MaxKeys int
 	maps    map[K]*bitmapAcc
@@ -69,7 +70,7 @@ type bitmapAcc struct {
 }
 
 // NewBitmapBuilder returns an empty builder.
-func NewBitmapBuilder[K Key]() *BitmapBuilder[K] {
+func NewBitmapBuilder[K index.Key]() *BitmapBuilder[K] {
 	return &BitmapBuilder[K]{maps: map[K]*bitmapAcc{}}
 }
 
@@ -105,7 +106,7 @@ func (b *BitmapBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uin
 	if !ok {
 		return errors.New("index: AddStrings on a builder of numeric keys")
 	}
-	if err := CheckStringOffsets(data, offs); err != nil {
+	if err := index.CheckStringOffsets(data, offs); err != nil {
 		return fmt.Errorf("index: AddStrings: %w", err)
 	}
 	for i := 0; i+1 < len(offs); i++ {
@@ -209,7 +210,7 @@ func (b *BitmapBuilder[K]) Finish(w io.Writer) (uint64, error) {
 		}
 		keys = slices.Insert(keys, 0, nan)
 	}
-	bw, err := NewBitmapWriter[K](w)
+	bw, err := index.NewBitmapWriter[K](w)
 	if err != nil {
 		return 0, err
 	}

@@ -1,4 +1,4 @@
-package index
+package build
 
 import (
 	"bufio"
@@ -32,7 +32,7 @@ func (s *fileSource) fill(dst []entry) ([]entry, error) {
 		if s.str {
 			var l uint64
 			if l, err = binary.ReadUvarint(s.r); err == nil {
-				if l > maxSpanLen {
+				if l > maxSpilledKey {
 					return nil, fmt.Errorf("index: spilled run holds a %d-byte key", l)
 				}
 				at := len(s.blk)
@@ -79,6 +79,9 @@ func appendSpilled(b []byte, es []entry, str bool) []byte {
 	}
 	return b
 }
+
+// maxSpilledKey bounds a string key read back from a spill file: no page holds a longer one.
+const maxSpilledKey = 256 << 20
 
 // mergeBlock is how many entries a cursor pulls from its source at a time.
 const mergeBlock = 4096

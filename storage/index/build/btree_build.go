@@ -1,4 +1,4 @@
-package index
+package build
 
 import (
 	"bufio"
@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"sync/atomic"
+
+	"github.com/cba1309c/steward/storage/index"
 )
 
 // DefaultMemoryBudget bounds the memory of a BTREE build when BuildOptions.MemoryBudget is 0.
@@ -32,11 +34,11 @@ const DefaultStringRunEntries = 1 << 19
 // (see memRun.sortStrings); Finish sorts one range of all runs at a time, on every core, and
 // writes the pages in order (see finish.go). String keys that are all short over a small
 // alphabet (hex digests, codes, dates) are coded into one uint64 each and built as numbers
-// are (see keyCode). Input already in order (an id column) is
+// are (see KeyCode). Input already in order (an id column) is
 // recognised in O(n) and not sorted. Runs stay in memory while they fit MemoryBudget; past
 // it, the runs held are sorted into one spill file in TempDir, and Finish merges spill files
 // with what is in memory. The segment is written as it is merged.
-type BTreeBuilder[K Key] struct {
+type BTreeBuilder[K index.Key] struct {
 	opts    BuildOptions
 	str     bool
 	cur     *memRun
@@ -45,18 +47,18 @@ type BTreeBuilder[K Key] struct {
 	dataCap int           // string arena to allocate for the next run
 	buckets *bucketFunc   // numeric (or coded) keys: fixed by the first run
 	ranges  *stringRanges // string keys not coded: fixed by the first run (or the one ending the code)
-	// code: the string keys are coded as numbers (see keyCode), from the first run until a
+	// code: the string keys are coded as numbers (see KeyCode), from the first run until a
 	// run's sort meets a key it cannot code; that sort leaves the ranges of that run in
 	// uncoded for the filling side to take once it waited for the sort (see uncode). keyed:
 	// the first run was sealed. noCode (tests) keeps every string build on ranges.
-	code          *keyCode
+	code          *index.KeyCode
 	uncoded       *stringRanges
 	keyed, noCode bool
 	// fillCode is code as the filling side holds it: the runs after the first are coded as
 	// they fill, straight from the caller's bytes (no arena, and the coding is done by the
 	// goroutine that reads the column rather than the sort's), until a key does not fit (see
 	// addCoded) or the sort ended the code.
-	fillCode *keyCode
+	fillCode *index.KeyCode
 	// chunkEntries: a string Finish's work unit, in pairs (0: see finishStrings); tests make
 	// it small.
 	chunkEntries int
@@ -84,8 +86,8 @@ type BuildStats struct {
 }
 
 // NewBTreeBuilder returns an empty builder.
-func NewBTreeBuilder[K Key](opts BuildOptions) *BTreeBuilder[K] {
-	str := KeyTypeOf[K]() == KeyString
+func NewBTreeBuilder[K index.Key](opts BuildOptions) *BTreeBuilder[K] {
+	str := index.KeyTypeOf[K]() == index.KeyString
 	if opts.RunEntries <= 0 {
 		opts.RunEntries = DefaultRunEntries
 		if str {
@@ -111,7 +113,7 @@ func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
 			b.cur = b.newRun()
 		}
 		n := min(len(keys), b.opts.RunEntries-b.cur.n)
-		if ks, ok := any(keys[:n]).([]string); !ok || !b.addCoded(n, firstRowID, func(dst []uint64) bool { return b.fillCode.encodeStrings(dst, ks) }) {
+		if ks, ok := any(keys[:n]).([]string); !ok || !b.addCoded(n, firstRowID, func(dst []uint64) bool { return b.fillCode.EncodeStrings(dst, ks) }) {
 			addToRun(b.cur, keys[:n], firstRowID)
 			b.noteRanges()
 		}
@@ -127,20 +129,6 @@ func (b *BTreeBuilder[K]) Add(keys []K, firstRowID uint64) error {
 	return nil
 }
 
-// CheckStringOffsets checks strings packed as data and offs (value i is
-// data[offs[i]:offs[i+1]]): the offsets must not go down nor past the data.
-func CheckStringOffsets(data []byte, offs []uint32) error {
-	for i := 1; i < len(offs); i++ {
-		if offs[i] < offs[i-1] {
-			return fmt.Errorf("offset %d (%d) below the one before (%d)", i, offs[i], offs[i-1])
-		}
-	}
-	if len(offs) > 0 && int64(offs[len(offs)-1]) > int64(len(data)) {
-		return fmt.Errorf("offsets reach %d, data has %d bytes", offs[len(offs)-1], len(data))
-	}
-	return nil
-}
-
 // AddStrings records string keys without a Go string per key: key i is
 // data[offs[i]:offs[i+1]] at row id firstRowID+i (len(offs) keys + 1 offsets, as a Parquet
 // page's byte-array values come). The bytes are copied into the build's arena, so data may be
@@ -152,7 +140,7 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 	if !b.str {
 		return errors.New("index: AddStrings on a builder of numeric keys")
 	}
-	if err := CheckStringOffsets(data, offs); err != nil {
+	if err := index.CheckStringOffsets(data, offs); err != nil {
 		return fmt.Errorf("index: AddStrings: %w", err)
 	}
 	for n := len(offs) - 1; n > 0; {
@@ -166,7 +154,7 @@ func (b *BTreeBuilder[K]) AddStrings(data []byte, offs []uint32, firstRowID uint
 			b.cur = b.newRun()
 		}
 		take := min(n, b.opts.RunEntries-b.cur.n)
-		if !b.addCoded(take, firstRowID, func(dst []uint64) bool { return b.fillCode.encodeBytes(dst, data, offs[:take+1]) }) {
+		if !b.addCoded(take, firstRowID, func(dst []uint64) bool { return b.fillCode.EncodeBytes(dst, data, offs[:take+1]) }) {
 			addBytesToRun(b.cur, data, offs[:take+1], firstRowID)
 			b.noteRanges()
 		}
@@ -285,7 +273,7 @@ func (b *BTreeBuilder[K]) sortRun(r *memRun) error {
 	filling := r.bytes() // what the run being filled meanwhile grows to, about
 	numeric := !b.str || r.coded
 	if b.code != nil && !r.coded {
-		keys, ok := b.code.encodeRun(r, nil)
+		keys, ok := encodeRun(b.code, r, nil)
 		if ok {
 			b.recycled = fillArena{data: r.data[:0], offs: r.offs[:1], rid: r.rid[:0]}
 			r.keys, r.data, r.offs, r.rid, numeric = keys, nil, nil, nil, true
@@ -363,7 +351,7 @@ func (b *BTreeBuilder[K]) spillRuns() error {
 		var rec []byte
 		err = merge(b.memSources(), mergeBlock, func(es []entry) error {
 			if b.code != nil {
-				rec = b.code.appendSpilled(rec[:0], es)
+				rec = appendCodedSpilled(b.code, rec[:0], es)
 			} else {
 				rec = appendSpilled(rec[:0], es, false)
 			}
@@ -422,15 +410,17 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 	// Nothing is sorted or filled again: the merge (and, on an object store, the upload
 	// behind it) can have the scratch and the fill arenas.
 	b.scratch, b.recycled, b.reuse, b.cur = sortScratch{}, fillArena{}, fillArena{}, nil
-	bw, err := NewBTreeWriter[K](w, b.opts.PageEntries)
+	bw, err := index.NewBTreeWriter[K](w, b.opts.PageEntries)
 	if err != nil {
 		return 0, err
 	}
+	var code *index.KeyCode
 	if len(b.spills) == 0 {
-		bw.code = b.code // coded runs are written as they are; spilled ones were spelled out
+		code = b.code // coded runs are written as they are; spilled ones were spelled out
+		bw.SetKeyCode(code)
 	}
 	if b.bucketed() {
-		n, err := finishBuckets(bw, b.runs, *b.buckets, b.ascending, b.chunkEntries)
+		n, err := finishBuckets(bw, code, b.runs, *b.buckets, b.ascending, b.chunkEntries)
 		if err != nil {
 			return 0, err
 		}
@@ -474,11 +464,19 @@ func (b *BTreeBuilder[K]) Finish(w io.Writer) (uint64, error) {
 		srcs = append(srcs, &fileSource{r: bufio.NewReaderSize(f, 256<<10), str: b.str})
 	}
 	var n uint64
+	var sk, ids []uint64
 	emit, wait := pipeline(func(es []entry) error {
 		n += uint64(len(es))
-		return addEntries(bw, es)
+		if b.str && code == nil {
+			return addStrings(bw, es)
+		}
+		sk, ids = sk[:0], ids[:0]
+		for _, e := range es {
+			sk, ids = append(sk, e.k), append(ids, e.id)
+		}
+		return bw.AddEncoded(sk, ids)
 	})
-	err = merge(srcs, bw.perPage, emit)
+	err = merge(srcs, bw.PageEntries(), emit)
 	if err := wait(); err != nil {
 		return 0, err
 	}
@@ -561,7 +559,7 @@ func (s *chainSource) next(blk *numBlock) bool {
 // writeBlocks writes the blocks of src to bw: they are produced (sorted) on a goroutine of
 // their own while this one encodes and writes pages, with up to three blocks in flight. The
 // producer is stopped and waited for before writeBlocks returns.
-func writeBlocks[K Key](bw *BTreeWriter[K], src blockSource) (uint64, error) {
+func writeBlocks[K index.Key](bw *index.BTreeWriter[K], src blockSource) (uint64, error) {
 	const inFlight = 3
 	free, full := make(chan *numBlock, inFlight), make(chan *numBlock, inFlight)
 	for range inFlight {
@@ -585,16 +583,15 @@ func writeBlocks[K Key](bw *BTreeWriter[K], src blockSource) (uint64, error) {
 	}()
 	var n uint64
 	var err error
+	var sk, ids []uint64
 	stopped := false
 	for blk := range full {
 		for at := 0; at < blk.len() && err == nil; {
-			to := min(blk.len(), at+bw.perPage-len(bw.ids))
-			bw.sk, bw.ids = blk.appendPairs(bw.sk, bw.ids, at, to)
+			to := min(blk.len(), at+bw.Room())
+			sk, ids = blk.appendPairs(sk[:0], ids[:0], at, to)
+			err = bw.AddEncoded(sk, ids)
 			n += uint64(to - at)
 			at = to
-			if len(bw.ids) == bw.perPage {
-				err = bw.flush()
-			}
 		}
 		if err != nil && !stopped {
 			close(stop)
@@ -603,6 +600,18 @@ func writeBlocks[K Key](bw *BTreeWriter[K], src blockSource) (uint64, error) {
 		free <- blk
 	}
 	return n, err
+}
+
+// addStrings hands sorted string entries (not coded) to bw, front-coded as they come: the
+// keys' buffers are reused after the call.
+func addStrings[K index.Key](bw *index.BTreeWriter[K], es []entry) error {
+	for i := range es {
+		if err := bw.AddSortedString(stringBytes(es[i].s), es[i].id, -1); err != nil {
+			return err
+		}
+	}
+	bw.Detach()
+	return nil
 }
 
 // pipeline runs consume on a goroutine of its own, so that a build merges on one core while
