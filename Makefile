@@ -77,7 +77,8 @@ minio:
 etcd:
 	scripts/etcd.sh install
 
-# The Lance engine (engines/lance): a venv with the exact wheels of engines/lance/requirements.lock.
+# The Lance engine (engines/lance): its locked wheels downloaded once into .tools/lance-wheels, and a venv
+# with exactly them (the install test makes a fresh venv from the same folder, with no index).
 lance:
 	scripts/lance.sh install
 

@@ -11,6 +11,9 @@ const (
 	OpCreate  = "CREATE"
 	OpReplace = "REPLACE"
 	OpDrop    = "DROP"
+	// OpOptimize brings an existing index up to date with the dataset's fragments (Lance's
+	// optimize_indices): it names the index only. An engine that cannot answers NOT_SUPPORTED.
+	OpOptimize = "OPTIMIZE"
 )
 
 // Index types.
@@ -76,6 +79,8 @@ const (
 	CompletionCommitted       = "COMMITTED"
 	CompletionIfNotExistsNoop = "IF_NOT_EXISTS_NOOP"
 	CompletionIfExistsNoop    = "IF_EXISTS_NOOP"
+	// CompletionAlreadyOptimized: an OPTIMIZE found the index covering every fragment already.
+	CompletionAlreadyOptimized = "ALREADY_OPTIMIZED"
 )
 
 // Credentials are per-call storage credentials. They travel only in the frame to the worker: never
@@ -189,8 +194,12 @@ func (p MutateParams) Validate() error {
 			return fmt.Errorf("index.type %q: want 1-32 of [A-Z0-9_], one the engine declares (BTREE or BITMAP for the built-in engine)", p.Index.Type)
 		}
 	case OpDrop:
+	case OpOptimize:
+		if len(p.Index.Columns) != 0 || p.Index.Type != "" || len(p.Index.Params) != 0 {
+			return errors.New("OPTIMIZE names the index only: leave index.columns, index.type and index.params out")
+		}
 	default:
-		return fmt.Errorf("op %q: want CREATE, REPLACE or DROP", p.Op)
+		return fmt.Errorf("op %q: want CREATE, REPLACE, DROP or OPTIMIZE", p.Op)
 	}
 	if p.IfNotExists && p.Op != OpCreate {
 		return errors.New("if_not_exists applies to CREATE only")
@@ -345,7 +354,7 @@ type ResolveResult struct {
 // ProgressParams are the params of the $/progress notification.
 type ProgressParams struct {
 	InvocationID string `json:"invocation_id"`
-	Stage        string `json:"stage"` // e.g. "build", "upload", "commit"
+	Stage        string `json:"stage"` // the engine's step, e.g. "load_data", "commit" (PROTOCOL.md §5)
 	Done         int64  `json:"done"`
 	Total        int64  `json:"total"`
 	TraceParent  string `json:"traceparent,omitempty"` // the mutation's, if it had one

@@ -67,3 +67,36 @@ func TestSchemaFieldTypes(t *testing.T) {
 		})
 	}
 }
+
+// TestOptimizeNamesTheIndexOnly: OPTIMIZE takes index.name and nothing else of the index, and
+// neither if_not_exists nor if_exists (docs/PROTOCOL.md §3.1).
+func TestOptimizeNamesTheIndexOnly(t *testing.T) {
+	optimize := func(change func(*rpc.MutateParams)) rpc.MutateParams {
+		p := validMutate(rpc.FieldInt64)
+		p.Op, p.Index, p.Schema = rpc.OpOptimize, rpc.IndexSpec{Name: "n"}, nil
+		change(&p)
+		return p
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*rpc.MutateParams)
+		ok     bool
+	}{
+		{"name only", func(*rpc.MutateParams) {}, true},
+		{"with a schema contract", func(p *rpc.MutateParams) { p.Schema = []rpc.FieldContract{{Name: "c", Type: rpc.FieldInt64}} }, true},
+		{"no name", func(p *rpc.MutateParams) { p.Index.Name = "" }, false},
+		{"columns", func(p *rpc.MutateParams) { p.Index.Columns = []string{"c"} }, false},
+		{"type", func(p *rpc.MutateParams) { p.Index.Type = rpc.IndexBTree }, false},
+		{"params", func(p *rpc.MutateParams) { p.Index.Params = map[string]string{"k": "v"} }, false},
+		{"if_not_exists", func(p *rpc.MutateParams) { p.IfNotExists = true }, false},
+		{"if_exists", func(p *rpc.MutateParams) { p.IfExists = true }, false},
+		{"lower case op", func(p *rpc.MutateParams) { p.Op = "optimize" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := optimize(tc.change).Validate()
+			if tc.ok != (err == nil) {
+				t.Fatalf("ok=%v, got %v", tc.ok, err)
+			}
+		})
+	}
+}

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # scripts/lance.sh — install (once, cached) the Lance engine's Python environment.
 #
+#   scripts/lance.sh wheels      the lock's wheels, downloaded once into ${STEWARD_TOOLS:-.tools}/lance-wheels
+#                                and checked against its hashes: every install below takes them from
+#                                there (pip --no-index), the package test's fresh venv included
 #   scripts/lance.sh install     venv in ${STEWARD_TOOLS:-.tools}/lance with the exact pinned wheels of
 #                                engines/lance/requirements.lock (--require-hashes); a stamp with the
-#                                lock's sha256 makes a second run a no-op
+#                                lock's sha256 makes a second run a no-op. (The engine runs from
+#                                engines/lance in a checkout; `steward lance install` installs it as a
+#                                package, docs/ENGINE.md §7.)
 #   scripts/lance.sh python      print the venv's interpreter (after install)
 #   scripts/lance.sh engine      print the engine command line: what `steward serve --engine lance=…` takes
 #   scripts/lance.sh lock        regenerate the lock (maintainers only: downloads the pinned top-level
@@ -17,6 +22,7 @@ TOOLS="${STEWARD_TOOLS:-$ROOT/.tools}"
 VENV="$TOOLS/lance"
 LOCK="$ROOT/engines/lance/requirements.lock"
 STAMP="$VENV/.steward-lock.sha256"
+WHEELS="$TOOLS/lance-wheels"
 # Top-level pins; everything else in the lock follows from them. numpy 2.5 needs Python >= 3.12, the
 # machines run 3.11, so numpy stays on 2.4.
 TOP=(pylance==14.0.2 pyarrow==26.0.1 numpy==2.4.6)
@@ -33,7 +39,23 @@ fi
 # The stamp covers the lock and the interpreter: a venv made by another python is rebuilt.
 lock_hash() { { sha256sum "$LOCK" | cut -c1-64; readlink -f "$(command -v "$PY")"; } | sha256sum | cut -c1-64; }
 
+wheels() {
+  local want; want="$(sha256sum "$LOCK" | cut -c1-64)"
+  if [[ -f "$WHEELS/.steward-lock.sha256" && "$(cat "$WHEELS/.steward-lock.sha256")" == "$want" ]]; then
+    return 0
+  fi
+  echo "scripts/lance.sh: downloading the Lance engine's pinned wheels into $WHEELS (once)" >&2
+  rm -rf "$WHEELS.tmp"
+  mkdir -p "$WHEELS.tmp"
+  "$PY" -m pip download --quiet --disable-pip-version-check --no-input --only-binary=:all: --no-deps \
+    --require-hashes -r "$LOCK" -d "$WHEELS.tmp"
+  echo "$want" > "$WHEELS.tmp/.steward-lock.sha256"
+  rm -rf "$WHEELS"
+  mv "$WHEELS.tmp" "$WHEELS"
+}
+
 install() {
+  wheels
   if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$(lock_hash)" ]]; then
     return 0
   fi
@@ -41,7 +63,7 @@ install() {
   rm -rf "$VENV"
   mkdir -p "$TOOLS"
   "$PY" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-index --find-links "$WHEELS" \
     --only-binary=:all: --no-deps --require-hashes -r "$LOCK"
   "$VENV/bin/python" -c 'import lance, pyarrow, numpy' # fails here, not in the first test
   lock_hash > "$STAMP"
@@ -65,9 +87,10 @@ lock() {
 }
 
 case "${1:-}" in
+  wheels) wheels ;;
   install) install ;;
   python) echo "$VENV/bin/python" ;;
   engine) echo "$VENV/bin/python -B -s -E $ROOT/engines/lance/engine.py" ;;
   lock) lock ;;
-  *) echo "usage: $0 install|python|engine|lock" >&2; exit 2 ;;
+  *) echo "usage: $0 wheels|install|python|engine|lock" >&2; exit 2 ;;
 esac

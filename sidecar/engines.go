@@ -160,7 +160,8 @@ func (s *Server) admitEngine(p *rpc.MutateParams) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Op != rpc.OpDrop && !e.decl.Builds(p.Index.Type) {
+	// DROP and OPTIMIZE name an existing index: its type is the stored one.
+	if p.Op != rpc.OpDrop && p.Op != rpc.OpOptimize && !e.decl.Builds(p.Index.Type) {
 		return nil, fmt.Errorf("%w: index.type %q: engine %s builds %s", rpc.ErrInvalidParams, p.Index.Type, e.name,
 			strings.Join(e.decl.IndexTypes, ", "))
 	}

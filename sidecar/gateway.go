@@ -233,13 +233,16 @@ func (s *Server) confirmed(j *job, res rpc.MutateResult, v slot.Verdict, derr er
 }
 
 // noopAsked reports whether an OK without a commit is one the request allows: IF_NOT_EXISTS_NOOP
-// for a CREATE with if_not_exists, IF_EXISTS_NOOP for a DROP with if_exists.
+// for a CREATE with if_not_exists, IF_EXISTS_NOOP for a DROP with if_exists, ALREADY_OPTIMIZED for
+// an OPTIMIZE.
 func noopAsked(p rpc.MutateParams, reason string) bool {
 	switch reason {
 	case rpc.CompletionIfNotExistsNoop:
 		return p.IfNotExists
 	case rpc.CompletionIfExistsNoop:
 		return p.IfExists
+	case rpc.CompletionAlreadyOptimized:
+		return p.Op == rpc.OpOptimize
 	}
 	return false
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -167,8 +168,14 @@ func engineText(msg string, max int) string {
 	return b.String()
 }
 
-// progressSender forwards the latest progress to the host without ever blocking the session: a
-// slow or vanished host loses intermediate steps, never the worker's time.
+// progressSender forwards progress to the host without ever blocking the session: a slow or
+// vanished host loses intermediate steps, never the worker's time. Within a stage the latest
+// report wins; the last report of each stage the engine has left waits its turn (up to
+// maxEndedStages of them), so a host that reads sees an engine's stages in their order even when
+// the engine passes through several within one interval. When the answer is ready (stop), the
+// stages still waiting are sent at once, then the latest report if it ends its stage (done =
+// total) or is of another stage than the last one sent: a bounded burst, once, that a flood of
+// steps within one stage never gets.
 type progressSender struct {
 	peer    *rpc.Peer
 	secrets []string // redacted from stages: the call's and the sidecar's keys
@@ -176,6 +183,7 @@ type progressSender struct {
 	trace   string // the mutation's traceparent, carried on every notification
 	mu      sync.Mutex
 	latest  *rpc.ProgressParams
+	ended   []*rpc.ProgressParams // the last unsent report of each stage left, oldest first
 	wake    chan struct{}
 	quit    chan struct{}
 	done    chan struct{}
@@ -188,8 +196,11 @@ func newProgressSender(peer *rpc.Peer, inv, traceParent string, secrets []string
 }
 
 // progressInterval spaces the notifications of one mutation: at most 10 a second reach the
-// host, whatever the engine sends (the latest wins).
+// host, whatever the engine sends.
 const progressInterval = 100 * time.Millisecond
+
+// maxEndedStages bounds the finished stages waiting to be sent; past it the oldest is dropped.
+const maxEndedStages = 16
 
 // redactAlso adds secrets to redact from stages from now on (the engine's gateway key).
 func (p *progressSender) redactAlso(secrets ...string) {
@@ -204,6 +215,12 @@ func (p *progressSender) send(stage string, done, total int64) {
 	p.mu.Unlock()
 	stage = engineText(redact(stage, secrets), maxStage)
 	p.mu.Lock()
+	if p.latest != nil && p.latest.Stage != stage {
+		if len(p.ended) == maxEndedStages {
+			p.ended = slices.Delete(p.ended, 0, 1)
+		}
+		p.ended = append(p.ended, p.latest)
+	}
 	p.latest = &rpc.ProgressParams{InvocationID: p.inv, Stage: stage, Done: done, Total: total, TraceParent: p.trace}
 	p.mu.Unlock()
 	select {
@@ -212,29 +229,67 @@ func (p *progressSender) send(stage string, done, total int64) {
 	}
 }
 
+// next takes the report to send now: a finished stage's first, else the latest.
+func (p *progressSender) next() *rpc.ProgressParams {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ended) > 0 {
+		msg := p.ended[0]
+		p.ended = slices.Delete(p.ended, 0, 1)
+		return msg
+	}
+	msg := p.latest
+	p.latest = nil
+	return msg
+}
+
 func (p *progressSender) loop() {
 	defer close(p.done)
+	last := "" // the stage of the last notification sent
 	for {
 		select {
 		case <-p.quit:
+			p.flush(last)
 			return
 		case <-p.wake:
 		}
-		p.mu.Lock()
-		msg := p.latest
-		p.latest = nil
-		p.mu.Unlock()
-		if msg != nil && p.peer != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = p.peer.Notify(ctx, rpc.NotifyProgress, msg)
-			cancel()
-		}
-		select {
-		case <-p.quit:
-			return
-		case <-time.After(progressInterval):
+		for msg := p.next(); msg != nil; msg = p.next() {
+			p.notify(context.Background(), msg)
+			last = msg.Stage
+			select {
+			case <-p.quit:
+				p.flush(last)
+				return
+			case <-time.After(progressInterval):
+			}
 		}
 	}
+}
+
+// flush sends the finished stages still waiting, and the latest report if it ends its stage or
+// is of a stage other than last, within one send timeout in all.
+func (p *progressSender) flush(last string) {
+	p.mu.Lock()
+	msgs := p.ended
+	if l := p.latest; l != nil && (len(msgs) > 0 || l.Stage != last || l.Done == l.Total) {
+		msgs = append(msgs, p.latest)
+	}
+	p.ended, p.latest = nil, nil
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, msg := range msgs {
+		p.notify(ctx, msg)
+	}
+}
+
+func (p *progressSender) notify(ctx context.Context, msg *rpc.ProgressParams) {
+	if p.peer == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_ = p.peer.Notify(ctx, rpc.NotifyProgress, msg)
 }
 
 func (p *progressSender) stop() {

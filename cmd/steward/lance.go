@@ -8,24 +8,58 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cba1309c/steward/rpc"
 )
 
-// The Lance engine's tools, installed by scripts/lance.sh: the venv's python and engines/lance.
-// steward finds them through the environment, or relative to the working directory (a checkout).
+// The Lance engine's tools: installed as a package by `steward lance install` (lance_install.go),
+// or in a checkout, by scripts/lance.sh, as the venv's python and engines/lance. steward finds a
+// checkout's through the environment, or relative to the working directory.
 const (
-	envLancePython = "STEWARD_LANCE_PYTHON" // the venv's interpreter
+	envLancePython = "STEWARD_LANCE_PYTHON" // a checkout's venv interpreter
 	envLanceDir    = "STEWARD_LANCE_DIR"    // engines/lance (engine.py, lancectl.py)
 	envTools       = "STEWARD_TOOLS"        // the tools dir scripts/lance.sh installs into
 )
 
 // errNoLance: the Lance engine is not installed where steward looks for it.
-var errNoLance = errors.New("the Lance engine is not installed (run scripts/lance.sh install, or set " + envLancePython + " and " + envLanceDir + ")")
+var errNoLance = errors.New("the Lance engine is not installed (run steward lance install; in a checkout scripts/lance.sh install, or set " + envLancePython + " and " + envLanceDir + ")")
 
-// lanceTools returns the venv python and the engine's folder.
-func lanceTools() (python, dir string, err error) {
+// lanceCommands are the command lines of an installed Lance engine.
+type lanceCommands struct {
+	engine []string // the engine: what --engine lance=… registers
+	ctl    []string // lancectl: Lance's own library, outside the sidecar
+}
+
+// findLance looks, in order, at $STEWARD_LANCE_PYTHON (a checkout's venv, with
+// $STEWARD_LANCE_DIR), $STEWARD_LANCE_VENV (an installed package), the checkout the working
+// directory is in (.tools/lance and engines/lance), /opt/steward/lance, and PATH.
+func findLance() (lanceCommands, error) {
+	explicitVenv := os.Getenv(envLanceVenv) != ""
+	if os.Getenv(envLancePython) == "" && explicitVenv {
+		if c, err := installedLance(); err == nil {
+			return c, nil
+		}
+	}
+	py, dir, err := checkoutLance()
+	if err == nil {
+		flags := []string{py, "-B", "-s", "-E"}
+		return lanceCommands{engine: append(flags, filepath.Join(dir, "engine.py")),
+			ctl: append(slices.Clip(flags), filepath.Join(dir, "lancectl.py"))}, nil
+	}
+	if os.Getenv(envLancePython) != "" {
+		return lanceCommands{}, err
+	}
+	c, ierr := installedLance()
+	if ierr != nil {
+		return lanceCommands{}, fmt.Errorf("%w: %w; %w", errNoLance, err, ierr)
+	}
+	return c, nil
+}
+
+// checkoutLance returns a checkout's venv python and engine folder.
+func checkoutLance() (python, dir string, err error) {
 	python = os.Getenv(envLancePython)
 	if python == "" {
 		tools := os.Getenv(envTools)
@@ -45,7 +79,7 @@ func lanceTools() (python, dir string, err error) {
 	}
 	for _, p := range []string{python, filepath.Join(dir, "lancectl.py"), filepath.Join(dir, "engine.py")} {
 		if _, err := os.Stat(p); err != nil {
-			return "", "", fmt.Errorf("%w: %w", errNoLance, err)
+			return "", "", fmt.Errorf("no checkout's engine: %w", err)
 		}
 	}
 	return python, dir, nil
@@ -53,11 +87,11 @@ func lanceTools() (python, dir string, err error) {
 
 // lanceEngineFlag is the --engine value that registers the Lance engine with a sidecar.
 func lanceEngineFlag() (string, error) {
-	py, dir, err := lanceTools()
+	c, err := findLance()
 	if err != nil {
 		return "", err
 	}
-	return "lance=" + py + " -B -s -E " + filepath.Join(dir, "engine.py"), nil
+	return "lance=" + strings.Join(c.engine, " "), nil
 }
 
 // lanceURI is the URI Lance's own library opens for the dataset at path in spec's store.
@@ -76,14 +110,14 @@ func lanceURI(spec rpc.StoreSpec, path string) (string, error) {
 	return filepath.Join(p.Root, path), nil
 }
 
-// lancectl runs engines/lance/lancectl.py (Lance's own library, outside the sidecar) with an
+// lancectl runs lancectl (engines/lance/lancectl.py: Lance's own library, outside the sidecar) with an
 // allow-listed environment: the S3 settings and nothing else of steward's.
 func lancectl(ctx context.Context, stdout, stderr io.Writer, args ...string) error {
-	py, dir, err := lanceTools()
+	c, err := findLance()
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, py, append([]string{"-B", "-s", "-E", filepath.Join(dir, "lancectl.py")}, args...)...)
+	cmd := exec.CommandContext(ctx, c.ctl[0], append(c.ctl[1:len(c.ctl):len(c.ctl)], args...)...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + os.TempDir()}
 	for _, k := range []string{envS3Endpoint, envS3AccessKey, envS3SecretKey} {
 		if v := os.Getenv(k); v != "" {

@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runLedger(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
+	case "lance":
+		return runLance(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":
@@ -75,6 +77,7 @@ commands:
   dataset    create | describe | versions: make and inspect datasets
   jobs       list | show | release | quarantine: inspect a dispatcher's durable job store
   ledger     quarantine: move a corrupt ledger slot aside, audited
+  lance      install: install the Lance engine (pylance) from this binary into a virtualenv
   version    print the build version, module version, commit and platform
 
 Run "steward <command> -h" for a command's flags.

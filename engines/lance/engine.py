@@ -10,7 +10,10 @@ This engine's part of outcome truth (pylance 14):
     compatible concurrent commits by itself and would otherwise land at pinned+2; the gateway
     refuses any other version too);
   * tagged: transaction_properties {"steward.invocation": id, "steward.kind": "commit"} live in
-    the transaction the manifest names, for Lance's readers and people.
+    the transaction the manifest names, for Lance's readers and people;
+  * OPTIMIZE: Lance's optimize_indices commits by itself, through the same commit_lock (its
+    transaction is untagged: optimize_indices takes no properties).
+Lance's progress events are forwarded as progress frames, its stage names verbatim.
 It refuses everything else: multi-column indexes, unknown parameters, session tokens.
 """
 
@@ -20,9 +23,10 @@ import traceback
 import uuid
 from contextlib import contextmanager
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import steward_engine as se  # noqa: E402
+if __package__:  # installed: package steward_lance (pyproject.toml)
+    from . import steward_engine as se
+else:  # run as a file from a checkout: steward_engine.py is beside it
+    import steward_engine as se
 
 SCALAR = ("BTREE", "BITMAP", "LABEL_LIST", "INVERTED")
 VECTOR = ("IVF_PQ", "IVF_HNSW_SQ")
@@ -43,6 +47,7 @@ ENGINE = {"name": "lance", "index_types": list(SCALAR + VECTOR),
           # The test faults this engine acts out (the sidecar refuses others for it).
           "faults": ["crash_after_build", "crash_before_commit", "crash_after_commit"]}
 PROP_INV, PROP_KIND = "steward.invocation", "steward.kind"
+OPS = ("CREATE", "REPLACE", "DROP", "OPTIMIZE")
 
 
 class Answer(Exception):
@@ -113,16 +118,21 @@ class Target:
 # -- the commit: pinned+1 only, tagged -----------------------------------------------------------
 class Gate:
     """commit_lock for one commit: refuses every version but `slot`. (With a custom lock Lance
-    writes the manifest HEAD-then-PUT; the gateway makes that PUT create-only.)"""
+    writes the manifest HEAD-then-PUT; the gateway makes that PUT create-only.) `crash` names a
+    test fault to act out at the gate, right before the manifest is written."""
 
-    def __init__(self, slot):
-        self.slot = slot
+    def __init__(self, slot, crash=None):
+        self.slot, self.crash = slot, crash
         self.refused = None  # why the gate refused, if it did
+        self.opened = False  # Lance came to commit at the slot
 
     def __call__(self, version):
         if version != self.slot:
             self.refused = f"Lance would commit at version {version}; only {self.slot} is allowed"
             raise RuntimeError("steward: " + self.refused)
+        if self.crash:
+            se.kill_self()
+        self.opened = True
         return _nothing()
 
 
@@ -131,22 +141,29 @@ def _nothing():
     yield
 
 
-def commit(target, pinned, ds, operation, invocation, kind, txn_uuid):
-    import lance
+def commit_failed(target, gate, e, what, code):
+    """The answer to a failed commit: a conflict when the gate refused or the slot was taken
+    (the gateway answers a fenced or taken slot with 412 PreconditionFailed)."""
     from lance.commit import CommitConflictError  # a submodule `import lance` does not load
+    latest = target.latest()
+    if gate.refused or isinstance(e, CommitConflictError) or "412" in str(e) or "Precondition" in str(e):
+        return native(se.COMMIT_CONFLICT, f"commit conflict: {gate.refused or e} (latest observed {latest})",
+                      observed_latest=latest)
+    return native(code, f"{what}: {e}", observed_latest=latest)
+
+
+def commit(ch, target, pinned, ds, operation, invocation, kind, txn_uuid):
+    import lance
     gate = Gate(pinned + 1)
     tx = lance.Transaction(read_version=pinned, operation=operation, uuid=txn_uuid,
                            transaction_properties={PROP_INV: invocation, PROP_KIND: kind})
+    ch.progress("commit", 0, 1, last=True)
     try:
         new = lance.LanceDataset.commit(ds, tx, commit_lock=gate, max_retries=0,
                                         storage_options=target.options or None)
     except Exception as e:
-        latest = target.latest()
-        # The gateway answers a fenced or taken slot with 412 PreconditionFailed.
-        if gate.refused or isinstance(e, CommitConflictError) or "412" in str(e) or "Precondition" in str(e):
-            raise native(se.COMMIT_CONFLICT, f"commit conflict: {gate.refused or e} (latest observed {latest})",
-                         observed_latest=latest)
-        raise native(se.IO if isinstance(e, OSError) else se.INTERNAL, f"commit: {e}", observed_latest=latest)
+        raise commit_failed(target, gate, e, "commit", se.IO if isinstance(e, OSError) else se.INTERNAL)
+    ch.progress("commit", 1, 1, last=True)
     if new.version != pinned + 1:  # the gate makes this impossible; say so loudly if it happens
         raise native(se.INTERNAL, f"committed at {new.version}, not {pinned + 1}", observed_latest=new.version)
     return new.version
@@ -183,6 +200,47 @@ def index_objects(ds, name):
     return out
 
 
+def lance_progress(ch):
+    """Lance's IndexProgress events as progress frames, its stage names verbatim: a stage's start
+    and end always, its steps as the channel's throttle allows. Never raises into Lance."""
+    def forward(p):
+        try:
+            ch.progress(p.stage, p.completed or 0, p.total or 0, last=p.event != "progress")
+        except Exception:
+            pass  # a broken pipe is the result's to find
+    return forward
+
+
+def optimize(ch, target, pinned, name, existing, fault):
+    """Lance's optimize_indices for the one index, on the dataset opened at `pinned` with the gate
+    as its commit_lock: Lance builds the delta (or merges segments) and commits it itself, so the
+    gate is its commit's only hook (and where the build and commit faults act). Lance commits
+    nothing when the index already covers every fragment: ALREADY_OPTIMIZED."""
+    import lance
+    crash = fault if fault in ("crash_after_build", "crash_before_commit") else None
+    gate = Gate(pinned + 1, crash=crash)
+    ds = lance.dataset(target.uri, version=pinned, commit_lock=gate, storage_options=target.options or None)
+    ch.progress("optimize", 0, 1, last=True)
+    try:
+        ds.optimize.optimize_indices(index_names=[name])
+    except Exception as e:
+        raise commit_failed(target, gate, e, "optimize", se.INDEX)
+    ch.progress("optimize", 1, 1, last=True)
+    if not gate.opened:
+        raise native(se.OK, "", completion_reason="ALREADY_OPTIMIZED", index_uuid=existing[0].uuid,
+                     observed_latest=target.latest())
+    if fault == "crash_after_commit":
+        se.kill_self()
+    try:  # the segment to name in the answer; the commit stands without it
+        segs = [i["uuid"] for i in target.open(pinned + 1).list_indices() if i["name"] == name]
+    except Exception:
+        segs = []
+    before = {x.uuid for x in existing}
+    fresh = [u for u in segs if u not in before] or segs
+    raise native(se.OK, "", completion_reason="COMMITTED", committed_version=pinned + 1, observed_latest=pinned + 1,
+                 index_uuid=fresh[0] if fresh else "")
+
+
 def build(ch, target, ds, req, pinned, invocation):
     import lance
     idx = req.get("index") or {}
@@ -207,9 +265,9 @@ def build(ch, target, ds, req, pinned, invocation):
     if itype not in UUID_BY_LANCE:
         seg_uuid = str(uuid.uuid4())  # named before the build, so a failed build's answer names it
         kwargs["index_uuid"] = seg_uuid
-    ch.progress("build", 0, 1, last=True)
     try:
-        seg = ds.create_index_uncommitted(cols[0], itype, name=name, fragment_ids=frags, replace=True, **kwargs)
+        seg = ds.create_index_uncommitted(cols[0], itype, name=name, fragment_ids=frags, replace=True,
+                                          progress_callback=lance_progress(ch), **kwargs)
     except Exception as e:
         raise native(se.INDEX if not isinstance(e, ValueError) else se.INVALID_ARGUMENT, f"build: {e}",
                      index_uuid=seg_uuid)
@@ -222,7 +280,6 @@ def build(ch, target, ds, req, pinned, invocation):
             seg = ds.merge_existing_index_segments([seg])
         except Exception as e:
             raise native(se.INDEX, f"finalise: {e}", index_uuid=seg_uuid)
-    ch.progress("build", 1, 1, last=True)
     if seg_uuid is not None and seg.uuid != seg_uuid:
         raise native(se.INTERNAL, f"Lance wrote segment {seg.uuid}, not the requested {seg_uuid}", index_uuid=seg.uuid)
     return seg
@@ -231,7 +288,7 @@ def build(ch, target, ds, req, pinned, invocation):
 def mutate(ch, req):
     import lance
     invocation, pinned, op = req.get("invocation_id", ""), int(req.get("pinned_version") or 0), req.get("op")
-    if not invocation or pinned < 1 or op not in ("CREATE", "REPLACE", "DROP"):
+    if not invocation or pinned < 1 or op not in OPS:
         raise rejected(se.INVALID_REQUEST, "invocation_id, pinned_version >= 1 and op are required")
     if req.get("temp_dir"):
         # Lance's IVF shuffle files go to std::env::temp_dir() (lance#8992): keep them in the domain's dir.
@@ -263,6 +320,10 @@ def mutate(ch, req):
             raise native(se.OK, "", completion_reason="IF_NOT_EXISTS_NOOP", index_uuid=existing[0].uuid,
                          observed_latest=target.latest())
         raise native(se.ALREADY_EXISTS, f"index already exists: {name!r} (stored as {stored[0]!r})")
+    if op == "OPTIMIZE" and not existing:
+        raise native(se.NOT_FOUND, f"index not found: {name!r}")
+    if op == "OPTIMIZE":
+        optimize(ch, target, pinned, stored[0], existing, req.get("fault"))
     if op == "DROP" and not existing:
         if req.get("if_exists"):
             raise native(se.OK, "", completion_reason="IF_EXISTS_NOOP", observed_latest=target.latest())
@@ -277,7 +338,7 @@ def mutate(ch, req):
     if req.get("fault") == "crash_before_commit":
         se.kill_self()
     try:
-        v = commit(target, pinned, ds, lance.LanceOperation.CreateIndex(new_indices=new, removed_indices=existing),
+        v = commit(ch, target, pinned, ds, lance.LanceOperation.CreateIndex(new_indices=new, removed_indices=existing),
                    invocation, "commit", txn_uuid)
     except Answer as a:
         a.fields.setdefault("index_uuid", uuid_out)
@@ -317,7 +378,8 @@ def main():
     return 0
 
 
-if __name__ == "__main__":
+def run():
+    """The console entry point (steward-lance-engine) and the file's main."""
     code = main()
     # The answer is written (unbuffered) and every write it reports has completed: leave without
     # the interpreter's and Lance's teardown (0.1-0.3 s after a 1M-row build, more under load),
@@ -325,3 +387,7 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    run()

@@ -3,7 +3,10 @@
   lancectl.py create URI --rows N [--seed S] [--fragments F] [--dim D (0: no vec column)]
       columns: id int64, price float64, category string (50 values), labels list<string>,
       text string (three words of eight), vec fixed_size_list<float32,128>
+  lancectl.py append URI --rows N     append N rows (new fragments) after the last id; JSON: version, fragments
   lancectl.py describe URI            JSON: version, rows, schema, indices
+  lancectl.py coverage URI NAME       JSON: Lance's index statistics of NAME (indexed and unindexed rows and
+      fragments) and the fragments its segments cover next to the dataset's own
   lancectl.py versions URI            JSON: every version with its steward transaction tag
   lancectl.py chain URI               JSON: the whole version chain as Lance reads it, for a checker:
       every version (read version, operation, steward tag, the indices present) and every file a
@@ -63,6 +66,27 @@ def create(uri, rows, seed=42, fragments=1, dim=DIM):
                                  max_rows_per_file=n)
         mode, start = "append", start + n
     return ds
+
+
+def append(uri, rows, seed=43):
+    ds = lance.dataset(uri, storage_options=options(uri))
+    vec = ds.schema.field("vec").type.list_size if "vec" in ds.schema.names else 0
+    ds = lance.write_dataset(table(rows, seed, ds.count_rows(), vec), uri, mode="append",
+                             storage_options=options(uri), max_rows_per_file=rows)
+    return {"version": ds.version, "fragments": [f.fragment_id for f in ds.get_fragments()]}
+
+
+def coverage(uri, name):
+    ds = lance.dataset(uri, storage_options=options(uri))
+    st = ds.stats.index_stats(name)
+    covered = set()
+    segs = [i for i in ds.list_indices() if i["name"] == name]
+    for i in segs:
+        covered |= set(i["fragment_ids"])
+    return {"version": ds.version, "segments": len(segs),
+            "indexed_rows": st["num_indexed_rows"], "unindexed_rows": st["num_unindexed_rows"],
+            "indexed_fragments": st["num_indexed_fragments"], "unindexed_fragments": st["num_unindexed_fragments"],
+            "fragments": sorted(f.fragment_id for f in ds.get_fragments()), "covered": sorted(covered)}
 
 
 def describe(uri):
@@ -168,6 +192,10 @@ def main(argv):
         frags = int(argv[argv.index("--fragments") + 1]) if "--fragments" in argv else 1
         dim = int(argv[argv.index("--dim") + 1]) if "--dim" in argv else DIM
         out = {"version": create(uri, rows, seed, frags, dim).version}
+    elif cmd == "append":
+        out = append(uri, int(argv[argv.index("--rows") + 1]))
+    elif cmd == "coverage":
+        out = coverage(uri, argv[3])
     elif cmd == "describe":
         out = describe(uri)
     elif cmd == "versions":
@@ -184,5 +212,10 @@ def main(argv):
     print()
 
 
-if __name__ == "__main__":
+def run():
+    """The console entry point (steward-lancectl)."""
     main(sys.argv)
+
+
+if __name__ == "__main__":
+    run()

@@ -8,6 +8,7 @@ Lance. Standard library only, so that it can be copied into any engine.
 import json
 import os
 import struct
+import threading
 import time
 
 PROTOCOL = 1
@@ -47,7 +48,8 @@ class Refused(Exception):
 
 
 class Channel:
-    """One engine's two pipes. Not thread-safe: one thread speaks."""
+    """One engine's two pipes. Frames are written whole under a lock (a library may report
+    progress from its own thread); one thread reads."""
 
     def __init__(self, rfd=IN_FD, wfd=OUT_FD):
         # A contained engine is the init of its PID namespace: the kernel delivers it no signal
@@ -59,6 +61,8 @@ class Channel:
         self._w = os.fdopen(wfd, "wb", buffering=0)
         self._seq = 0
         self._last_progress = 0.0
+        self._last_report = (None, 0, 0)  # (stage, done, total) of the last report sent
+        self._lock = threading.Lock()
         self._answered = False
 
     # -- framing -------------------------------------------------------------------------------
@@ -66,7 +70,8 @@ class Channel:
         body = json.dumps(frame, separators=(",", ":"), ensure_ascii=False).encode()
         if len(body) > MAX_OUT:
             raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_OUT}")
-        self._w.write(struct.pack(">I", len(body)) + body)
+        with self._lock:
+            self._w.write(struct.pack(">I", len(body)) + body)
 
     def _read_exact(self, n):
         buf = b""
@@ -99,11 +104,17 @@ class Channel:
         return f.get("kind") or "mutate", f["request"]
 
     def progress(self, stage, done, total, last=False):
-        now = time.monotonic()
-        if not last and now - self._last_progress < 0.1:
-            return
-        self._last_progress = now
-        self.send({"t": "progress", "stage": stage, "done": int(done), "total": int(total)})
+        """At most ten a second within a stage; a stage's first report and a `last` one (the
+        end of a step) are always sent, unless they repeat the report sent before. total 0
+        means unknown."""
+        report = (stage, max(0, int(done)), max(0, int(total)))
+        with self._lock:
+            now = time.monotonic()
+            if report == self._last_report or (
+                    not last and stage == self._last_report[0] and now - self._last_progress < 0.1):
+                return
+            self._last_progress, self._last_report = now, report
+        self.send({"t": "progress", "stage": report[0], "done": report[1], "total": report[2]})
 
     def reserve(self, keys=(), prefixes=()):
         """Custody before writing: blocks for the sidecar's answer; raises Refused."""

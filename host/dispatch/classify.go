@@ -22,8 +22,8 @@ type Outcome struct {
 //
 //   - a JSON-RPC error (the sidecar refused the call at receive: never enqueued) → NOT_COMMITTED;
 //   - PRE_INVOCATION_REJECTED → NOT_COMMITTED;
-//   - NATIVE_RETURN: OK → COMMITTED, COMMIT_CONFLICT → NOT_COMMITTED, NOT_FOUND on DROP →
-//     NOT_COMMITTED, any other native code → UNKNOWN;
+//   - NATIVE_RETURN: OK → COMMITTED, COMMIT_CONFLICT → NOT_COMMITTED, NOT_FOUND on DROP or
+//     OPTIMIZE → NOT_COMMITTED, any other native code → UNKNOWN;
 //   - INDETERMINATE_AFTER_LAUNCH, an unknown phase, an identity mismatch (host.ErrIdentity), or a
 //     transport failure after the send (rpc.ErrConnectionLost, a context error, anything else)
 //     → UNKNOWN.
@@ -46,7 +46,7 @@ func Classify(op string, res rpc.MutateResult, err error) Outcome {
 			return Outcome{State: StateCommitted, WorkerGone: true}
 		case res.Code == rpc.NativeCommitConflict:
 			return Outcome{State: StateNotCommitted, WorkerGone: true}
-		case res.Code == rpc.NativeNotFound && op == rpc.OpDrop:
+		case res.Code == rpc.NativeNotFound && (op == rpc.OpDrop || op == rpc.OpOptimize):
 			return Outcome{State: StateNotCommitted, WorkerGone: true}
 		}
 		return Outcome{State: StateUnknown, WorkerGone: true}

@@ -26,6 +26,7 @@ func TestClassify(t *testing.T) {
 		{"native commit conflict", rpc.OpReplace, native(rpc.NativeCommitConflict), nil, Outcome{StateNotCommitted, true}},
 		{"native not found on DROP", rpc.OpDrop, native(rpc.NativeNotFound), nil, Outcome{StateNotCommitted, true}},
 		{"native not found on CREATE", rpc.OpCreate, native(rpc.NativeNotFound), nil, Outcome{StateUnknown, true}},
+		{"native not found on OPTIMIZE", rpc.OpOptimize, native(rpc.NativeNotFound), nil, Outcome{StateNotCommitted, true}},
 		{"native already exists", rpc.OpCreate, native(rpc.NativeAlreadyExists), nil, Outcome{StateUnknown, true}},
 		{"native IO", rpc.OpCreate, native(rpc.NativeIO), nil, Outcome{StateUnknown, true}},
 		{"indeterminate", rpc.OpCreate, rpc.MutateResult{Phase: rpc.PhaseIndeterminate, Code: rpc.ReasonWorkerLost}, nil, Outcome{StateUnknown, true}},

@@ -59,6 +59,7 @@ type Conn struct {
 
 	pmu          sync.Mutex
 	lastProgress time.Time
+	lastStage    string
 	answered     bool
 	secrets      []string
 }
@@ -107,15 +108,16 @@ func (c *Conn) Redact(secrets ...string) {
 	}
 }
 
-// Progress reports progress at most ten times a second (always the last step, done == total).
+// Progress reports progress at most ten times a second, except that the first report of a
+// stage and the last step (done == total) are always sent.
 func (c *Conn) Progress(stage string, done, total int64) {
 	c.pmu.Lock()
 	now := time.Now()
-	if done < total && now.Sub(c.lastProgress) < 100*time.Millisecond {
+	if done < total && stage == c.lastStage && now.Sub(c.lastProgress) < 100*time.Millisecond {
 		c.pmu.Unlock()
 		return
 	}
-	c.lastProgress = now
+	c.lastProgress, c.lastStage = now, stage
 	c.pmu.Unlock()
 	_ = c.send(&workerproto.Frame{T: workerproto.TypeProgress, Stage: stage, Done: done, Total: total})
 }

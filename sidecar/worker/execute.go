@@ -56,6 +56,12 @@ func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, mreq *workerproto.
 			return rejected(rpc.ReasonSchemaMismatch, err.Error(), latest)
 		}
 	}
+	if req.Op == rpc.OpOptimize {
+		// Its segments cover the fragments of the version they were built on and there is no
+		// delta segment to add: the engine call that would run is a rebuild, which REPLACE is.
+		return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeNotSupported, ObservedLatest: latest,
+			Message: "the built-in engine does not optimize indexes: REPLACE the index to rebuild it over every fragment, or run OPTIMIZE on engine lance"}
+	}
 	spec, err := mutateSpec(req)
 	if err != nil {
 		return rejected(rpc.ReasonInvalidRequest, err.Error(), latest)
@@ -87,7 +93,8 @@ func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, mreq *workerproto.
 	mres, err := ds.Mutate(ctx, spec, dataset.MutateOptions{
 		InvocationID: req.InvocationID,
 		BeforeUpload: func(ctx context.Context, key string) error { return c.Reserve(ctx, []string{key}, nil) },
-		Progress:     func(done, total int64) { c.Progress("build", done, total) },
+		Progress:     func(done, total int64) { c.Progress("load_data", done, total) },
+		Stage:        c.Progress,
 	})
 	res := &workerproto.Result{
 		Phase: rpc.PhaseNativeReturn, Code: wireNative(dataset.NativeCode(err)), ObservedLatest: latest,

@@ -46,8 +46,12 @@ type MutateOptions struct {
 	// manifest itself is not reported: it is the commit slot, owned by whoever wins it, and a
 	// ledger that deleted it on abandon could delete another writer's commit.
 	BeforeUpload BeforeUploadFunc
-	// Progress, if set, receives rows read so far and the total.
+	// Progress, if set, receives rows read so far and the total (the load_data stage).
 	Progress func(done, total int64)
+	// Stage, if set, is told of the phases after loading: "write" (the sorted runs merged, the
+	// segment encoded and stored, overlapping; 0 of its rows at the start, all once stored) and
+	// "commit" (0 of 1 before the manifest is put, 1 of 1 once it is).
+	Stage func(stage string, done, total int64)
 	// TempDir holds BTREE sort spills. Default: os.TempDir().
 	TempDir string
 	// MemoryBudget bounds the bytes a BTREE build keeps in memory before spilling sorted
@@ -223,12 +227,20 @@ func (d *Dataset) Mutate(ctx context.Context, spec MutateSpec, opts MutateOption
 		m.Transaction.Index = meta.Name
 		res.IndexUUID, res.IndexName = meta.UUID, meta.Name
 	}
+	opts.stage("commit", 0, 1)
 	nd, err := d.commit(ctx, m)
 	if err != nil {
 		return res, err
 	}
+	opts.stage("commit", 1, 1)
 	res.Version, res.Manifest = nd.Version(), d.fullKey(VersionKey(nd.Version()))
 	return res, nil
+}
+
+func (o MutateOptions) stage(name string, done, total int64) {
+	if o.Stage != nil {
+		o.Stage(name, done, total)
+	}
 }
 
 func deleteIndex(ixs []IndexMeta, uuid string) []IndexMeta {
@@ -273,6 +285,7 @@ func (d *Dataset) buildIndex(ctx context.Context, spec MutateSpec, f Field, opts
 	if f.Type == String {
 		inFlight = 1
 	}
+	opts.stage("write", 0, d.Rows())
 	key, size, rows, err := d.uploadSegment(ctx, rel, b, opts.BeforeUpload, inFlight)
 	var created []string
 	if key != "" {
@@ -281,6 +294,7 @@ func (d *Dataset) buildIndex(ctx context.Context, spec MutateSpec, f Field, opts
 	if err != nil {
 		return IndexMeta{}, created, err
 	}
+	opts.stage("write", int64(rows), d.Rows())
 	meta := IndexMeta{
 		UUID: id, Name: spec.Name, FieldIDs: []int32{f.ID}, Type: typ, Params: spec.Params,
 		Files: []IndexFile{{Path: rel, Size: size}}, DatasetVersion: d.Version(), Rows: rows,

@@ -152,6 +152,12 @@ func RandID(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
+// LanceWheels returns the folder of the Lance engine's locked wheels (scripts/lance.sh wheels,
+// which scripts/lance.sh install runs first): a venv installed from it needs no index.
+func LanceWheels() (string, error) {
+	return Tool("lance-wheels", "scripts/lance.sh wheels")
+}
+
 // LanceTools returns the Lance engine's venv python (installed by scripts/lance.sh into the tools
 // dir) and the repository's engines/lance folder, or an error naming the install command.
 func LanceTools() (python, dir string, err error) {
