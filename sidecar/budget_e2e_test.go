@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,12 +68,13 @@ func (o *budgetObserver) poll() {
 
 // TestMemoryBudgetHoldsUnderBurst: nine calls of 128 MiB each (1152 MiB) on six executors under a
 // 384 MiB budget: never more than three domains' limits exist at once (read from the real
-// cgroups while the calls hang, spares included), the in-use gauge never passes the budget, and
-// every call runs and is answered. Call i hangs until 3 s + 0.5 s·i, so each wave ends before the
-// run-until time of the calls waiting behind it.
+// cgroups while the calls run, spares included), the in-use gauge never passes the budget, and
+// every call runs and is answered. Each call holds at its commit until index.cancel ends it, one
+// at a time, so each freed share of the budget admits the next waiting call: the order of events
+// is fixed by the test, not by the machine's speed.
 func TestMemoryBudgetHoldsUnderBurst(t *testing.T) {
-	const limit, budget, calls = 128 << 20, 3 * 128 << 20, 9
-	e := newSidecar(t, "--executors", "6", "--worker-memory", strconv.Itoa(limit), "--memory-budget", strconv.Itoa(budget))
+	const limit, budget, calls, executors = 128 << 20, 3 * 128 << 20, 9, 6
+	e := newSidecar(t, "--executors", strconv.Itoa(executors), "--worker-memory", strconv.Itoa(limit), "--memory-budget", strconv.Itoa(budget))
 	e.makeDataset("burst", 1000)
 	mb := e.c.Info().MemoryBudget
 	if mb == nil || mb.BudgetBytes != budget || mb.Source != "flag" {
@@ -96,37 +98,54 @@ func TestMemoryBudgetHoldsUnderBurst(t *testing.T) {
 		}
 	}()
 
-	killBudget := 3600 * time.Millisecond // --clock-skew 100ms + --term-grace 500ms + --reap-bound 3s
-	t0 := time.Now()
-	results := make([]rpc.MutateResult, calls)
-	errs := make([]error, calls)
-	var wg sync.WaitGroup
-	for i := range calls {
+	stage := workerproto.HoldStage(workerproto.FaultHoldBeforeCommit)
+	running := make([]*cancelCall, 0, calls)
+	for range calls {
 		p := e.params(randID("inv-"), "burst", 1, rpc.OpCreate, "ix", "id", rpc.IndexBTree)
-		p.Fault = "hang"
-		p.DeadlineUnixMs = t0.Add(killBudget + 3*time.Second + time.Duration(i)*500*time.Millisecond).UnixMilli()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = e.c.Mutate(context.Background(), p)
-		}()
+		p.Fault = workerproto.FaultHoldBeforeCommit
+		p.DeadlineUnixMs = time.Now().Add(3 * time.Minute).UnixMilli()
+		running = append(running, e.start(p))
 	}
-	wg.Wait()
+	// Three run; three more hold an executor and wait for budget; the rest wait in the queue.
+	waitLong(t, func() bool { return metric(t, e, "steward_memory_budget_waiting") == executors-budget/limit })
+	for range calls {
+		// End whichever call stands at its hold; the next waiting one then gets its budget.
+		var held *cancelCall
+		waitLong(t, func() bool {
+			for i, c := range running {
+				if e.atStage(c.p.InvocationID, stage) {
+					held = c
+					running = slices.Delete(running, i, i+1)
+					return true
+				}
+			}
+			return false
+		})
+		// cancelAnswered, not mustCancel: the other held calls' domains still exist.
+		_, res := e.cancelAnswered(t, held)
+		expect(t, res, rpc.PhasePreInvocationRejected, rpc.ReasonCancelled) // it ran, held, was cancelled
+	}
 	close(stop)
 	polling.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("call %d: %v", i, err)
-		}
-		expect(t, results[i], rpc.PhaseIndeterminate, rpc.ReasonDeadline) // each ran, hung, was killed
-	}
 	t.Logf("max call domains at once %d (budget/limit = %d), max sum of domain limits %d of %d, max in-use gauge %.0f, %d polls",
 		obs.maxCalls, budget/limit, obs.maxSum, budget, gaugeMax, obs.polls)
 	if obs.maxCalls > budget/limit || obs.maxSum > budget || gaugeMax > budget {
 		t.Fatalf("the budget did not hold: %d calls, %d bytes of limits, gauge %.0f at once; budget %d", obs.maxCalls, obs.maxSum, gaugeMax, budget)
 	}
 	if obs.maxCalls < budget/limit {
-		t.Fatalf("at most %d calls ran at once: the first three (hanging 3 s and more) should have filled the budget", obs.maxCalls)
+		t.Fatalf("at most %d calls ran at once: the first three (held at their commit) should have filled the budget", obs.maxCalls)
+	}
+}
+
+// waitLong is waitFor for a step that includes a cold worker launch on a loaded machine.
+func waitLong(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

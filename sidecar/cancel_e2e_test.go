@@ -50,16 +50,19 @@ func (e *sidecarEnv) cancel(inv string) (rpc.CancelResult, error) {
 // waitStage waits for a $/progress of inv with the given stage: the worker stands there.
 func (e *sidecarEnv) waitStage(t *testing.T, inv, stage string) {
 	t.Helper()
-	waitFor(t, func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		for _, p := range e.progress {
-			if p.InvocationID == inv && p.Stage == stage {
-				return true
-			}
+	waitFor(t, func() bool { return e.atStage(inv, stage) })
+}
+
+// atStage reports whether a $/progress of inv with the given stage has arrived.
+func (e *sidecarEnv) atStage(inv, stage string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.progress {
+		if p.InvocationID == inv && p.Stage == stage {
+			return true
 		}
-		return false
-	})
+	}
+	return false
 }
 
 // startHeld makes dataset path (20,000 rows) and starts a CREATE on it with a hold fault; it
