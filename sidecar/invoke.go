@@ -12,6 +12,7 @@ import (
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage/gateway"
 	"github.com/cba1309c/steward/storage/slot"
 )
 
@@ -45,6 +46,8 @@ type session struct {
 	gwErr      error              // why the gateway could not be opened: the request was never sent
 	logw       *workerLog
 	logged     bool // "worker assigned" is written
+
+	requestedAt, resultAt time.Time // when the request frame was written, the result read (timing)
 }
 
 // logAssigned writes the "worker assigned" line once. A prestarted worker's is written right
@@ -372,6 +375,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	ss.run()
 	ss.logAssigned() // if no request was written
 	out, release := ss.teardown()
+	down := time.Now()
 	// The domain is dead and reaped: its gateway, closed now, is final — nothing of the
 	// invocation can start or land any more — and decides the outcome with storage.
 	rec := ss.gw.close()
@@ -398,7 +402,28 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 		j.outcome = slot.NotCommitted // the request never reached the engine
 	}
 	res.WallMs = time.Since(start).Milliseconds()
+	ss.logTiming(start, down, rec)
 	return res
+}
+
+// logTiming writes where the invocation's time went, at debug level: from its receipt to the
+// executor (queued), to the request frame (launch or thaw, gateway, request), the engine's
+// work to its result, its exit and teardown, and the outcome's decision from storage.
+func (ss *session) logTiming(start, down time.Time, rec gateway.Record) {
+	log := ss.s.jobLog(ss.j)
+	if !log.IsDebug() {
+		return
+	}
+	ms := func(a, b time.Time) float64 {
+		if a.IsZero() || b.IsZero() {
+			return -1
+		}
+		return float64(b.Sub(a).Microseconds()) / 1000
+	}
+	log.Debug("invocation timing", "prestarted", ss.prestarted,
+		"queued_ms", ms(ss.j.received, start), "to_request_ms", ms(start, ss.requestedAt),
+		"engine_ms", ms(ss.requestedAt, ss.resultAt), "teardown_ms", ms(ss.resultAt, down),
+		"decide_ms", ms(down, time.Now()), "gateway_requests", rec.Requests, "gateway_bytes", rec.Bytes)
 }
 
 func launchFailed(err error) rpc.MutateResult {
@@ -494,6 +519,7 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			return true
 		}
 		ss.requested = true // from here a partial write may have reached the worker
+		ss.requestedAt = time.Now()
 		ss.logAssigned()
 		if err != nil {
 			ss.violation = "request write failed: " + err.Error()
@@ -515,6 +541,7 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 		}
 	case f.T == workerproto.TypeResult && ss.requested && ss.result == nil:
 		ss.result = f.Result
+		ss.resultAt = time.Now()
 		ss.gw.seal() // its last word: a lingering process of the domain writes nothing more
 		ss.s.log.Debug("worker result", "invocation", ss.j.p.InvocationID, "phase", f.Result.Phase, "code", f.Result.Code, "created", len(f.Result.Created))
 		return false // keep reading: a second result or garbage after it is still a violation

@@ -12,6 +12,21 @@ import (
 	"github.com/cba1309c/steward/rpc"
 )
 
+// lanceBuild is one index build of the Lance rows: its type, column and parameters, on a cached
+// dataset of rows rows (a vec column of dim float32 unless dim is 0).
+type lanceBuild struct {
+	name        string
+	typ, column string
+	params      map[string]string
+	rows, dim   int
+}
+
+var lanceBuilds = []lanceBuild{
+	{"BTREE-1M", "BTREE", "id", nil, 1_000_000, 0},
+	{"BITMAP-1M", "BITMAP", "category", nil, 1_000_000, 0},
+	{"IVF_PQ-100k", "IVF_PQ", "vec", map[string]string{"num_partitions": "64", "num_sub_vectors": "16"}, 100_000, 128},
+}
+
 // BenchmarkLanceSidecar: real Lance through the real sidecar, each iteration against its bare
 // baseline in ABBA order (sidecar, bare, bare, sidecar; BAAB on even rounds, enginetest.ABBA), on
 // hard-linked copies of one cached dataset (enginetest.CachedLanceDataset). Run with -benchtime
@@ -116,16 +131,7 @@ func BenchmarkLanceSidecar(b *testing.B) {
 		enginetest.BenchABBA(b, "noop", "start", noop, openLocal)
 	})
 
-	for _, m := range []struct {
-		name        string
-		typ, column string
-		params      map[string]string
-		rows, dim   int
-	}{
-		{"BTREE-1M", "BTREE", "id", nil, 1_000_000, 0},
-		{"BITMAP-1M", "BITMAP", "category", nil, 1_000_000, 0},
-		{"IVF_PQ-100k", "IVF_PQ", "vec", map[string]string{"num_partitions": "64", "num_sub_vectors": "16"}, 100_000, 128},
-	} {
+	for _, m := range lanceBuilds {
 		b.Run("build/"+m.name, func(b *testing.B) {
 			src, err := enginetest.CachedLanceDataset(l.python, l.dir, m.rows, m.dim)
 			if err != nil {

@@ -14,13 +14,19 @@ This engine's part of outcome truth (pylance 14):
 It refuses everything else: multi-column indexes, unknown parameters, session tokens.
 """
 
-import os
-import sys
-import traceback
-import uuid
-from contextlib import contextmanager
+import time
+
+_STARTED = time.time()  # the engine's first line runs: python's own start-up is behind it
+
+import os  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+import uuid  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import json  # noqa: E402
 
 import steward_engine as se  # noqa: E402
 
@@ -43,6 +49,21 @@ ENGINE = {"name": "lance", "index_types": list(SCALAR + VECTOR),
           # The test faults this engine acts out (the sidecar refuses others for it).
           "faults": ["crash_after_build", "crash_before_commit", "crash_after_commit"]}
 PROP_INV, PROP_KIND = "steward.invocation", "steward.kind"
+# When each step of this process ended (time.time()), for the one timing line it writes on
+# stderr after its answer: where an invocation's time went, beside the sidecar's own account.
+MARKS = {"started": _STARTED}
+
+
+def mark(name):
+    MARKS[name] = time.time()
+
+
+def timing_line():
+    """One line: the request's arrival as a Unix time, and each step's length in ms."""
+    order = ["started", "imported", "request", "opened", "built", "committed", "answered"]
+    have = [(k, MARKS[k]) for k in order if k in MARKS]
+    steps = {k: round((t - p) * 1000, 2) for (_, p), (k, t) in zip(have, have[1:])}
+    return "steward-lance timing " + json.dumps({"request_unix": MARKS.get("request", 0), "ms": steps})
 
 
 class Answer(Exception):
@@ -239,6 +260,7 @@ def mutate(ch, req):
     target = Target(req)
     try:
         ds = target.open(pinned)
+        mark("opened")
     except Exception as e:
         latest = target.latest()
         if latest > pinned and not target.lists_version(pinned):
@@ -273,6 +295,7 @@ def mutate(ch, req):
         req = dict(req, index=dict(req["index"], name=stored[0] if stored else name))
         new = [build(ch, target, ds, req, pinned, invocation)]
         uuid_out = new[0].uuid
+    mark("built")
     txn_uuid = str(uuid.uuid4())
     if req.get("fault") == "crash_before_commit":
         se.kill_self()
@@ -282,6 +305,7 @@ def mutate(ch, req):
     except Answer as a:
         a.fields.setdefault("index_uuid", uuid_out)
         raise
+    mark("committed")
     if req.get("fault") == "crash_after_commit":
         se.kill_self()
     raise native(se.OK, "", completion_reason="COMMITTED", committed_version=v, observed_latest=v,
@@ -298,7 +322,9 @@ def main():
         import lance  # noqa: F401
     except Exception:
         pass  # the same import fails again where the request needs Lance, and is answered there
+    mark("imported")
     kind, req = ch.request()
+    mark("request")
     if kind == "settle":
         # The sidecar decides outcomes from its gateway's record and storage; an engine settles
         # nothing (ENGINE.md §5).
@@ -314,6 +340,8 @@ def main():
     except Exception as e:
         traceback.print_exc(file=sys.stderr)
         ch.result("NATIVE_RETURN", se.INTERNAL, f"{type(e).__name__}: {e}")
+    mark("answered")
+    print(timing_line(), file=sys.stderr)
     return 0
 
 
