@@ -195,6 +195,10 @@ func TestEngineSpares(t *testing.T) {
 					t.Errorf("call %d: idle toy spare %s is not frozen after %v", i, name, 2500*time.Millisecond)
 				}
 			}
+			// A frozen spare's memory is what hello reports for its engine.
+			if h, err := e.c.Hello(ctx); err != nil || idleMemory(h, "toy") <= 0 {
+				t.Errorf("call %d: hello after a frozen toy spare: idle_memory_bytes %d, %v", i, idleMemory(h, "toy"), err)
+			}
 		}
 		p := rpc.MutateParams{InvocationID: randID("inv-"), DeadlineUnixMs: time.Now().Add(45 * time.Second).UnixMilli(),
 			Dataset: step.ds, PinnedVersion: 1, Op: rpc.OpCreate, Engine: step.engine,
@@ -220,6 +224,16 @@ func TestEngineSpares(t *testing.T) {
 			t.Errorf("call %d: %d domains after the answer, want at most one idle spare per executor", i, n)
 		}
 	}
+}
+
+// idleMemory is engine name's idle_memory_bytes in hello.
+func idleMemory(h rpc.HelloResult, name string) int64 {
+	for _, e := range h.Engines {
+		if e.Name == name {
+			return e.IdleMemoryBytes
+		}
+	}
+	return 0
 }
 
 // servedBySpare reports, from the sidecar's "worker assigned" line for inv (waited for up to 5 s:

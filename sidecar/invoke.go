@@ -206,8 +206,25 @@ func (s *Server) freezeIdle(w *warm) *idleFreeze {
 			return
 		}
 		f.frozen = true
+		s.noteIdle(w)
 	})
 	return f
+}
+
+// noteIdle records what spare w holds now that its start-up is done (see Server.idleMemory).
+func (s *Server) noteIdle(w *warm) {
+	if m := w.dom.PeakMemory(); m > 0 {
+		s.spareMu.Lock()
+		s.idleMemory[w.eng.name] = m
+		s.spareMu.Unlock()
+	}
+}
+
+// idleMemoryOf is the peak memory of engine e's last idle spare, 0 before one was noted.
+func (s *Server) idleMemoryOf(e string) int64 {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	return s.idleMemory[e]
 }
 
 // wake ends f: no freeze from now on, and a frozen spare is thawed. A spare that cannot be thawed
@@ -233,8 +250,12 @@ func (w *warm) wake() error {
 	return nil
 }
 
-// take removes w from the idle spares; false if shutdown already discarded it.
+// take removes w from the idle spares; false if shutdown already discarded it. A built-in
+// spare, never frozen, is noted here (noteIdle): it has waited for its call.
 func (s *Server) take(w *warm) bool {
+	if w.idle == nil {
+		s.noteIdle(w)
+	}
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
 	_, ok := s.spares[w]
