@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -200,28 +199,12 @@ func sidecarPhases(b *testing.B, l *lanceSidecar, inv string, wall time.Duration
 // bareOpenPhases is a bare engine start (enginetest.BareOpen) with its phases.
 func bareOpenPhases(b *testing.B, l *lanceSidecar, uri string) map[string]float64 {
 	b.Helper()
-	script := `import time; t0 = time.time()
-import json, os, sys, lance; t1 = time.time()
-opts = None
-if sys.argv[1].startswith("s3://"):
-    opts = {"aws_endpoint": "http://" + os.environ["STEWARD_S3_ENDPOINT"], "allow_http": "true", "aws_region": "us-east-1",
-            "aws_access_key_id": os.environ["STEWARD_S3_ACCESS_KEY"], "aws_secret_access_key": os.environ["STEWARD_S3_SECRET_KEY"]}
-lance.dataset(sys.argv[1], storage_options=opts).version; t2 = time.time()
-print(json.dumps([t0, t1, t2]))`
-	cmd := exec.Command(l.python, "-B", "-s", "-E", "-c", script, uri)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + b.TempDir()}, l.s3...)
-	spawned := time.Now()
-	stdout, err := cmd.Output()
-	exited := time.Now()
-	var t [3]float64
-	if err == nil {
-		err = json.Unmarshal(stdout, &t)
-	}
+	_, t, err := enginetest.BareOpen(context.Background(), l.python, l.s3, uri)
 	if err != nil {
-		b.Fatalf("bare open: %v %s", err, stdout)
+		b.Fatal(err)
 	}
-	return map[string]float64{"bare-wall": ms(exited.Sub(spawned)), "bare-interp": since(spawned, t[0]),
-		"bare-import": 1000 * (t[1] - t[0]), "bare-open": 1000 * (t[2] - t[1]), "bare-exit": ms(exited.Sub(unixTime(t[2])))}
+	return map[string]float64{"bare-wall": ms(t.Exited.Sub(t.Spawned)), "bare-interp": since(t.Spawned, t.Started),
+		"bare-import": 1000 * (t.Imported - t.Started), "bare-open": 1000 * (t.Opened - t.Imported), "bare-exit": ms(t.Exited.Sub(unixTime(t.Opened)))}
 }
 
 // uploadDir puts every file below dir into bucket under prefix.

@@ -70,10 +70,32 @@ func BareIndex(ctx context.Context, python, engineDir string, env []string, uri,
 }
 
 // BareOpen is a bare engine process start: python, `import lance`, open the dataset (its latest
-// version), exit — what a cold engine does before it can look at a request.
-func BareOpen(ctx context.Context, python, uri string) (Bare, error) {
-	return bare(ctx, python, "-c", "import sys, lance; lance.dataset(sys.argv[1]).version", uri)
+// version), exit — what a cold engine does before it can look at a request. env is added to the
+// process's environment (STEWARD_S3_* for an s3:// uri); its timing has Started, Imported, Opened.
+func BareOpen(ctx context.Context, python string, env []string, uri string) (Bare, BareTiming, error) {
+	b, stdout, spawned, err := bareEnv(ctx, python, env, "-c", bareOpenScript, uri)
+	if err != nil {
+		return b, BareTiming{}, err
+	}
+	var t [3]float64
+	if err := json.Unmarshal(stdout, &t); err != nil {
+		return b, BareTiming{}, fmt.Errorf("bare open answered %q: %w", stdout, err)
+	}
+	return b, BareTiming{Spawned: spawned, Exited: spawned.Add(b.Wall), Started: t[0], Imported: t[1], Opened: t[2]}, nil
 }
+
+// bareOpenScript opens argv[1] with the options lancectl.py gives an s3:// uri, and prints the
+// Unix times of its start, the end of its import and the end of its open.
+const bareOpenScript = `import time; t0 = time.time()
+import json, os, sys, lance; t1 = time.time()
+opts = None
+if sys.argv[1].startswith("s3://"):
+    opts = {"aws_endpoint": "http://" + os.environ["STEWARD_S3_ENDPOINT"], "allow_http": "true",
+            "aws_region": "us-east-1", "aws_virtual_hosted_style_request": "false",
+            "aws_access_key_id": os.environ.get("STEWARD_S3_ACCESS_KEY", ""),
+            "aws_secret_access_key": os.environ.get("STEWARD_S3_SECRET_KEY", "")}
+lance.dataset(sys.argv[1], storage_options=opts).version; t2 = time.time()
+print(json.dumps([t0, t1, t2]))`
 
 func bare(ctx context.Context, python string, args ...string) (Bare, error) {
 	b, _, _, err := bareEnv(ctx, python, nil, args...)
