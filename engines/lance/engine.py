@@ -116,11 +116,13 @@ class Target:
         import lance
         return lance.dataset(self.uri, version=version, storage_options=self.options or None)
 
-    def latest(self):
+    def latest(self, ds=None):
+        """The latest version; with an open dataset, read from its version listing (no second
+        open of the dataset: a manifest read less through the gateway)."""
         try:
-            return self.open().version
+            return ds.latest_version if ds is not None else self.open().version
         except Exception:
-            return 0
+            return self.latest() if ds is not None else 0
 
     def lists_version(self, version):
         """False only when Lance lists the dataset's versions and `version` is not among them: a
@@ -283,11 +285,11 @@ def mutate(ch, req):
     if op == "CREATE" and existing:
         if req.get("if_not_exists"):
             raise native(se.OK, "", completion_reason="IF_NOT_EXISTS_NOOP", index_uuid=existing[0].uuid,
-                         observed_latest=target.latest())
+                         observed_latest=target.latest(ds))
         raise native(se.ALREADY_EXISTS, f"index already exists: {name!r} (stored as {stored[0]!r})")
     if op == "DROP" and not existing:
         if req.get("if_exists"):
-            raise native(se.OK, "", completion_reason="IF_EXISTS_NOOP", observed_latest=target.latest())
+            raise native(se.OK, "", completion_reason="IF_EXISTS_NOOP", observed_latest=target.latest(ds))
         raise native(se.NOT_FOUND, f"index not found: {name!r}")
     if op == "DROP":
         new, uuid_out = [], ""
