@@ -108,6 +108,13 @@ func (r results) rows() []row {
 		}
 		add(r.pair("isolation launch overhead, separate runs", "LaunchNoop/isolated-"+mode, "LaunchNoop/raw-forkexec", "—"))
 		add(r.delta("containment launch cost", "LaunchNoop/contained-"+mode, "LaunchNoop/isolated-"+mode, "≤ +1 ms"))
+		// Issue 43's figure: the same two launches alternated in one benchmark, their medians.
+		if v, ok := r.get("LaunchNoop/contained-paired-"+mode, "contained-excess-ms"); ok {
+			c, _ := r.get("LaunchNoop/contained-paired-"+mode, "contained-p50-ns")
+			u, _ := r.get("LaunchNoop/contained-paired-"+mode, "uncontained-p50-ns")
+			out = append(out, row{"contained launch, p50, alternated", dur(c) + "  contained-paired-" + mode,
+				dur(u) + "  uncontained, alternated", fmt.Sprintf("%+.2f ms", v), "≤ +1 ms"})
+		}
 	}
 	add(r.pair("raw launch vs static floor", "LaunchNoop/raw-forkexec", "LaunchNoop/static-floor", "≤ 2×"))
 	for _, mode := range []string{"hybrid", "v1", "v2"} {
