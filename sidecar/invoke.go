@@ -174,6 +174,21 @@ func (s *Server) prestart(idle bool) *warm {
 	return w
 }
 
+// spareAhead starts the executor's next spare beside job j when j takes spare, an engine other
+// than the built-in one's, while more jobs queue: such an engine's start-up (the Lance engine's
+// python and `import lance`) is longer than a small job, and a spare launched only after the
+// answer would be taken at once by the next queued job with its start-up still ahead of it.
+// Born beside the job, it has the job's length to start. nil if no spare is started; else the
+// spare arrives on the channel (nil if it could not be started), and the executor receives it.
+func (s *Server) spareAhead(j *job, spare *warm) <-chan *warm {
+	if spare == nil || spare.eng != j.eng || j.eng.builtin() || len(s.queue) == 0 {
+		return nil
+	}
+	ahead := make(chan *warm, 1)
+	go func() { ahead <- s.prestart(false) }()
+	return ahead
+}
+
 // spareFreezeAfter is how long a spare of another engine than the built-in one runs before it is
 // frozen: its start-up (the Lance engine: python and `import lance`, ~0.3 s on an idle machine).
 const spareFreezeAfter = 2 * time.Second

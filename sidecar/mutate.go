@@ -182,6 +182,7 @@ func (s *Server) executor() {
 			j = next
 		}
 		s.metrics.queueDepth.Dec()
+		ahead := s.spareAhead(j, spare)
 		res, used := s.dequeue(j, spare)
 		s.answer(j, res)
 		if used || j.afterAnswer != nil {
@@ -189,6 +190,13 @@ func (s *Server) executor() {
 		}
 		if used {
 			spare = nil
+		}
+		if ahead != nil {
+			if w := <-ahead; spare == nil {
+				spare = w
+			} else if w != nil && s.take(w) {
+				w.discard()
+			}
 		}
 		if j.afterAnswer != nil {
 			j.afterAnswer()
