@@ -116,8 +116,9 @@ fuzz:
 # measured in the same run). Raw output is kept in bench.out. BENCH_ROWS sizes the index benchmarks
 # (default 10M rows, generated once into $$TMPDIR/steward-bench). The Lance rows (issue #12 item 8)
 # compare the Lance engine, alone and through the sidecar, with bare pylance processes on datasets
-# generated once into the same folder (1M rows; 100k x 128 for IVF_PQ): ~3 minutes a round on a
-# quiet machine, ~10 at load 13.
+# generated once into the same folder (1M rows; 100k x 128 for IVF_PQ), on a local store and on
+# MinIO, and 100 small Lance jobs through host/dispatch: ~7 minutes a round at load 5-9, more
+# than twice that at load 15.
 bench: minio etcd lance build
 	@rm -f bench.out
 	@for round in $$(seq 1 $(BENCH_ROUNDS)); do \
