@@ -185,7 +185,13 @@ func (s *Server) spareAhead(j *job, spare *warm) <-chan *warm {
 		return nil
 	}
 	ahead := make(chan *warm, 1)
-	go func() { ahead <- s.prestart(false) }()
+	go func() {
+		w := s.prestart(false)
+		if w != nil {
+			s.log.Debug("spare started beside a job, jobs queued", "engine", w.eng.name, "domain", w.dom.ID(), "invocation", j.p.InvocationID)
+		}
+		ahead <- w
+	}()
 	return ahead
 }
 
