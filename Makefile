@@ -16,7 +16,7 @@ BENCH_ROWS ?= 10000000
 # Lance pairs run ABBA on odd rounds and BAAB on even ones: an even count balances them).
 BENCH_ROUNDS ?= 1
 
-.PHONY: all build campaign release run test unit fuzz bench bench-round minio etcd lance v2vm clean
+.PHONY: all build campaign release run test unit fuzz bench bench-round bench-lance bench-lance-round minio etcd lance v2vm clean
 
 all: build
 
@@ -120,8 +120,9 @@ fuzz:
 # measured in the same run). Raw output is kept in bench.out. BENCH_ROWS sizes the index benchmarks
 # (default 10M rows, generated once into $$TMPDIR/steward-bench). The Lance rows (issue #12 item 8)
 # compare the Lance engine, alone and through the sidecar, with bare pylance processes on datasets
-# generated once into the same folder (1M rows; 100k x 128 for IVF_PQ): ~3 minutes a round on a
-# quiet machine, ~10 at load 13.
+# generated once into the same folder (1M rows; 100k x 128 for IVF_PQ), on a local store and on
+# MinIO, and 100 small Lance jobs through host/dispatch: ~7 minutes a round at load 5-9, more
+# than twice that at load 15.
 bench: minio etcd lance build
 	@rm -f bench.out
 	@for round in $$(seq 1 $(BENCH_ROUNDS)); do \
@@ -141,11 +142,30 @@ bench-round:
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'MutateNoop|MutateSaturated' -benchtime 100x -count 1 ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceBuild -benchtime 1x -count 1 -timeout 30m ./internal/testing/enginetest/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceSidecar -benchtime 1x -count 1 -timeout 30m ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceDispatch -benchtime 1x -count 1 -timeout 30m ./host/dispatch/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 	$(GO) test -run '^$$' -bench Stage90MB -benchtime 20x -count 1 ./storage/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench GatewayScan -benchtime 2x -count 1 ./storage/gateway/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'TicketMemory|CleanupThroughput|Reserve' -count 1 -timeout 30m ./storage/ledger/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'UploadPath|JournalCommit' -benchtime 200x -count 1 -timeout 30m ./storage/ledger/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 STEWARD_BENCH_ROWS=$(BENCH_ROWS) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./storage/dataset/ | tee -a bench.out
+
+# Only issue 43's rows (the Lance engine through steward, on a local store and MinIO, 100 Lance
+# jobs through host/dispatch, contained against uncontained launches), BENCH_ROUNDS interleaved
+# rounds into bench.out and the same table: what to re-run after a change on the Lance path.
+bench-lance: minio lance build
+	@rm -f bench.out
+	@for round in $$(seq 1 $(BENCH_ROUNDS)); do \
+	  echo "# bench round $$round of $(BENCH_ROUNDS)"; \
+	  STEWARD_BENCH_ROUND=$$round $(MAKE) --no-print-directory bench-lance-round || exit 1; \
+	done
+	@echo
+	@$(GO) run ./scripts/benchtable < bench.out
+	@if grep -q -e '^--- FAIL' -e '^FAIL' bench.out; then echo "make bench-lance: benchmarks failed (their rows are missing above):"; grep -e '^--- FAIL' bench.out; exit 1; fi
+
+bench-lance-round:
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'LaunchNoop/contained-paired' -benchtime 200x -count 1 ./isolation/ | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceSidecar -benchtime 1x -count 1 -timeout 30m ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceDispatch -benchtime 1x -count 1 -timeout 30m ./host/dispatch/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 
 clean:
 	rm -rf bin dist

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -92,6 +93,35 @@ func benchLaunchPaired(b *testing.B, s *Supervisor) {
 	}
 }
 
+// benchContainedPaired alternates a contained launch (in contained) with an uncontained one (in
+// plain), and reports each side's median (p50) and the contained one's excess over it in ms.
+func benchContainedPaired(b *testing.B, contained, plain *Supervisor) {
+	cenv, penv := workerEnv("noop-contained"), workerEnv("noop")
+	var cs, ps []time.Duration
+	timed := func(out *[]time.Duration, s *Supervisor, env []string) {
+		t0 := time.Now()
+		launchOnce(b, s, env)
+		*out = append(*out, time.Since(t0))
+	}
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			timed(&ps, plain, penv)
+			timed(&cs, contained, cenv)
+		} else {
+			timed(&cs, contained, cenv)
+			timed(&ps, plain, penv)
+		}
+	}
+	p50 := func(v []time.Duration) time.Duration {
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	c, p := p50(cs), p50(ps)
+	b.ReportMetric(float64(c.Nanoseconds()), "contained-p50-ns")
+	b.ReportMetric(float64(p.Nanoseconds()), "uncontained-p50-ns")
+	b.ReportMetric(float64((c-p).Microseconds())/1000, "contained-excess-ms")
+}
+
 // BenchmarkLaunchNoop: launch + wait + teardown of a no-op worker inside isolation, against a
 // raw ForkExec + wait4 of the same executable doing the same work (EnterWorker, exit), and the
 // fork/exec floor of a small static Go binary; and the same launch contained (user, PID, mount,
@@ -112,6 +142,10 @@ func BenchmarkLaunchNoop(b *testing.B) {
 		}
 		b.Run("paired-"+string(mode), func(b *testing.B) {
 			benchLaunchPaired(b, newSupervisor(b, mode, func(c *Config) { c.Containment = ContainOff }))
+		})
+		b.Run("contained-paired-"+string(mode), func(b *testing.B) {
+			benchContainedPaired(b, newSupervisor(b, mode, func(c *Config) { c.Containment = ContainRequire }),
+				newSupervisor(b, mode, func(c *Config) { c.Containment = ContainOff }))
 		})
 	}
 	b.Run("raw-forkexec", func(b *testing.B) { benchForkExec(b, "/proc/self/exe", rawEnv(), 0, 0) })

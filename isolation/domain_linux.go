@@ -65,6 +65,10 @@ func (d *Domain) WorkerPid() int {
 	return d.pid
 }
 
+// PeakMemory is the most memory the domain has held so far (v1 memory.max_usage_in_bytes, v2
+// memory.peak); 0 if unknown. Read while the domain lives (an idle spare's footprint).
+func (d *Domain) PeakMemory() int64 { return d.cg.peak() }
+
 // Done is closed when the main process has exited and been reaped.
 func (d *Domain) Done() <-chan struct{} { return d.exited }
 

@@ -51,6 +51,7 @@ func (d *Domain) ID() string            { return "" }
 func (d *Domain) Pid() int              { return 0 }
 func (d *Domain) WorkerPid() int        { return 0 }
 func (d *Domain) Done() <-chan struct{} { return nil }
+func (d *Domain) PeakMemory() int64     { return 0 }
 func (d *Domain) Wait(ctx context.Context) (Outcome, error) {
 	return Outcome{ExitCode: -1}, errUnsupported
 }

@@ -89,6 +89,9 @@ type EngineInfo struct {
 	// Settle is how an UNKNOWN outcome of this engine settles: SettleFence, SettleClaimFence or
 	// SettleNone.
 	Settle string `json:"settle"`
+	// IdleMemoryBytes is the peak memory of this engine's last idle prestarted worker, read
+	// when its start-up was done (frozen, or taken by a call); 0 until one has been.
+	IdleMemoryBytes int64 `json:"idle_memory_bytes,omitempty"`
 }
 
 // Settle guarantees of an engine (EngineInfo.Settle): what index.resolve can do for it.

@@ -175,7 +175,8 @@ func (s *Server) wireEngines() []rpc.EngineInfo {
 		d := s.engines[n].decl
 		// Every engine's outcome settles by fence: its gateway claims its commit and
 		// index.resolve fences it, whatever the engine declared (docs/ENGINE.md §4.3).
-		out = append(out, rpc.EngineInfo{Name: n, Protocol: d.Protocol, IndexTypes: slices.Clone(d.IndexTypes), Settle: rpc.SettleFence})
+		out = append(out, rpc.EngineInfo{Name: n, Protocol: d.Protocol, IndexTypes: slices.Clone(d.IndexTypes), Settle: rpc.SettleFence,
+			IdleMemoryBytes: s.idleMemoryOf(n)})
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,6 +196,10 @@ func TestEngineSpares(t *testing.T) {
 					t.Errorf("call %d: idle toy spare %s is not frozen after %v", i, name, 2500*time.Millisecond)
 				}
 			}
+			// A frozen spare's memory is what hello reports for its engine.
+			if h, err := e.c.Hello(ctx); err != nil || idleMemory(h, "toy") <= 0 {
+				t.Errorf("call %d: hello after a frozen toy spare: idle_memory_bytes %d, %v", i, idleMemory(h, "toy"), err)
+			}
 		}
 		p := rpc.MutateParams{InvocationID: randID("inv-"), DeadlineUnixMs: time.Now().Add(45 * time.Second).UnixMilli(),
 			Dataset: step.ds, PinnedVersion: 1, Op: rpc.OpCreate, Engine: step.engine,
@@ -220,6 +225,57 @@ func TestEngineSpares(t *testing.T) {
 			t.Errorf("call %d: %d domains after the answer, want at most one idle spare per executor", i, n)
 		}
 	}
+}
+
+// TestEngineSpareBesideQueuedJob: with one executor and toy calls queued behind each other, the
+// executor starts its next toy spare beside the job it runs (its start-up is not left in front
+// of the next job), and every call is answered, with at most the running domain and one spare
+// per executor at a time beyond the calls' own.
+func TestEngineSpareBesideQueuedJob(t *testing.T) {
+	bin := buildTestEngine(t)
+	e := newLedgerEnv(t, "--engine", "toy="+bin+" --settle fence", "--executors", "1", "--log-level", "debug")
+	ctx := context.Background()
+	if _, _, err := dataset.Create(ctx, e.store, "ds", dataset.NewGenerator(100, 1), dataset.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	call := func() error {
+		p := rpc.MutateParams{InvocationID: randID("inv-"), DeadlineUnixMs: time.Now().Add(60 * time.Second).UnixMilli(),
+			Dataset: rpc.DatasetRef{Store: e.spec, Path: "ds"}, PinnedVersion: 1, Op: rpc.OpCreate, Engine: "toy",
+			Index: rpc.IndexSpec{Name: "ix", Columns: []string{"name"}, Type: "TOY", Params: map[string]string{"report": "credentials"}}}
+		res, err := e.c.Mutate(ctx, p)
+		if err == nil && (res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeNotSupported) {
+			err = fmt.Errorf("%s: %+v", p.InvocationID, res)
+		}
+		return err
+	}
+	// The first toy call starts cold and the spares follow it; the calls after it queue.
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	const n = 6
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- call() }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "spare started beside a job, jobs queued") {
+		t.Errorf("no spare was started beside a job while %d calls queued on one executor", n)
+	}
+}
+
+// idleMemory is engine name's idle_memory_bytes in hello.
+func idleMemory(h rpc.HelloResult, name string) int64 {
+	for _, e := range h.Engines {
+		if e.Name == name {
+			return e.IdleMemoryBytes
+		}
+	}
+	return 0
 }
 
 // servedBySpare reports, from the sidecar's "worker assigned" line for inv (waited for up to 5 s:

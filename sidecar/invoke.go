@@ -12,6 +12,7 @@ import (
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
+	"github.com/cba1309c/steward/storage/gateway"
 	"github.com/cba1309c/steward/storage/slot"
 )
 
@@ -46,6 +47,8 @@ type session struct {
 	gwErr      error              // why the gateway could not be opened: the request was never sent
 	logw       *workerLog
 	logged     bool // "worker assigned" is written
+
+	requestedAt, resultAt time.Time // when the request frame was written, the result read (timing)
 }
 
 // logAssigned writes the "worker assigned" line once. A prestarted worker's is written right
@@ -188,6 +191,27 @@ func (s *Server) prestart(idle bool) *warm {
 	return nil
 }
 
+// spareAhead starts the executor's next spare beside job j when j takes spare, an engine other
+// than the built-in one's, while more jobs queue: such an engine's start-up (the Lance engine's
+// python and `import lance`) is longer than a small job, and a spare launched only after the
+// answer would be taken at once by the next queued job with its start-up still ahead of it.
+// Born beside the job, it has the job's length to start. nil if no spare is started; else the
+// spare arrives on the channel (nil if it could not be started), and the executor receives it.
+func (s *Server) spareAhead(j *job, spare *warm) <-chan *warm {
+	if spare == nil || spare.eng != j.eng || j.eng.builtin() || len(s.queue) == 0 {
+		return nil
+	}
+	ahead := make(chan *warm, 1)
+	go func() {
+		w := s.prestart(false)
+		if w != nil {
+			s.log.Debug("spare started beside a job, jobs queued", "engine", w.eng.name, "domain", w.dom.ID(), "invocation", j.p.InvocationID)
+		}
+		ahead <- w
+	}()
+	return ahead
+}
+
 // spareFreezeAfter is how long a spare of another engine than the built-in one runs before it is
 // frozen: its start-up (the Lance engine: python and `import lance`, ~0.3 s on an idle machine).
 const spareFreezeAfter = 2 * time.Second
@@ -220,8 +244,25 @@ func (s *Server) freezeIdle(w *warm) *idleFreeze {
 			return
 		}
 		f.frozen = true
+		s.noteIdle(w)
 	})
 	return f
+}
+
+// noteIdle records what spare w holds now that its start-up is done (see Server.idleMemory).
+func (s *Server) noteIdle(w *warm) {
+	if m := w.dom.PeakMemory(); m > 0 {
+		s.spareMu.Lock()
+		s.idleMemory[w.eng.name] = m
+		s.spareMu.Unlock()
+	}
+}
+
+// idleMemoryOf is the peak memory of engine e's last idle spare, 0 before one was noted.
+func (s *Server) idleMemoryOf(e string) int64 {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	return s.idleMemory[e]
 }
 
 // wake ends f: no freeze from now on, and a frozen spare is thawed. A spare that cannot be thawed
@@ -247,8 +288,12 @@ func (w *warm) wake() error {
 	return nil
 }
 
-// take removes w from the idle spares; false if shutdown already discarded it.
+// take removes w from the idle spares; false if shutdown already discarded it. A built-in
+// spare, never frozen, is noted here (noteIdle): it has waited for its call.
 func (s *Server) take(w *warm) bool {
+	if w.idle == nil {
+		s.noteIdle(w)
+	}
 	s.spareMu.Lock()
 	defer s.spareMu.Unlock()
 	_, ok := s.spares[w]
@@ -399,6 +444,7 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	ss.run()
 	ss.logAssigned() // if no request was written
 	out, release := ss.teardown()
+	down := time.Now()
 	// The domain is dead and reaped: its gateway, closed now, is final — nothing of the
 	// invocation can start or land any more — and decides the outcome with storage.
 	rec := ss.gw.close()
@@ -436,7 +482,28 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 		j.outcome = slot.NotCommitted // the request never reached the engine
 	}
 	res.WallMs = time.Since(start).Milliseconds()
+	ss.logTiming(start, down, rec)
 	return res
+}
+
+// logTiming writes where the invocation's time went, at debug level: from its receipt to the
+// executor (queued), to the request frame (launch or thaw, gateway, request), the engine's
+// work to its result, its exit and teardown, and the outcome's decision from storage.
+func (ss *session) logTiming(start, down time.Time, rec gateway.Record) {
+	log := ss.s.jobLog(ss.j)
+	if !log.IsDebug() {
+		return
+	}
+	ms := func(a, b time.Time) float64 {
+		if a.IsZero() || b.IsZero() {
+			return -1
+		}
+		return float64(b.Sub(a).Microseconds()) / 1000
+	}
+	log.Debug("invocation timing", "prestarted", ss.prestarted,
+		"queued_ms", ms(ss.j.received, start), "to_request_ms", ms(start, ss.requestedAt),
+		"engine_ms", ms(ss.requestedAt, ss.resultAt), "teardown_ms", ms(ss.resultAt, down),
+		"decide_ms", ms(down, time.Now()), "gateway_requests", rec.Requests, "gateway_bytes", rec.Bytes)
 }
 
 func launchFailed(err error) rpc.MutateResult {
@@ -541,6 +608,7 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			return true
 		}
 		ss.requested = true // from here a partial write may have reached the worker
+		ss.requestedAt = time.Now()
 		ss.logAssigned()
 		if err != nil {
 			ss.violation = "request write failed: " + err.Error()
@@ -562,6 +630,7 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 		}
 	case f.T == workerproto.TypeResult && ss.requested && ss.result == nil:
 		ss.result = f.Result
+		ss.resultAt = time.Now()
 		ss.gw.seal() // its last word: a lingering process of the domain writes nothing more
 		ss.s.log.Debug("worker result", "invocation", ss.j.p.InvocationID, "phase", f.Result.Phase, "code", f.Result.Code, "created", len(f.Result.Created))
 		return false // keep reading: a second result or garbage after it is still a violation

@@ -282,6 +282,21 @@ func TestLanceBuildsThroughSidecar(t *testing.T) {
 				}
 			})
 		}
+		// The no-ops the request asked for commit nothing and name the latest version.
+		t.Run("noops", func(t *testing.T) {
+			l.t = t
+			create := l.lanceParams(randID("inv-"), path, pinned, rpc.OpCreate, "idx_btree", "id", "BTREE", nil)
+			create.IfNotExists = true
+			drop := l.lanceParams(randID("inv-"), path, pinned, rpc.OpDrop, "idx_none", "", "", nil)
+			drop.IfExists = true
+			for p, want := range map[*rpc.MutateParams]string{&create: rpc.CompletionIfNotExistsNoop, &drop: rpc.CompletionIfExistsNoop} {
+				res := l.mutate(*p)
+				if res.Phase != rpc.PhaseNativeReturn || res.Code != 0 || res.CompletionReason != want || res.ObservedLatestVersion != pinned || res.CommittedVersion != 0 {
+					t.Errorf("%s: result %+v, want %s observing version %d", p.Op, res, want, pinned)
+				}
+			}
+			l.settled()
+		})
 	})
 }
 

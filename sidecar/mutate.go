@@ -196,6 +196,7 @@ func (s *Server) executor() {
 			continue // a cancel answered it while it was queued
 		}
 		s.metrics.queueDepth.Dec()
+		ahead := s.spareAhead(j, spare)
 		res, used := s.dequeue(j, spare)
 		s.answer(j, res)
 		if used || j.afterAnswer != nil {
@@ -203,6 +204,13 @@ func (s *Server) executor() {
 		}
 		if used {
 			spare = nil
+		}
+		if ahead != nil {
+			if w := <-ahead; spare == nil {
+				spare = w
+			} else if w != nil && s.take(w) {
+				w.discard()
+			}
 		}
 		if j.afterAnswer != nil {
 			j.afterAnswer()

@@ -68,6 +68,10 @@ type Server struct {
 	// previous one's: executors then replace idle spares born for the old one.
 	engineMoved chan struct{}
 
+	// idleMemory is, by engine name, the peak memory of its last idle spare once its start-up
+	// was done (noteIdle): what one waiting spare of the engine holds. Under spareMu.
+	idleMemory map[string]int64
+
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
 
 	budget     *memBudget   // admission by memory (budget.go)
@@ -117,6 +121,7 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.queue = make(chan *job, cfg.QueueCapacity)
 	s.spares = map[*warm]struct{}{}
+	s.idleMemory = map[string]int64{}
 	s.engineMoved = make(chan struct{})
 	s.dedup = newDedup(cfg.DedupCapacity)
 	s.cancels = newCancels(cfg.DedupCapacity, cfg.DedupRetention)

@@ -17,11 +17,17 @@ Lance's progress events are forwarded as progress frames, its stage names verbat
 It refuses everything else: multi-column indexes, unknown parameters, session tokens.
 """
 
-import os
-import sys
-import traceback
-import uuid
-from contextlib import contextmanager
+import time
+
+_STARTED = time.time()  # the engine's first line runs: python's own start-up is behind it
+
+import os  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+import uuid  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+
+import json  # noqa: E402
 
 if __package__:  # installed: package steward_lance (pyproject.toml)
     from . import steward_engine as se
@@ -48,6 +54,21 @@ ENGINE = {"name": "lance", "index_types": list(SCALAR + VECTOR),
           "faults": ["crash_after_build", "crash_before_commit", "crash_after_commit"]}
 PROP_INV, PROP_KIND = "steward.invocation", "steward.kind"
 OPS = ("CREATE", "REPLACE", "DROP", "OPTIMIZE")
+# When each step of this process ended (time.time()), for the one timing line it writes on
+# stderr after its answer: where an invocation's time went, beside the sidecar's own account.
+MARKS = {"started": _STARTED}
+
+
+def mark(name):
+    MARKS[name] = time.time()
+
+
+def timing_line():
+    """One line: the request's arrival as a Unix time, and each step's length in ms."""
+    order = ["started", "imported", "request", "opened", "built", "committed", "answered"]
+    have = [(k, MARKS[k]) for k in order if k in MARKS]
+    steps = {k: round((t - p) * 1000, 2) for (_, p), (k, t) in zip(have, have[1:])}
+    return "steward-lance timing " + json.dumps({"request_unix": MARKS.get("request", 0), "ms": steps})
 
 
 class Answer(Exception):
@@ -100,11 +121,13 @@ class Target:
         import lance
         return lance.dataset(self.uri, version=version, storage_options=self.options or None)
 
-    def latest(self):
+    def latest(self, ds=None):
+        """The latest version; with an open dataset, read from its version listing (no second
+        open of the dataset: a manifest read less through the gateway)."""
         try:
-            return self.open().version
+            return ds.latest_version if ds is not None else self.open().version
         except Exception:
-            return 0
+            return self.latest() if ds is not None else 0
 
     def lists_version(self, version):
         """False only when Lance lists the dataset's versions and `version` is not among them: a
@@ -296,6 +319,7 @@ def mutate(ch, req):
     target = Target(req)
     try:
         ds = target.open(pinned)
+        mark("opened")
     except Exception as e:
         latest = target.latest()
         if latest > pinned and not target.lists_version(pinned):
@@ -318,7 +342,7 @@ def mutate(ch, req):
     if op == "CREATE" and existing:
         if req.get("if_not_exists"):
             raise native(se.OK, "", completion_reason="IF_NOT_EXISTS_NOOP", index_uuid=existing[0].uuid,
-                         observed_latest=target.latest())
+                         observed_latest=target.latest(ds))
         raise native(se.ALREADY_EXISTS, f"index already exists: {name!r} (stored as {stored[0]!r})")
     if op == "OPTIMIZE" and not existing:
         raise native(se.NOT_FOUND, f"index not found: {name!r}")
@@ -326,7 +350,7 @@ def mutate(ch, req):
         optimize(ch, target, pinned, stored[0], existing, req.get("fault"))
     if op == "DROP" and not existing:
         if req.get("if_exists"):
-            raise native(se.OK, "", completion_reason="IF_EXISTS_NOOP", observed_latest=target.latest())
+            raise native(se.OK, "", completion_reason="IF_EXISTS_NOOP", observed_latest=target.latest(ds))
         raise native(se.NOT_FOUND, f"index not found: {name!r}")
     if op == "DROP":
         new, uuid_out = [], ""
@@ -334,6 +358,7 @@ def mutate(ch, req):
         req = dict(req, index=dict(req["index"], name=stored[0] if stored else name))
         new = [build(ch, target, ds, req, pinned, invocation)]
         uuid_out = new[0].uuid
+    mark("built")
     txn_uuid = str(uuid.uuid4())
     if req.get("fault") == "crash_before_commit":
         se.kill_self()
@@ -343,6 +368,7 @@ def mutate(ch, req):
     except Answer as a:
         a.fields.setdefault("index_uuid", uuid_out)
         raise
+    mark("committed")
     if req.get("fault") == "crash_after_commit":
         se.kill_self()
     raise native(se.OK, "", completion_reason="COMMITTED", committed_version=v, observed_latest=v,
@@ -359,7 +385,9 @@ def main():
         import lance  # noqa: F401
     except Exception:
         pass  # the same import fails again where the request needs Lance, and is answered there
+    mark("imported")
     kind, req = ch.request()
+    mark("request")
     if kind == "settle":
         # The sidecar decides outcomes from its gateway's record and storage; an engine settles
         # nothing (ENGINE.md §5).
@@ -375,6 +403,8 @@ def main():
     except Exception as e:
         traceback.print_exc(file=sys.stderr)
         ch.result("NATIVE_RETURN", se.INTERNAL, f"{type(e).__name__}: {e}")
+    mark("answered")
+    print(timing_line(), file=sys.stderr)
     return 0
 
 

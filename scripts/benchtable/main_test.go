@@ -17,26 +17,31 @@ BenchmarkTicketMemory/name=42/perOwner=1-2  1  100 ns/op  248.0 B/ticket
 BenchmarkCleanupThroughput-2  1  5 ns/op  4372 raw-obj/s  4354 ledger-obj/s  0.996 ratio
 BenchmarkJobLifecycle/bolt-2         	     300	   2717245 ns/op	       368.0 jobs/s	         3.000 writes/job
 BenchmarkLanceBuild/IVF_PQ-100k-2  1  84000000000 ns/op  120.0 bare-MiB  20.0 bare-s  110.0 engine-MiB  22.0 engine-s  1.100 engine/bare  30.0 engine-cpu-s  32.0 bare-cpu-s
-BenchmarkLanceSidecar/noop-2  1  1903564374 ns/op  0.5078 noop-s  1.145 noop/start  0.4435 start-s
+BenchmarkLanceSidecar/noop-2  1  1903564374 ns/op  0.5078 noop-s  1.145 noop/start  0.4435 start-s  98.5 idle-MiB
 BenchmarkLanceSidecar/noop-minio-2  1  903564374 ns/op  0.0451 noop-s  0.1250 noop/start  0.3608 start-s
 BenchmarkLanceSidecar/build/BTREE-1M-2  1  8459245051 ns/op  1.707 bare-s  2.515 sidecar-s  1.474 sidecar/bare
+BenchmarkLanceSidecar/build-minio/IVF_PQ-100k-2  1  8459245051 ns/op  20.0 bare-s  20.8 sidecar-s  1.04 sidecar/bare
+BenchmarkLanceDispatch-2  1  8459245051 ns/op  2.0 bare-jobs/s  4.6 dispatch-jobs/s  2.3 dispatch/bare
 BenchmarkJobLifecycle/etcd-2         	     300	   5031935 ns/op	       198.7 jobs/s	         3.000 writes/job
 BenchmarkGatewayScan/local-2         	       1	4508943577 ns/op	      1472 direct-MB/s	       704.1 gateway-MB/s	         0.4784 gateway/direct
 `
 	rows := parse(bufio.NewScanner(strings.NewReader(in))).rows()
 	want := map[string]string{
-		"RPC overhead (stdio, 1 in flight)":                      "1.26×",
-		"no-op mutation round trip":                              "0.81×",
-		"ledger bytes per ticket":                                "0.49×",
-		"cleanup throughput":                                     "1.00×",
-		"job lifecycle, no-op jobs":                              "0.54×",
-		"journal writes per job":                                 "1.00×",
-		"Lance build, engine vs bare pylance":                    "1.10×",
-		"Lance build CPU, engine vs bare":                        "0.94×",
-		"Lance build through the sidecar":                        "1.47×",
-		"no-op Lance mutation vs engine start":                   "1.15×",
-		"no-op Lance mutation on MinIO (spares) vs engine start": "0.12×",
-		"1 GiB scan through the gateway (local)":                 "0.48×",
+		"RPC overhead (stdio, 1 in flight)":               "1.26×",
+		"no-op mutation round trip":                       "0.81×",
+		"ledger bytes per ticket":                         "0.49×",
+		"cleanup throughput":                              "1.00×",
+		"job lifecycle, no-op jobs":                       "0.54×",
+		"journal writes per job":                          "1.00×",
+		"Lance build, engine vs bare pylance":             "1.10×",
+		"Lance build CPU, engine vs bare":                 "0.94×",
+		"Lance build through the sidecar (local)":         "1.47×",
+		"Lance build through the sidecar (MinIO)":         "1.04×",
+		"no-op Lance mutation vs engine start (local)":    "1.15×",
+		"no-op Lance mutation vs engine start (MinIO)":    "0.12×",
+		"idle prestarted Lance engine (local)":            "—",
+		"100 small Lance mutations through host/dispatch": "2.30×",
+		"1 GiB scan through the gateway (local)":          "0.48×",
 	}
 	got := map[string]string{}
 	for _, r := range rows {

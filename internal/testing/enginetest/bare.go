@@ -1,7 +1,9 @@
 package enginetest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -29,6 +31,20 @@ type Bare struct {
 // lance, open the dataset, create_scalar_index / create_index, committed by Lance itself at the
 // next version): the binding call the Lance engine makes, without steward around it.
 func BareBuild(ctx context.Context, python, engineDir, uri, column, typ, name string, params map[string]string) (Bare, error) {
+	b, _, err := BareIndex(ctx, python, engineDir, nil, uri, column, typ, name, params)
+	return b, err
+}
+
+// BareTiming is where a bare build's process spent its time (Unix times from lancectl.py index,
+// beside the process's own start and exit as the caller saw them).
+type BareTiming struct {
+	Spawned, Exited                            time.Time // exec started, wait returned
+	Started, Imported, Opened, Built, Reopened float64   // lancectl's marks, Unix seconds
+}
+
+// BareIndex is BareBuild with env added to the process's environment (STEWARD_S3_* for an
+// s3:// uri) and lancectl's own timing of the build.
+func BareIndex(ctx context.Context, python, engineDir string, env []string, uri, column, typ, name string, params map[string]string) (Bare, BareTiming, error) {
 	args := []string{filepath.Join(engineDir, "lancectl.py"), "index", uri, column, typ, name}
 	keys := make([]string, 0, len(params))
 	for k := range params {
@@ -38,32 +54,74 @@ func BareBuild(ctx context.Context, python, engineDir, uri, column, typ, name st
 	for _, k := range keys {
 		args = append(args, k+"="+params[k])
 	}
-	return bare(ctx, python, args...)
+	var out struct {
+		Timing struct{ Started, Imported, Opened, Built, Reopened float64 }
+	}
+	b, stdout, spawned, err := bareEnv(ctx, python, env, args...)
+	if err != nil {
+		return b, BareTiming{}, err
+	}
+	if err := json.Unmarshal(stdout, &out); err != nil {
+		return b, BareTiming{}, fmt.Errorf("lancectl index answered %q: %w", stdout, err)
+	}
+	t := out.Timing
+	return b, BareTiming{Spawned: spawned, Exited: spawned.Add(b.Wall), Started: t.Started, Imported: t.Imported,
+		Opened: t.Opened, Built: t.Built, Reopened: t.Reopened}, nil
 }
 
 // BareOpen is a bare engine process start: python, `import lance`, open the dataset (its latest
-// version), exit — what a cold engine does before it can look at a request.
-func BareOpen(ctx context.Context, python, uri string) (Bare, error) {
-	return bare(ctx, python, "-c", "import sys, lance; lance.dataset(sys.argv[1]).version", uri)
+// version), exit — what a cold engine does before it can look at a request. env is added to the
+// process's environment (STEWARD_S3_* for an s3:// uri); its timing has Started, Imported, Opened.
+func BareOpen(ctx context.Context, python string, env []string, uri string) (Bare, BareTiming, error) {
+	b, stdout, spawned, err := bareEnv(ctx, python, env, "-c", bareOpenScript, uri)
+	if err != nil {
+		return b, BareTiming{}, err
+	}
+	var t [3]float64
+	if err := json.Unmarshal(stdout, &t); err != nil {
+		return b, BareTiming{}, fmt.Errorf("bare open answered %q: %w", stdout, err)
+	}
+	return b, BareTiming{Spawned: spawned, Exited: spawned.Add(b.Wall), Started: t[0], Imported: t[1], Opened: t[2]}, nil
 }
 
+// bareOpenScript opens argv[1] with the options lancectl.py gives an s3:// uri, and prints the
+// Unix times of its start, the end of its import and the end of its open.
+const bareOpenScript = `import time; t0 = time.time()
+import json, os, sys, lance; t1 = time.time()
+opts = None
+if sys.argv[1].startswith("s3://"):
+    opts = {"aws_endpoint": "http://" + os.environ["STEWARD_S3_ENDPOINT"], "allow_http": "true",
+            "aws_region": "us-east-1", "aws_virtual_hosted_style_request": "false",
+            "aws_access_key_id": os.environ.get("STEWARD_S3_ACCESS_KEY", ""),
+            "aws_secret_access_key": os.environ.get("STEWARD_S3_SECRET_KEY", "")}
+lance.dataset(sys.argv[1], storage_options=opts).version; t2 = time.time()
+print(json.dumps([t0, t1, t2]))`
+
 func bare(ctx context.Context, python string, args ...string) (Bare, error) {
+	b, _, _, err := bareEnv(ctx, python, nil, args...)
+	return b, err
+}
+
+// bareEnv runs one bare process with env added; it returns its stdout and when it was spawned.
+func bareEnv(ctx context.Context, python string, env []string, args ...string) (Bare, []byte, time.Time, error) {
 	tmp, err := os.MkdirTemp("", "steward-bare-")
 	if err != nil {
-		return Bare{}, err
+		return Bare{}, nil, time.Time{}, err
 	}
 	defer os.RemoveAll(tmp)
 	cmd := exec.CommandContext(ctx, python, append([]string{"-B", "-s", "-E"}, args...)...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + tmp, "HOME=" + tmp}
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + tmp, "HOME=" + tmp}, env...)
 	cmd.Dir = tmp
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
+	out, err := cmd.Output()
 	wall := time.Since(start)
 	if err != nil {
-		return Bare{}, fmt.Errorf("bare %v: %w\n%s", args, err, out)
+		return Bare{}, nil, start, fmt.Errorf("bare %v: %w\n%s%s", args, err, out, stderr.Bytes())
 	}
 	ps := cmd.ProcessState
-	return Bare{Wall: wall, CPU: ps.UserTime() + ps.SystemTime(), PeakRSS: ps.SysUsage().(*syscall.Rusage).Maxrss << 10}, nil
+	return Bare{Wall: wall, CPU: ps.UserTime() + ps.SystemTime(), PeakRSS: ps.SysUsage().(*syscall.Rusage).Maxrss << 10}, out, start, nil
 }
 
 // CachedLanceDataset returns a local Lance dataset of rows rows (lancectl.py create: id, price,

@@ -1,0 +1,163 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cba1309c/steward/internal/testing/enginetest"
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
+	"github.com/cba1309c/steward/rpc"
+)
+
+// BenchmarkLanceDispatch: 100 small Lance mutations (a BTREE on the id column of 10k rows, ten
+// datasets) driven through this dispatcher (bbolt journal) and a real sidecar with the Lance
+// engine, against the same builds in bare pylance processes run one after another
+// (enginetest.BareIndex), in ABBA halves of 50 (enginetest.ABBA): the throughput a host gets
+// from steward for a stream of small real-engine jobs. A dispatcher half submits the jobs in 5
+// waves of one job per dataset (each wave's job is pinned at the version the previous one
+// committed), each wave driven until every job is COMMITTED; its figure is jobs/s from the
+// first submit to the last commit. Every half works on fresh copies of the ten datasets. Run
+// with -benchtime 1x; make bench repeats rounds.
+func BenchmarkLanceDispatch(b *testing.B) {
+	testenv.NeedRoot(b)
+	py, dir, err := testbin.LanceTools()
+	if err != nil {
+		testenv.Unavailable(b, "Lance engine not installed: "+err.Error())
+	}
+	const datasets, waves = 10, 5
+	src, err := enginetest.CachedLanceDataset(py, dir, 10_000, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := testsidecar.Start(b, testsidecar.Options{
+		Env:  append(os.Environ(), "TMPDIR="+testenv.GuestDir(b)),
+		Args: []string{"--engine", "lance=" + py + " -B -s -E " + filepath.Join(dir, "engine.py")}})
+	store, err := OpenBolt(filepath.Join(b.TempDir(), "jobs.db"), BoltOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	d, err := New(Config{Store: store, MaxPerRound: 64, MaxInFlightPerSidecar: 64, MaxUnresolved: 1 << 20,
+		MaxUnresolvedPerDataset: 1 << 20, ExecuteDeadline: 3 * time.Minute, Logger: quietLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	if err := d.AddSidecar("n1", sc.Client); err != nil {
+		b.Fatal(err)
+	}
+	root := testenv.GuestDir(b)
+	half := 0
+	copies := func() []string {
+		half++
+		paths := make([]string, datasets)
+		for i := range paths {
+			paths[i] = fmt.Sprintf("h%d-ds%d", half, i)
+			if err := enginetest.LinkCopy(src, filepath.Join(root, paths[i])); err != nil {
+				b.Fatal(err)
+			}
+			testenv.GuestOwn(b, filepath.Join(root, paths[i]))
+		}
+		return paths
+	}
+	ctx := context.Background()
+	viaDispatch := func() (time.Duration, error) {
+		paths := copies()
+		start := time.Now()
+		for w := range waves {
+			ids := make([]string, 0, datasets)
+			for _, p := range paths {
+				j, err := d.Submit(ctx, Request{Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + root}, Path: p},
+					AdmittedVersion: int64(w + 1), Op: rpc.OpCreate, Engine: "lance",
+					Index: rpc.IndexSpec{Name: fmt.Sprintf("ix%d", w), Columns: []string{"id"}, Type: rpc.IndexBTree}})
+				if err != nil {
+					return 0, err
+				}
+				ids = append(ids, j.ID)
+			}
+			if err := driveUntilSettled(ctx, d, ids); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(start), nil
+	}
+	bare := func() (time.Duration, error) {
+		paths := copies()
+		var sum time.Duration
+		for w := range waves {
+			for _, p := range paths {
+				r, _, err := enginetest.BareIndex(ctx, py, dir, nil, filepath.Join(root, p), "id", rpc.IndexBTree, fmt.Sprintf("ix%d", w), nil)
+				if err != nil {
+					return 0, err
+				}
+				sum += r.Wall
+			}
+		}
+		return sum, nil
+	}
+	// The spares become Lance engines (the first Lance call starts cold) and start up.
+	if _, err := viaDispatchOne(ctx, d, root, copies()[0]); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	var sumD, sumB time.Duration
+	b.ResetTimer()
+	for range b.N {
+		x, y, err := enginetest.ABBA(viaDispatch, bare)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sumD, sumB = sumD+x, sumB+y
+	}
+	jobs := float64(2 * waves * datasets * b.N)
+	b.ReportMetric(jobs/sumD.Seconds(), "dispatch-jobs/s")
+	b.ReportMetric(jobs/sumB.Seconds(), "bare-jobs/s")
+	b.ReportMetric(sumB.Seconds()/sumD.Seconds(), "dispatch/bare")
+}
+
+// viaDispatchOne runs one Lance CREATE through d and waits for its commit.
+func viaDispatchOne(ctx context.Context, d *Dispatcher, root, path string) (Job, error) {
+	j, err := d.Submit(ctx, Request{Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + root}, Path: path},
+		AdmittedVersion: 1, Op: rpc.OpCreate, Engine: "lance", Index: rpc.IndexSpec{Name: "warm", Columns: []string{"id"}, Type: rpc.IndexBTree}})
+	if err != nil {
+		return Job{}, err
+	}
+	return j, driveUntilSettled(ctx, d, []string{j.ID})
+}
+
+// driveUntilSettled runs rounds until every job of ids is COMMITTED and d has nothing in flight;
+// a job that settles otherwise is an error.
+func driveUntilSettled(ctx context.Context, d *Dispatcher, ids []string) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if _, err := d.Round(ctx); err != nil {
+			return err
+		}
+		done := 0
+		for _, id := range ids {
+			j, err := d.Get(id)
+			if err != nil {
+				return err
+			}
+			switch {
+			case j.State == StateCommitted && !j.Active():
+				done++
+			case j.State.Settled() && !j.Active(), j.State == StateUnknown:
+				return fmt.Errorf("job %s: %s, not committed (%s)", id, j.State, historyEvents(j))
+			}
+		}
+		if done == len(ids) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("jobs not settled after 5 minutes")
+		}
+		time.Sleep(5 * time.Millisecond) // the answers are journaled by the senders meanwhile
+	}
+}
