@@ -116,9 +116,11 @@ func Start(t testing.TB, opts Options) *Sidecar {
 // any, must be closed or dead).
 func (s *Sidecar) Restart() {
 	s.t.Helper()
+	// The binary is built (once per test process) before the start's own 30 s begin: under load
+	// the build alone can take most of them.
+	path := testbin.Steward(s.t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	path := testbin.Steward(s.t)
 	if s.opts.User != 0 || len(s.opts.Enter) > 0 {
 		path = Launcher(s.t, path, s.opts.User, s.opts.Enter)
 	}
