@@ -153,6 +153,8 @@ type MutateParams struct {
 	// TraceParent is an optional W3C traceparent: echoed in the answer and in $/progress, and
 	// its trace id is on the sidecar's and the worker's log lines of this invocation.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Segment carries the work of TRAIN, SEGMENT and COMMIT_SEGMENTS (rpc/segments.go).
+	Segment *SegmentSpec `json:"segment,omitempty"`
 }
 
 // ValidID reports whether s is a usable invocation, job or owner id: 1-128 bytes of
@@ -187,8 +189,15 @@ func (p MutateParams) Validate() error {
 			return fmt.Errorf("index.type %q: want 1-32 of [A-Z0-9_], one the engine declares (BTREE or BITMAP for the built-in engine)", p.Index.Type)
 		}
 	case OpDrop:
+	case OpTrain, OpSegment, OpCommitSegments:
+		if err := p.validateSegment(); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("op %q: want CREATE, REPLACE or DROP", p.Op)
+		return fmt.Errorf("op %q: want CREATE, REPLACE, DROP, TRAIN, SEGMENT or COMMIT_SEGMENTS", p.Op)
+	}
+	if p.Segment != nil && !IsSegmentOp(p.Op) {
+		return errors.New("segment applies to TRAIN, SEGMENT and COMMIT_SEGMENTS only")
 	}
 	if p.IfNotExists && p.Op != OpCreate {
 		return errors.New("if_not_exists applies to CREATE only")
