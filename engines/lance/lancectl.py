@@ -11,6 +11,9 @@
       deletion files, transaction files, index files)
   lancectl.py check URI NAME COLUMN TYPE
       JSON: the index is listed, the query plan uses it, and its answer equals a full scan
+  lancectl.py segments URI NAME
+      JSON: the index's segments as Lance describes them (describe_indices' num_segments, each
+      segment's uuid and fragment bitmap), the version's fragments and the rows it leaves unindexed
   lancectl.py index URI COLUMN TYPE NAME [k=v ...]
       build and commit an index the plain pylance way (a concurrent writer, and the bare baseline)
 S3 URIs take STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY, STEWARD_S3_SECRET_KEY from the environment.
@@ -148,6 +151,18 @@ def check(uri, name, column, itype):
     return out
 
 
+def segments(uri, name):
+    os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
+    ds = lance.dataset(uri, storage_options=options(uri))
+    desc = [d for d in ds.describe_indices() if d.name == name]
+    stats = ds.stats.index_stats(name) if desc else {}
+    return {"num_segments": len(desc[0].segments) if desc else 0,
+            "segments": [{"uuid": i["uuid"], "fragment_ids": sorted(i["fragment_ids"])}
+                         for i in ds.list_indices() if i["name"] == name],
+            "fragments": sorted(f.fragment_id for f in ds.get_fragments()),
+            "unindexed_rows": stats.get("num_unindexed_rows", -1), "indexed_rows": stats.get("num_indexed_rows", -1)}
+
+
 def index(uri, column, itype, name, params):
     ds = lance.dataset(uri, storage_options=options(uri))
     conv = {k: int(v) if v.isdigit() else v for k, v in params.items()}
@@ -176,6 +191,8 @@ def main(argv):
         out = chain(uri)
     elif cmd == "check":
         out = check(uri, argv[3], argv[4], argv[5])
+    elif cmd == "segments":
+        out = segments(uri, argv[3])
     elif cmd == "index":
         out = index(uri, argv[3], argv[4], argv[5], dict(a.split("=", 1) for a in argv[6:]))
     else:

@@ -1,0 +1,298 @@
+package sidecar_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cba1309c/steward/rpc"
+)
+
+// Segment builds through the real sidecar with the real Lance engine (docs/PROTOCOL.md §3.7):
+// index.plan reads the pinned version's fragments from its manifest; TRAIN, K SEGMENTs and one
+// COMMIT_SEGMENTS run as contained invocations; Lance's own library reads the published index
+// back (describe_indices' num_segments, each segment's fragment bitmap, a query through it, no
+// unindexed row); custody holds every object of the build until the commit and nothing is left
+// after (no ticket, no orphan under _indices/, nothing under the build's area).
+
+type lanceSegments struct {
+	NumSegments int `json:"num_segments"`
+	Segments    []struct {
+		UUID        string   `json:"uuid"`
+		FragmentIDs []uint64 `json:"fragment_ids"`
+	} `json:"segments"`
+	Fragments     []uint64 `json:"fragments"`
+	UnindexedRows int64    `json:"unindexed_rows"`
+	IndexedRows   int64    `json:"indexed_rows"`
+}
+
+// createFragments creates a dataset of rows in frags fragments and returns its version.
+func (l *lanceSidecar) createFragments(path string, rows, frags int) int64 {
+	var created struct {
+		Version int64 `json:"version"`
+	}
+	l.ctl(&created, "create", l.uri(path), "--rows", strconv.Itoa(rows), "--fragments", strconv.Itoa(frags))
+	return created.Version
+}
+
+// plan asks the sidecar for k segments over version v.
+func (l *lanceSidecar) plan(path string, v int64, k int) rpc.PlanResult {
+	l.t.Helper()
+	var res rpc.PlanResult
+	err := l.c.Call(context.Background(), rpc.MethodIndexPlan, rpc.PlanParams{Dataset: rpc.DatasetRef{Store: l.store, Path: path},
+		Version: v, Credentials: l.creds, Segments: k}, &res)
+	if err != nil {
+		l.t.Fatalf("index.plan: %v", err)
+	}
+	return res
+}
+
+// segParams is a segment op of build b.
+func (l *lanceSidecar) segParams(op, build, path string, pinned int64, name, column, typ string, params map[string]string) rpc.MutateParams {
+	p := l.lanceParams(randID("inv-"), path, pinned, op, name, column, typ, params)
+	p.Segment = &rpc.SegmentSpec{BuildID: build}
+	return p
+}
+
+// buildHeld is the number of tickets build b holds.
+func (l *lanceSidecar) buildHeld(b string) int {
+	l.t.Helper()
+	var st rpc.ObjectsStatusResult
+	owner := rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(b)}
+	if err := l.c.Call(context.Background(), rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{Owner: &owner}, &st); err != nil {
+		l.t.Fatal(err)
+	}
+	if st.Owner == nil {
+		return 0
+	}
+	return st.Owner.Held
+}
+
+// nothingOfBuilds fails the test if anything is left under the dataset's build areas.
+func (l *lanceSidecar) nothingOfBuilds(path string) {
+	l.t.Helper()
+	for _, k := range l.objects(path) {
+		if strings.HasPrefix(k, path+"/_steward/builds/") {
+			l.t.Errorf("build object left: %s", k)
+		}
+	}
+}
+
+// segmented runs a whole build: TRAIN (vector types), one SEGMENT per planned run, COMMIT.
+func (l *lanceSidecar) segmented(build, path string, pinned int64, runs [][]uint64, name, column, typ string, params map[string]string) (rpc.MutateResult, []rpc.SegmentRef) {
+	l.t.Helper()
+	var train string
+	if strings.HasPrefix(typ, "IVF") {
+		res := l.mutate(l.segParams(rpc.OpTrain, build, path, pinned, name, column, typ, params))
+		if res.Phase != rpc.PhaseNativeReturn || res.Code != 0 || res.CompletionReason != rpc.CompletionTrained || res.IndexUUID == "" {
+			l.t.Fatalf("TRAIN: %+v", res)
+		}
+		train = res.IndexUUID
+	}
+	var refs []rpc.SegmentRef
+	for _, run := range runs {
+		p := l.segParams(rpc.OpSegment, build, path, pinned, name, column, typ, params)
+		p.Segment.FragmentIDs, p.Segment.TrainUUID = run, train
+		res := l.mutate(p)
+		if res.Phase != rpc.PhaseNativeReturn || res.Code != 0 || res.CompletionReason != rpc.CompletionSegmentWritten ||
+			res.CommittedVersion != 0 || res.IndexUUID == "" {
+			l.t.Fatalf("SEGMENT %v: %+v", run, res)
+		}
+		l.t.Logf("%s segment %v: %s, %d ms, peak %d MiB", typ, run, res.IndexUUID, res.WallMs, res.PeakMemoryBytes>>20)
+		refs = append(refs, rpc.SegmentRef{UUID: res.IndexUUID, FragmentIDs: run})
+	}
+	if held := l.buildHeld(build); held == 0 {
+		l.t.Fatalf("build %s holds no ticket before its commit", build)
+	}
+	p := l.segParams(rpc.OpCommitSegments, build, path, pinned, name, column, typ, params)
+	p.Segment.Segments = refs
+	return l.mutate(p), refs
+}
+
+// TestLanceSegmentedBuilds: a BTREE and an IVF_PQ built in 3 segments each and committed at
+// pinned+1, on a local store and on MinIO. Lance's library sees one index of 3 segments whose
+// fragment bitmaps are the planned runs, no unindexed row, and answers a query through it.
+func TestLanceSegmentedBuilds(t *testing.T) {
+	lanceStores(t, func(t *testing.T, onMinIO bool) {
+		l := newLanceSidecar(t, onMinIO)
+		if !slices.Contains(l.c.Info().Capabilities, rpc.CapSegments) {
+			t.Fatalf("hello capabilities %v lack %s", l.c.Info().Capabilities, rpc.CapSegments)
+		}
+		const path = "events"
+		pinned := l.createFragments(path, 12000, 6)
+		plan := l.plan(path, pinned, 3)
+		if len(plan.Fragments) != 6 || len(plan.Segments) != 3 {
+			t.Fatalf("plan %+v", plan)
+		}
+		for _, tc := range []struct {
+			typ, column string
+			params      map[string]string
+		}{
+			{"BTREE", "id", nil},
+			{"IVF_PQ", "vec", map[string]string{"num_partitions": "4", "num_sub_vectors": "16", "sample_rate": "16"}},
+		} {
+			t.Run(tc.typ, func(t *testing.T) {
+				l.t = t
+				name, build := "idx_"+strings.ToLower(tc.typ), randID("b-")
+				plan := l.plan(path, pinned, 3)
+				res, refs := l.segmented(build, path, pinned, plan.Segments, name, tc.column, tc.typ, tc.params)
+				if res.Phase != rpc.PhaseNativeReturn || res.Code != 0 || res.CommittedVersion != pinned+1 || res.CompletionReason != rpc.CompletionCommitted || res.Message != "" {
+					t.Fatalf("COMMIT_SEGMENTS: %+v", res)
+				}
+				pinned++
+				var segs lanceSegments
+				l.ctl(&segs, "segments", l.uri(path), name)
+				if segs.NumSegments != 3 || len(segs.Segments) != 3 || segs.UnindexedRows != 0 || segs.IndexedRows != 12000 {
+					t.Fatalf("Lance describes %+v", segs)
+				}
+				for _, ref := range refs {
+					i := slices.IndexFunc(segs.Segments, func(s struct {
+						UUID        string   `json:"uuid"`
+						FragmentIDs []uint64 `json:"fragment_ids"`
+					}) bool {
+						return s.UUID == ref.UUID
+					})
+					if i < 0 || !slices.Equal(segs.Segments[i].FragmentIDs, ref.FragmentIDs) {
+						t.Fatalf("segment %s %v: Lance lists %+v", ref.UUID, ref.FragmentIDs, segs.Segments)
+					}
+				}
+				var chk lanceCheck
+				l.ctl(&chk, "check", l.uri(path), name, tc.column, tc.typ)
+				exact := chk.Equal || (strings.HasPrefix(tc.typ, "IVF") && chk.Recall >= 0.8)
+				if !chk.Listed || !chk.UsesIndex || !exact || chk.Last.Version != pinned || chk.Last.Kind != "commit" {
+					t.Fatalf("Lance's reader: %+v", chk)
+				}
+				l.settled()
+				l.noOrphanIndex(path)
+				l.nothingOfBuilds(path)
+				t.Logf("%s in 3 segments %v: committed v%d; Lance: num_segments=%d, 0 unindexed rows, plan uses it (recall %.1f)",
+					tc.typ, plan.Segments, pinned, segs.NumSegments, chk.Recall)
+			})
+		}
+	})
+}
+
+// TestLanceSegmentFailures: a segment OOM-killed under a small memory limit is rebuilt alone
+// (new uuid) and the build commits; coverage violations are refused before anything runs; an
+// abandoned build leaves nothing; the built-in engine refuses segment ops with NATIVE_RETURN 7.
+func TestLanceSegmentFailures(t *testing.T) {
+	l := newLanceSidecar(t, false)
+	const path = "events"
+	pinned := l.createFragments(path, 40000, 4)
+	plan := l.plan(path, pinned, 2)
+	ivf := map[string]string{"num_partitions": "8", "num_sub_vectors": "16", "sample_rate": "16"}
+
+	t.Run("oom segment rebuilt", func(t *testing.T) {
+		l.t = t
+		build := randID("b-")
+		train := l.mutate(l.segParams(rpc.OpTrain, build, path, pinned, "idx_vec", "vec", "IVF_PQ", ivf))
+		if train.CompletionReason != rpc.CompletionTrained {
+			t.Fatalf("TRAIN %+v", train)
+		}
+		seg := func(run []uint64, memory int64) rpc.MutateResult {
+			p := l.segParams(rpc.OpSegment, build, path, pinned, "idx_vec", "vec", "IVF_PQ", ivf)
+			p.Segment.FragmentIDs, p.Segment.TrainUUID = run, train.IndexUUID
+			if memory > 0 {
+				p.Limits = &rpc.WorkerLimits{MemoryBytes: memory}
+			}
+			return l.mutate(p)
+		}
+		first := seg(plan.Segments[0], 0)
+		held := l.buildHeld(build)
+		// Python and pylance alone take ~41 MiB; a segment of 20,000 vectors does not fit in 48.
+		oom := seg(plan.Segments[1], 48<<20)
+		if oom.Phase != rpc.PhaseIndeterminate || !oom.OOMKilled {
+			t.Fatalf("segment under 48 MiB: %+v", oom)
+		}
+		if r := l.resolveLance(oom.InvocationID, path, pinned); r.Outcome != rpc.OutcomeNotCommitted {
+			t.Fatalf("resolve of the killed segment: %+v", r)
+		}
+		if got := l.buildHeld(build); got != held {
+			t.Fatalf("the killed segment changed the build's custody: %d tickets, had %d", got, held)
+		}
+		again := seg(plan.Segments[1], 0)
+		if again.CompletionReason != rpc.CompletionSegmentWritten || again.IndexUUID == first.IndexUUID {
+			t.Fatalf("rebuilt segment %+v", again)
+		}
+		p := l.segParams(rpc.OpCommitSegments, build, path, pinned, "idx_vec", "vec", "IVF_PQ", ivf)
+		p.Segment.Segments = []rpc.SegmentRef{{UUID: first.IndexUUID, FragmentIDs: plan.Segments[0]}, {UUID: again.IndexUUID, FragmentIDs: plan.Segments[1]}}
+		res := l.mutate(p)
+		if res.CommittedVersion != pinned+1 || res.Message != "" {
+			t.Fatalf("COMMIT_SEGMENTS %+v", res)
+		}
+		pinned++
+		var segs lanceSegments
+		l.ctl(&segs, "segments", l.uri(path), "idx_vec")
+		if segs.NumSegments != 2 || segs.UnindexedRows != 0 {
+			t.Fatalf("Lance describes %+v", segs)
+		}
+		l.settled()
+		l.noOrphanIndex(path)
+		l.nothingOfBuilds(path)
+		t.Logf("segment OOM-killed under 48 MiB (peak %d MiB), resolved NOT_COMMITTED, rebuilt as %s (peak %d MiB); committed v%d",
+			oom.PeakMemoryBytes>>20, again.IndexUUID, again.PeakMemoryBytes>>20, pinned)
+	})
+
+	t.Run("coverage refused", func(t *testing.T) {
+		l.t = t
+		build := randID("b-")
+		var refs []rpc.SegmentRef
+		for _, run := range plan.Segments {
+			p := l.segParams(rpc.OpSegment, build, path, pinned, "idx_id", "id", "BTREE", nil)
+			p.Segment.FragmentIDs = run
+			res := l.mutate(p)
+			if res.CompletionReason != rpc.CompletionSegmentWritten {
+				t.Fatalf("SEGMENT %+v", res)
+			}
+			refs = append(refs, rpc.SegmentRef{UUID: res.IndexUUID, FragmentIDs: run})
+		}
+		held := l.buildHeld(build)
+		overlap := slices.Clone(refs)
+		overlap[1].FragmentIDs = append([]uint64{overlap[0].FragmentIDs[0]}, overlap[1].FragmentIDs...)
+		slices.Sort(overlap[1].FragmentIDs)
+		for _, tc := range []struct {
+			name string
+			refs []rpc.SegmentRef
+			want string
+		}{
+			{"missing fragment", refs[:1], "is in no segment"},
+			{"overlap", overlap, "overlap"},
+			{"unknown segment", []rpc.SegmentRef{refs[0], {UUID: "00000000-0000-4000-8000-000000000000", FragmentIDs: refs[1].FragmentIDs}}, "holds no object of segment"},
+		} {
+			p := l.segParams(rpc.OpCommitSegments, build, path, pinned, "idx_id", "id", "BTREE", nil)
+			p.Segment.Segments = tc.refs
+			_, err := l.c.Mutate(context.Background(), p)
+			if !errors.Is(err, rpc.ErrInvalidParams) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want invalid params naming %q", tc.name, err, tc.want)
+			}
+			t.Logf("%s: %v", tc.name, err)
+		}
+		if got := l.buildHeld(build); got != held {
+			t.Fatalf("refused commits changed the build's custody: %d tickets, had %d", got, held)
+		}
+		// The host abandons the build: everything it wrote is deleted.
+		var st rpc.ObjectsOwnerStatus
+		err := l.c.Call(context.Background(), rpc.MethodObjectsAbandon, rpc.ObjectsReleaseParams{
+			Owner: rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(build)}, All: true}, &st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.settled()
+		l.noOrphanIndex(path)
+		l.nothingOfBuilds(path)
+	})
+
+	t.Run("builtin refuses", func(t *testing.T) {
+		l.t = t
+		l.makeDataset("builtin", 1000)
+		p := l.params(randID("inv-"), "builtin", 1, rpc.OpSegment, "idx", "id", "BTREE")
+		p.Segment = &rpc.SegmentSpec{BuildID: "b1", FragmentIDs: []uint64{0}}
+		res := l.mutate(p)
+		if res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeNotSupported {
+			t.Fatalf("built-in SEGMENT: %+v", res)
+		}
+	})
+}
