@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cba1309c/steward/rpc"
 )
@@ -295,4 +296,82 @@ func TestLanceSegmentFailures(t *testing.T) {
 			t.Fatalf("built-in SEGMENT: %+v", res)
 		}
 	})
+}
+
+// TestLanceSegmentSidecarKilled: the sidecar is SIGKILLed while a segment runs. The restarted
+// sidecar (same state dir, same cgroup parent) still holds the build's training and finished
+// segment (a host transaction: recovery leaves it), settles the killed segment's invocation from
+// storage (its objects deleted), and the host rebuilds that segment alone and commits. Nothing
+// of the build is left, whether the killed segment had written anything or not.
+func TestLanceSegmentSidecarKilled(t *testing.T) {
+	l := newLanceSidecar(t, false, "--state-dir", t.TempDir())
+	const path = "events"
+	pinned := l.createFragments(path, 40000, 4)
+	plan := l.plan(path, pinned, 2)
+	ivf := map[string]string{"num_partitions": "8", "num_sub_vectors": "16", "sample_rate": "16"}
+	build := randID("b-")
+	train := l.mutate(l.segParams(rpc.OpTrain, build, path, pinned, "idx_vec", "vec", "IVF_PQ", ivf))
+	segP := func(run []uint64) rpc.MutateParams {
+		p := l.segParams(rpc.OpSegment, build, path, pinned, "idx_vec", "vec", "IVF_PQ", ivf)
+		p.Segment.FragmentIDs, p.Segment.TrainUUID = run, train.IndexUUID
+		return p
+	}
+	first := l.mutate(segP(plan.Segments[0]))
+	if train.CompletionReason != rpc.CompletionTrained || first.CompletionReason != rpc.CompletionSegmentWritten {
+		t.Fatalf("TRAIN %+v, SEGMENT %+v", train, first)
+	}
+	held := l.buildHeld(build)
+
+	killed := segP(plan.Segments[1])
+	errs := make(chan error, 1)
+	go func() {
+		_, err := l.c.Mutate(context.Background(), killed)
+		errs <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(l.logs.String(), `"invocation":"`+killed.InvocationID+`","prestarted"`); {
+		if time.Now().After(deadline) {
+			t.Fatal("the segment's worker was not assigned within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	sigkill(t, l.c)
+	if err := <-errs; err == nil {
+		t.Log("the segment answered before the kill: its answer is lost to the host all the same")
+	}
+	l.c.Close()
+	l.sc.Restart()
+	l.c = l.sc.Client
+
+	// Recovery settles the killed invocation: only the build's tickets (and, had the killed
+	// segment answered in time, its own, now the build's) remain.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if st := l.status(); st.Used == l.buildHeld(build) && st.PendingDelete == 0 && st.Unsettled == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("recovery did not settle the killed segment: %+v, build holds %d", l.status(), l.buildHeld(build))
+		}
+	}
+	after := l.buildHeld(build)
+	if after < held {
+		t.Fatalf("the build lost custody across the restart: %d tickets, had %d", after, held)
+	}
+	again := l.mutate(segP(plan.Segments[1]))
+	if again.CompletionReason != rpc.CompletionSegmentWritten {
+		t.Fatalf("rebuilt segment %+v", again)
+	}
+	p := l.segParams(rpc.OpCommitSegments, build, path, pinned, "idx_vec", "vec", "IVF_PQ", ivf)
+	p.Segment.Segments = []rpc.SegmentRef{{UUID: first.IndexUUID, FragmentIDs: plan.Segments[0]}, {UUID: again.IndexUUID, FragmentIDs: plan.Segments[1]}}
+	if res := l.mutate(p); res.CommittedVersion != pinned+1 || res.Message != "" {
+		t.Fatalf("COMMIT_SEGMENTS %+v", res)
+	}
+	var segs lanceSegments
+	l.ctl(&segs, "segments", l.uri(path), "idx_vec")
+	if segs.NumSegments != 2 || segs.UnindexedRows != 0 {
+		t.Fatalf("Lance describes %+v", segs)
+	}
+	l.settled()
+	l.noOrphanIndex(path)
+	l.nothingOfBuilds(path)
+	t.Logf("sidecar killed mid-segment; after restart the build held %d tickets (%d before the killed segment), the segment was rebuilt and the build committed at v%d", after, held, pinned+1)
 }
