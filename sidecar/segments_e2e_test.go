@@ -375,3 +375,74 @@ func TestLanceSegmentSidecarKilled(t *testing.T) {
 	l.nothingOfBuilds(path)
 	t.Logf("sidecar killed mid-segment; after restart the build held %d tickets (%d before the killed segment), the segment was rebuilt and the build committed at v%d", after, held, pinned+1)
 }
+
+// adoptBuild moves build b's custody from sidecar from to sidecar to, by the host, with the
+// ledger methods: from lists the build's tickets, to reserves the same keys for the build (its
+// durable reservation is the receipt), and only then from accepts them (releases without
+// deleting). A crash in between leaves both holding them, never neither.
+func adoptBuild(t *testing.T, from, to *lanceSidecar, b string) int {
+	t.Helper()
+	owner := rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(b)}
+	var st rpc.ObjectsStatusResult
+	if err := from.c.Call(context.Background(), rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{Owner: &owner, Tickets: true}, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Truncated || len(st.Tickets) == 0 {
+		t.Fatalf("build %s on the building sidecar: %d tickets, truncated %v", b, len(st.Tickets), st.Truncated)
+	}
+	keys := make([]string, len(st.Tickets))
+	for i, tk := range st.Tickets {
+		keys[i] = tk.Key
+	}
+	var rr rpc.ObjectsReserveResult
+	if err := to.c.Call(context.Background(), rpc.MethodObjectsReserve, rpc.ObjectsReserveParams{Owner: owner, Store: from.store, Keys: keys}, &rr); err != nil {
+		t.Fatalf("adopt on the committing sidecar: %v", err)
+	}
+	var released rpc.ObjectsOwnerStatus
+	if err := from.c.Call(context.Background(), rpc.MethodObjectsAccept, rpc.ObjectsReleaseParams{Owner: owner, Store: &from.store, Keys: keys}, &released); err != nil {
+		t.Fatalf("release on the building sidecar: %v", err)
+	}
+	return len(keys)
+}
+
+// TestLanceSegmentsAcrossSidecars: one build's segments on two sidecars (two ledgers) over one
+// store; the committing sidecar refuses segments it holds no custody of, adopts the other
+// sidecar's (adoptBuild), and commits them all. Nothing is left in either ledger or the store.
+func TestLanceSegmentsAcrossSidecars(t *testing.T) {
+	a, b := newLanceSidecar(t, false), newLanceSidecar(t, false)
+	b.store, b.root = a.store, a.root // one store, two sidecars
+	const path = "events"
+	pinned := a.createFragments(path, 12000, 4)
+	plan := a.plan(path, pinned, 2)
+	build := randID("b-")
+	var refs []rpc.SegmentRef
+	for i, l := range []*lanceSidecar{a, b} {
+		p := l.segParams(rpc.OpSegment, build, path, pinned, "idx_id", "id", "BTREE", nil)
+		p.Segment.FragmentIDs = plan.Segments[i]
+		res := l.mutate(p)
+		if res.CompletionReason != rpc.CompletionSegmentWritten {
+			t.Fatalf("SEGMENT on sidecar %d: %+v", i, res)
+		}
+		refs = append(refs, rpc.SegmentRef{UUID: res.IndexUUID, FragmentIDs: plan.Segments[i]})
+	}
+	commit := b.segParams(rpc.OpCommitSegments, build, path, pinned, "idx_id", "id", "BTREE", nil)
+	commit.Segment.Segments = refs
+	if _, err := b.c.Mutate(context.Background(), commit); !errors.Is(err, rpc.ErrInvalidParams) || !strings.Contains(err.Error(), refs[0].UUID) {
+		t.Fatalf("a commit of a segment held by another sidecar: %v", err)
+	}
+	moved := adoptBuild(t, a, b, build)
+	commit.InvocationID = randID("inv-")
+	if res := b.mutate(commit); res.CommittedVersion != pinned+1 || res.Message != "" {
+		t.Fatalf("COMMIT_SEGMENTS on the adopting sidecar: %+v", res)
+	}
+	var segs lanceSegments
+	b.ctl(&segs, "segments", b.uri(path), "idx_id")
+	if segs.NumSegments != 2 || segs.UnindexedRows != 0 {
+		t.Fatalf("Lance describes %+v", segs)
+	}
+	a.settled()
+	b.settled()
+	b.noOrphanIndex(path)
+	b.nothingOfBuilds(path)
+	t.Logf("segments built on two sidecars; %d objects adopted by the committing one; committed v%d with %d segments", moved, pinned+1, segs.NumSegments)
+}
