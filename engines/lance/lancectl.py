@@ -14,6 +14,9 @@
   lancectl.py segments URI NAME
       JSON: the index's segments as Lance describes them (describe_indices' num_segments, each
       segment's uuid and fragment bitmap), the version's fragments and the rows it leaves unindexed
+  lancectl.py recall URI COLUMN [--queries Q] [--nprobes P]
+      JSON: mean recall@10 of the vector index on COLUMN over Q queries (rows of the dataset chosen
+      with a fixed seed), each against an exact scan
   lancectl.py index URI COLUMN TYPE NAME [k=v ...]
       build and commit an index the plain pylance way (a concurrent writer, and the bare baseline)
 S3 URIs take STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY, STEWARD_S3_SECRET_KEY from the environment.
@@ -163,6 +166,19 @@ def segments(uri, name):
             "unindexed_rows": stats.get("num_unindexed_rows", -1), "indexed_rows": stats.get("num_indexed_rows", -1)}
 
 
+def recall(uri, column, queries=50, nprobes=16, k=10):
+    ds = lance.dataset(uri, storage_options=options(uri))
+    ids = np.random.default_rng(7).choice(ds.count_rows(), queries, replace=False)
+    total = 0.0
+    for q in ds.take(sorted(int(i) for i in ids), columns=[column]).column(column).to_pylist():
+        q = np.array(q, dtype=np.float32)
+        near = {"column": column, "q": q, "k": k, "nprobes": nprobes}
+        got = ds.to_table(nearest=near, columns=["id"]).column("id").to_pylist()
+        want = ds.to_table(nearest=dict(near, use_index=False), columns=["id"]).column("id").to_pylist()
+        total += len(set(got) & set(want)) / k
+    return {"recall": total / queries, "queries": queries, "nprobes": nprobes}
+
+
 def index(uri, column, itype, name, params):
     ds = lance.dataset(uri, storage_options=options(uri))
     conv = {k: int(v) if v.isdigit() else v for k, v in params.items()}
@@ -193,6 +209,10 @@ def main(argv):
         out = check(uri, argv[3], argv[4], argv[5])
     elif cmd == "segments":
         out = segments(uri, argv[3])
+    elif cmd == "recall":
+        q = int(argv[argv.index("--queries") + 1]) if "--queries" in argv else 50
+        p = int(argv[argv.index("--nprobes") + 1]) if "--nprobes" in argv else 16
+        out = recall(uri, argv[3], q, p)
     elif cmd == "index":
         out = index(uri, argv[3], argv[4], argv[5], dict(a.split("=", 1) for a in argv[6:]))
     else:

@@ -56,14 +56,20 @@ def train(c, ch):
     if c.itype not in VECTOR_TRAINED:
         raise c.native(se.INVALID_ARGUMENT, f"TRAIN applies to {', '.join(VECTOR_TRAINED)}; build {c.itype} segments without it")
     k = c.kwargs
-    sample, iters = k.get("sample_rate", 256), k.get("max_iterations", 50)
+    iters, nbits = k.get("max_iterations", 50), k.get("num_bits", 8)
     ch.progress("train", 0, 2, last=True)
     try:
         b = IndicesBuilder(c.ds, c.column)
-        ivf = b.train_ivf(k.get("num_partitions"), distance_type=k.get("metric", "l2"), sample_rate=sample, max_iters=iters)
+        rows = c.ds.count_rows()
+        parts = k.get("num_partitions") or max(1, int(rows ** 0.5))
+        # Without an explicit sample_rate, sample what the dataset has (as create_index does): the
+        # builder refuses a sample larger than the rows.
+        ivf_sample = k.get("sample_rate") or max(1, min(256, rows // parts))
+        pq_sample = k.get("sample_rate") or max(1, min(256, rows // (1 << nbits)))
+        ivf = b.train_ivf(parts, distance_type=k.get("metric", "l2"), sample_rate=ivf_sample, max_iters=iters)
         pq = None
         if c.itype == "IVF_PQ":
-            pq = b.train_pq(ivf, k.get("num_sub_vectors"), sample_rate=sample, max_iters=iters, num_bits=k.get("num_bits", 8))
+            pq = b.train_pq(ivf, k.get("num_sub_vectors"), sample_rate=pq_sample, max_iters=iters, num_bits=nbits)
     except ValueError as e:
         raise c.native(se.INVALID_ARGUMENT, f"train: {e}")
     except Exception as e:
