@@ -72,6 +72,41 @@ func (l *lanceSidecar) buildHeld(b string) int {
 	return st.Owner.Held
 }
 
+// btreeSegments builds one BTREE segment of index idx_id per fragment run for build b.
+func (l *lanceSidecar) btreeSegments(b, path string, pinned int64, runs [][]uint64) []rpc.SegmentRef {
+	l.t.Helper()
+	var refs []rpc.SegmentRef
+	for _, run := range runs {
+		p := l.segParams(rpc.OpSegment, b, path, pinned, "idx_id", "id", "BTREE", nil)
+		p.Segment.FragmentIDs = run
+		res := l.mutate(p)
+		if res.CompletionReason != rpc.CompletionSegmentWritten {
+			l.t.Fatalf("SEGMENT %+v", res)
+		}
+		refs = append(refs, rpc.SegmentRef{UUID: res.IndexUUID, FragmentIDs: run})
+	}
+	return refs
+}
+
+// abandonBuild ends build b as a host does: objects.abandon of its owner, everything.
+func (l *lanceSidecar) abandonBuild(b string) {
+	l.t.Helper()
+	var st rpc.ObjectsOwnerStatus
+	if err := l.c.Call(context.Background(), rpc.MethodObjectsAbandon, rpc.ObjectsReleaseParams{
+		Owner: rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(b)}, All: true}, &st); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// nothingLeft waits for custody to settle, then fails the test if the dataset holds an index
+// folder Lance does not list or anything under a build area.
+func (l *lanceSidecar) nothingLeft(path string) {
+	l.t.Helper()
+	l.settled()
+	l.noOrphanIndex(path)
+	l.nothingOfBuilds(path)
+}
+
 // nothingOfBuilds fails the test if anything is left under the dataset's build areas.
 func (l *lanceSidecar) nothingOfBuilds(path string) {
 	l.t.Helper()
@@ -166,9 +201,7 @@ func TestLanceSegmentedBuilds(t *testing.T) {
 				if !chk.Listed || !chk.UsesIndex || !exact || chk.Last.Version != pinned || chk.Last.Kind != "commit" {
 					t.Fatalf("Lance's reader: %+v", chk)
 				}
-				l.settled()
-				l.noOrphanIndex(path)
-				l.nothingOfBuilds(path)
+				l.nothingLeft(path)
 				t.Logf("%s in 3 segments %v: committed v%d; Lance: num_segments=%d, 0 unindexed rows, plan uses it (recall %.1f)",
 					tc.typ, plan.Segments, pinned, segs.NumSegments, chk.Recall)
 			})
@@ -230,9 +263,7 @@ func TestLanceSegmentFailures(t *testing.T) {
 		if segs.NumSegments != 2 || segs.UnindexedRows != 0 {
 			t.Fatalf("Lance describes %+v", segs)
 		}
-		l.settled()
-		l.noOrphanIndex(path)
-		l.nothingOfBuilds(path)
+		l.nothingLeft(path)
 		t.Logf("segment OOM-killed under 48 MiB (peak %d MiB), resolved NOT_COMMITTED, rebuilt as %s (peak %d MiB); committed v%d",
 			oom.PeakMemoryBytes>>20, again.IndexUUID, again.PeakMemoryBytes>>20, pinned)
 	})
@@ -240,16 +271,7 @@ func TestLanceSegmentFailures(t *testing.T) {
 	t.Run("coverage refused", func(t *testing.T) {
 		l.t = t
 		build := randID("b-")
-		var refs []rpc.SegmentRef
-		for _, run := range plan.Segments {
-			p := l.segParams(rpc.OpSegment, build, path, pinned, "idx_id", "id", "BTREE", nil)
-			p.Segment.FragmentIDs = run
-			res := l.mutate(p)
-			if res.CompletionReason != rpc.CompletionSegmentWritten {
-				t.Fatalf("SEGMENT %+v", res)
-			}
-			refs = append(refs, rpc.SegmentRef{UUID: res.IndexUUID, FragmentIDs: run})
-		}
+		refs := l.btreeSegments(build, path, pinned, plan.Segments)
 		held := l.buildHeld(build)
 		overlap := slices.Clone(refs)
 		overlap[1].FragmentIDs = append([]uint64{overlap[0].FragmentIDs[0]}, overlap[1].FragmentIDs...)
@@ -275,15 +297,8 @@ func TestLanceSegmentFailures(t *testing.T) {
 			t.Fatalf("refused commits changed the build's custody: %d tickets, had %d", got, held)
 		}
 		// The host abandons the build: everything it wrote is deleted.
-		var st rpc.ObjectsOwnerStatus
-		err := l.c.Call(context.Background(), rpc.MethodObjectsAbandon, rpc.ObjectsReleaseParams{
-			Owner: rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(build)}, All: true}, &st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.settled()
-		l.noOrphanIndex(path)
-		l.nothingOfBuilds(path)
+		l.abandonBuild(build)
+		l.nothingLeft(path)
 	})
 
 	t.Run("builtin refuses", func(t *testing.T) {
@@ -370,9 +385,7 @@ func TestLanceSegmentSidecarKilled(t *testing.T) {
 	if segs.NumSegments != 2 || segs.UnindexedRows != 0 {
 		t.Fatalf("Lance describes %+v", segs)
 	}
-	l.settled()
-	l.noOrphanIndex(path)
-	l.nothingOfBuilds(path)
+	l.nothingLeft(path)
 	t.Logf("sidecar killed mid-segment; after restart the build held %d tickets (%d before the killed segment), the segment was rebuilt and the build committed at v%d", after, held, pinned+1)
 }
 
@@ -441,8 +454,78 @@ func TestLanceSegmentsAcrossSidecars(t *testing.T) {
 		t.Fatalf("Lance describes %+v", segs)
 	}
 	a.settled()
-	b.settled()
-	b.noOrphanIndex(path)
-	b.nothingOfBuilds(path)
+	b.nothingLeft(path)
 	t.Logf("segments built on two sidecars; %d objects adopted by the committing one; committed v%d with %d segments", moved, pinned+1, segs.NumSegments)
+}
+
+// TestLanceSegmentFaults: a segment crashed right after Lance wrote it (before its record and its
+// answer) is INDETERMINATE, resolved NOT_COMMITTED, and leaves the build as it was; a commit
+// crashed before its commit is resolved NOT_COMMITTED and its segments, now its own, are
+// deleted with it; one crashed after its commit is resolved COMMITTED and its segments are
+// published. Each ends with no ticket, no orphan and nothing of the build.
+func TestLanceSegmentFaults(t *testing.T) {
+	l := newLanceSidecar(t, false)
+	const path = "events"
+	pinned := l.createFragments(path, 12000, 4)
+	plan := l.plan(path, pinned, 2)
+
+	t.Run("segment crash after build", func(t *testing.T) {
+		l.t = t
+		build := randID("b-")
+		p0 := l.segParams(rpc.OpSegment, build, path, pinned, "idx_id", "id", "BTREE", nil)
+		p0.Segment.FragmentIDs = plan.Segments[0]
+		if res := l.mutate(p0); res.CompletionReason != rpc.CompletionSegmentWritten {
+			t.Fatalf("SEGMENT %+v", res)
+		}
+		held := l.buildHeld(build)
+		p := l.segParams(rpc.OpSegment, build, path, pinned, "idx_id", "id", "BTREE", nil)
+		p.Segment.FragmentIDs, p.Fault = plan.Segments[1], "crash_after_build"
+		res := l.mutate(p)
+		if res.Phase != rpc.PhaseIndeterminate || res.Code != rpc.ReasonWorkerLost {
+			t.Fatalf("crashed SEGMENT %+v", res)
+		}
+		if r := l.resolveLance(p.InvocationID, path, pinned); r.Outcome != rpc.OutcomeNotCommitted {
+			t.Fatalf("resolve %+v", r)
+		}
+		if got := l.buildHeld(build); got != held {
+			t.Fatalf("the crashed segment changed the build: %d tickets, had %d", got, held)
+		}
+		l.abandonBuild(build)
+		l.nothingLeft(path)
+	})
+
+	for _, tc := range []struct {
+		fault   string
+		outcome string
+	}{
+		{"crash_before_commit", rpc.OutcomeNotCommitted},
+		{"crash_after_commit", rpc.OutcomeCommitted},
+	} {
+		t.Run("commit "+tc.fault, func(t *testing.T) {
+			l.t = t
+			build := randID("b-")
+			p := l.segParams(rpc.OpCommitSegments, build, path, pinned, "idx_id", "id", "BTREE", nil)
+			p.Segment.Segments, p.Fault = l.btreeSegments(build, path, pinned, plan.Segments), tc.fault
+			res := l.mutate(p)
+			if res.Phase != rpc.PhaseIndeterminate {
+				t.Fatalf("crashed COMMIT_SEGMENTS %+v", res)
+			}
+			r := l.resolveLance(p.InvocationID, path, pinned)
+			if r.Outcome != tc.outcome {
+				t.Fatalf("resolve %+v, want %s", r, tc.outcome)
+			}
+			// The build's rest (segment records) waits for the host once the commit was
+			// undecided at its answer.
+			l.abandonBuild(build)
+			var segs lanceSegments
+			l.ctl(&segs, "segments", l.uri(path), "idx_id")
+			if want := map[string]int{rpc.OutcomeCommitted: 2}[tc.outcome]; segs.NumSegments != want {
+				t.Fatalf("Lance describes %+v, want %d segments", segs, want)
+			}
+			if tc.outcome == rpc.OutcomeCommitted {
+				pinned++
+			}
+			l.nothingLeft(path)
+		})
+	}
 }
