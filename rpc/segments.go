@@ -32,8 +32,9 @@ const CapSegments = "index.segments"
 
 // Bounds of a segmented build.
 const (
-	MaxSegments        = 1024    // segments of one build, and per COMMIT_SEGMENTS
-	MaxSegmentFragment = 1 << 16 // fragment ids named by one request
+	MaxBuildID         = 128 - len("build:") // so that its owner id BuildOwner is one too
+	MaxSegments        = 1024                // segments of one build, and per COMMIT_SEGMENTS
+	MaxSegmentFragment = 1 << 16             // fragment ids named by one request
 )
 
 // IsSegmentOp reports whether op is one of the segment build operations.
@@ -71,8 +72,9 @@ func (p MutateParams) validateSegment() error {
 	if s == nil {
 		return fmt.Errorf("op %s needs segment", p.Op)
 	}
-	if !ValidID(s.BuildID) {
-		return errors.New("segment.build_id must be 1-128 characters of [A-Za-z0-9._:-]")
+	// The build's ledger owner, "build:<id>", must itself be a valid owner id for objects.*.
+	if !ValidID(BuildOwner(s.BuildID)) || s.BuildID == "" {
+		return fmt.Errorf("segment.build_id must be 1-%d characters of [A-Za-z0-9._:-]", MaxBuildID)
 	}
 	if len(p.Index.Columns) != 1 || !validToken(p.Index.Type, 32, false) {
 		return fmt.Errorf("%s needs index.columns (one) and index.type", p.Op)

@@ -23,6 +23,8 @@ func TestSegmentValidate(t *testing.T) {
 		{"no segment", base(OpTrain, nil), "needs segment"},
 		{"segment on CREATE", base(OpCreate, &SegmentSpec{BuildID: "b1"}), "applies to TRAIN"},
 		{"bad build id", base(OpTrain, &SegmentSpec{BuildID: "b/1"}), "build_id"},
+		{"build id too long for its owner", base(OpTrain, &SegmentSpec{BuildID: strings.Repeat("b", MaxBuildID+1)}), "build_id"},
+		{"longest build id", base(OpTrain, &SegmentSpec{BuildID: strings.Repeat("b", MaxBuildID)}), ""},
 		{"train with fragments", base(OpTrain, &SegmentSpec{BuildID: "b1", FragmentIDs: []uint64{1}}), "build_id only"},
 		{"segment without fragments", base(OpSegment, &SegmentSpec{BuildID: "b1"}), "fragment_ids"},
 		{"fragments not ascending", base(OpSegment, &SegmentSpec{BuildID: "b1", FragmentIDs: []uint64{3, 1}}), "ascending"},
