@@ -3,12 +3,15 @@ package sidecar_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 )
 
@@ -86,6 +89,16 @@ func (l *lanceSidecar) btreeSegments(b, path string, pinned int64, runs [][]uint
 		refs = append(refs, rpc.SegmentRef{UUID: res.IndexUUID, FragmentIDs: run})
 	}
 	return refs
+}
+
+// procStates names each pid with its state and command, for a failure message.
+func procStates(pids []string) []string {
+	out := make([]string, len(pids))
+	for i, p := range pids {
+		b, _ := os.ReadFile(filepath.Join("/proc", p, "stat"))
+		out[i] = p + " " + string(b[:min(len(b), 64)])
+	}
+	return out
 }
 
 // abandonBuild ends build b as a host does: objects.abandon of its owner, everything.
@@ -365,6 +378,14 @@ func TestLanceSegmentSidecarKilled(t *testing.T) {
 		t.Log("the segment answered before the kill: its answer is lost to the host all the same")
 	}
 	l.c.Close()
+	// The killed sidecar's domain dies with it (PDEATHSIG) and its orphans are reaped by init:
+	// under load that takes a while. The successor is started once they are gone, so that what
+	// the harness finds at the end is the successor's alone.
+	for deadline := time.Now().Add(time.Minute); len(testsidecar.ProcessesIn(l.sc.Parent)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed sidecar's processes outlived it by a minute: %v", procStates(testsidecar.ProcessesIn(l.sc.Parent)))
+		}
+	}
 	l.sc.Restart()
 	l.c = l.sc.Client
 
