@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,6 +90,23 @@ func (l *lanceSidecar) btreeSegments(b, path string, pinned int64, runs [][]uint
 		refs = append(refs, rpc.SegmentRef{UUID: res.IndexUUID, FragmentIDs: run})
 	}
 	return refs
+}
+
+// reapOurZombies waits for those of pids that are exited children of this process.
+func reapOurZombies(pids []string) {
+	for _, p := range pids {
+		b, err := os.ReadFile(filepath.Join("/proc", p, "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after its closing paren.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+			pid, _ := strconv.Atoi(p)
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+	}
 }
 
 // procStates names each pid with its state and command, for a failure message.
@@ -378,10 +396,12 @@ func TestLanceSegmentSidecarKilled(t *testing.T) {
 		t.Log("the segment answered before the kill: its answer is lost to the host all the same")
 	}
 	l.c.Close()
-	// The killed sidecar's domain dies with it (PDEATHSIG) and its orphans are reaped by init:
-	// under load that takes a while. The successor is started once they are gone, so that what
-	// the harness finds at the end is the successor's alone.
+	// The killed sidecar's domain dies with it (PDEATHSIG). Its orphans re-parent to the nearest
+	// child subreaper: init, or this test process once another test of the package made it one
+	// (an in-process isolation.Supervisor), which must then reap them itself. The successor is
+	// started once they are gone, so that what the harness finds at the end is its own.
 	for deadline := time.Now().Add(time.Minute); len(testsidecar.ProcessesIn(l.sc.Parent)) > 0; time.Sleep(50 * time.Millisecond) {
+		reapOurZombies(testsidecar.ProcessesIn(l.sc.Parent))
 		if time.Now().After(deadline) {
 			t.Fatalf("the killed sidecar's processes outlived it by a minute: %v", procStates(testsidecar.ProcessesIn(l.sc.Parent)))
 		}
