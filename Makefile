@@ -143,6 +143,7 @@ bench-round:
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceBuild -benchtime 1x -count 1 -timeout 30m ./internal/testing/enginetest/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceSidecar -benchtime 1x -count 1 -timeout 30m ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceDispatch -benchtime 1x -count 1 -timeout 30m ./host/dispatch/ 2>/dev/null | grep -v '^{' | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceSegments -benchtime 1x -count 1 -timeout 30m ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 	$(GO) test -run '^$$' -bench Stage90MB -benchtime 20x -count 1 ./storage/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench GatewayScan -benchtime 2x -count 1 ./storage/gateway/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'TicketMemory|CleanupThroughput|Reserve' -count 1 -timeout 30m ./storage/ledger/ | tee -a bench.out

@@ -160,6 +160,8 @@ type MutateParams struct {
 	// TraceParent is an optional W3C traceparent: echoed in the answer and in $/progress, and
 	// its trace id is on the sidecar's and the worker's log lines of this invocation.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Segment carries the work of TRAIN, SEGMENT and COMMIT_SEGMENTS (rpc/segments.go).
+	Segment *SegmentSpec `json:"segment,omitempty"`
 }
 
 // ValidID reports whether s is a usable invocation, job or owner id: 1-128 bytes of
@@ -198,8 +200,15 @@ func (p MutateParams) Validate() error {
 		if len(p.Index.Columns) != 0 || p.Index.Type != "" || len(p.Index.Params) != 0 {
 			return errors.New("OPTIMIZE names the index only: leave index.columns, index.type and index.params out")
 		}
+	case OpTrain, OpSegment, OpCommitSegments:
+		if err := p.validateSegment(); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("op %q: want CREATE, REPLACE, DROP or OPTIMIZE", p.Op)
+		return fmt.Errorf("op %q: want CREATE, REPLACE, DROP, OPTIMIZE, TRAIN, SEGMENT or COMMIT_SEGMENTS", p.Op)
+	}
+	if p.Segment != nil && !IsSegmentOp(p.Op) {
+		return errors.New("segment applies to TRAIN, SEGMENT and COMMIT_SEGMENTS only")
 	}
 	if p.IfNotExists && p.Op != OpCreate {
 		return errors.New("if_not_exists applies to CREATE only")

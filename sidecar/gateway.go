@@ -76,6 +76,7 @@ func (s *Server) openGateway(j *job, dom *isolation.Domain) (_ *invocationGatewa
 		Upstream: up, Bucket: gatewayBucket, Dataset: j.p.Dataset.Path, Invocation: j.p.InvocationID,
 		Pinned: j.p.PinnedVersion, AccessKey: ak, Custody: gatewayCustody{s, j}, StageDir: stage,
 		Limits: s.cfg.Gateway, Logger: s.log.Named("gateway").With("invocation", j.p.InvocationID),
+		BuildArea: segmentArea(j), NoCommit: j.p.Op == rpc.OpTrain || j.p.Op == rpc.OpSegment,
 	})
 	if err != nil {
 		os.RemoveAll(stage)
@@ -243,6 +244,10 @@ func noopAsked(p rpc.MutateParams, reason string) bool {
 		return p.IfExists
 	case rpc.CompletionAlreadyOptimized:
 		return p.Op == rpc.OpOptimize
+	case rpc.CompletionTrained:
+		return p.Op == rpc.OpTrain
+	case rpc.CompletionSegmentWritten:
+		return p.Op == rpc.OpSegment
 	}
 	return false
 }

@@ -79,6 +79,10 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err
 	}
+	if err := s.admitSegments(ctx, &p, eng); err != nil {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, err
+	}
 	dup, full := s.dedup.admit(p.InvocationID, deadline.Add(s.cfg.DedupRetention))
 	if full {
 		s.metrics.outcome("rejected_at_receive")
@@ -149,6 +153,7 @@ func shuttingDown() rpc.MutateResult {
 // the waiting call.
 func (s *Server) answer(j *job, res rpc.MutateResult) {
 	res.InvocationID, res.Epoch, res.TraceParent = j.p.InvocationID, s.epoch, j.p.TraceParent
+	s.settleSegments(j, &res)
 	s.settleCustody(j)
 	s.cancels.finish(j, &res)
 	s.metrics.observeMutation(res, time.Since(j.received))
@@ -251,6 +256,9 @@ func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) 
 	}
 	if isClosed(s.stop) {
 		return shuttingDown(), false
+	}
+	if r := s.takeSegments(j); r != nil {
+		return *r, false
 	}
 	s.metrics.workers.Inc()
 	defer s.metrics.workers.Dec()

@@ -340,6 +340,7 @@ func (s *Server) register() {
 	handle(s, rpc.MethodIndexMutate, s.mutate)
 	handle(s, rpc.MethodIndexResolve, s.resolve)
 	handle(s, rpc.MethodIndexCancel, s.cancel)
+	handle(s, rpc.MethodIndexPlan, s.plan)
 	s.registerObjects()
 }
 
@@ -353,7 +354,7 @@ func (s *Server) hello(_ context.Context, p rpc.HelloParams) (rpc.HelloResult, e
 		Epoch:           s.epoch,
 		Pid:             os.Getpid(),
 		Version:         s.cfg.Version,
-		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapCancel, rpc.CapProgress, rpc.CapObjects, rpc.CapSweep, rpc.CapEngines},
+		Capabilities:    []string{rpc.CapMetrics, rpc.CapShutdown, rpc.CapMutate, rpc.CapResolve, rpc.CapCancel, rpc.CapProgress, rpc.CapObjects, rpc.CapSweep, rpc.CapEngines, rpc.CapSegments},
 		Engines:         s.wireEngines(),
 		Isolation:       wireReport(s.isoReport),
 		Limits: &rpc.Limits{

@@ -116,6 +116,9 @@ func (d *demo) run(ctx context.Context, dir, s3 string) error {
 	if err := d.vectorAct(ctx); err != nil {
 		return err
 	}
+	if err := d.segmentAct(ctx); err != nil {
+		return err
+	}
 	d.jobsTable()
 	d.ledger(ctx)
 	return nil

@@ -34,7 +34,7 @@ func TestDemo(t *testing.T) {
 
 // TestDemoVectors runs the demo's Lance act (small): IVF_PQ OOM-killed under a small limit and
 // resolved NOT_COMMITTED through the Lance engine, then COMMITTED, then a nearest-neighbour query
-// by Lance's own reader.
+// by Lance's own reader; then the same index in 4 segments under the limit that killed it.
 func TestDemoVectors(t *testing.T) {
 	needLanceTools(t)
 	text := runDemoCmd(t, "--rows", "100000", "--vectors", "20000", "--vector-oom-limit", "83886080")
@@ -42,6 +42,7 @@ func TestDemoVectors(t *testing.T) {
 		"20,000 rows × 128-dim", "ivf-pq-small-memory         CREATE  by_vec       NOT_COMMITTED  INDETERMINATE_AFTER_LAUNCH",
 		"ivf-pq                      CREATE  by_vec       COMMITTED", "nearest 10 neighbours", "listed true, planned true",
 		"tickets held now                0 of 65,536",
+		"COMMIT_SEGMENTS  4 segments             NATIVE_RETURN 0 COMMITTED", "one index of 4 segments, 0 unindexed rows", "recall@10 against an exact scan",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q", want)

@@ -9,7 +9,7 @@ import "embed"
 // Files are the sources pip builds the package from (pyproject.toml, wheelbuild.py, the modules)
 // and requirements.lock, at the top of the FS.
 //
-//go:embed pyproject.toml wheelbuild.py engine.py steward_engine.py lancectl.py requirements.lock
+//go:embed pyproject.toml wheelbuild.py engine.py segments.py steward_engine.py lancectl.py requirements.lock
 var Files embed.FS
 
 // Lock is the name of the hash lock in Files.

@@ -30,8 +30,10 @@ from contextlib import contextmanager  # noqa: E402
 import json  # noqa: E402
 
 if __package__:  # installed: package steward_lance (pyproject.toml)
+    from . import segments
     from . import steward_engine as se
 else:  # run as a file from a checkout: steward_engine.py is beside it
+    import segments
     import steward_engine as se
 
 SCALAR = ("BTREE", "BITMAP", "LABEL_LIST", "INVERTED")
@@ -264,10 +266,10 @@ def optimize(ch, target, pinned, name, existing, fault):
                  index_uuid=fresh[0] if fresh else "")
 
 
-def build(ch, target, ds, req, pinned, invocation):
-    import lance
+def index_kwargs(ds, req):
+    """The index's type, column and converted parameters, or an answer refusing them."""
     idx = req.get("index") or {}
-    itype, cols, name = idx.get("type", ""), idx.get("columns") or [], idx["name"]
+    itype, cols = idx.get("type", ""), idx.get("columns") or []
     if itype not in PARAMS:
         raise native(se.NOT_SUPPORTED, f"index type {itype!r} is not built by the lance engine")
     if len(cols) != 1:
@@ -283,6 +285,13 @@ def build(ch, target, ds, req, pinned, invocation):
             kwargs[k] = conv(v)
         except ValueError:
             raise native(se.INVALID_ARGUMENT, f"parameter {k}={v!r} is not valid")
+    return itype, cols, kwargs
+
+
+def build(ch, target, ds, req, pinned, invocation):
+    import lance
+    itype, cols, kwargs = index_kwargs(ds, req)
+    name = req["index"]["name"]
     frags = [f.fragment_id for f in ds.get_fragments()]
     seg_uuid = None
     if itype not in UUID_BY_LANCE:
@@ -311,7 +320,7 @@ def build(ch, target, ds, req, pinned, invocation):
 def mutate(ch, req):
     import lance
     invocation, pinned, op = req.get("invocation_id", ""), int(req.get("pinned_version") or 0), req.get("op")
-    if not invocation or pinned < 1 or op not in OPS:
+    if not invocation or pinned < 1 or op not in OPS + segments.OPS:
         raise rejected(se.INVALID_REQUEST, "invocation_id, pinned_version >= 1 and op are required")
     if req.get("temp_dir"):
         # Lance's IVF shuffle files go to std::env::temp_dir() (lance#8992): keep them in the domain's dir.
@@ -339,6 +348,11 @@ def mutate(ch, req):
     if len(stored) > 1:
         raise rejected(se.AMBIGUOUS_NAME, f"{name!r} matches {stored}")
     existing = index_objects(ds, stored[0]) if stored else []
+    if op in segments.OPS:
+        if existing:  # a segmented build creates an index, as CREATE does
+            raise native(se.ALREADY_EXISTS, f"index already exists: {name!r} (stored as {stored[0]!r})")
+        _, _, kwargs = index_kwargs(ds, req)
+        segments.run(segments.Ctx(se, native, commit, target, ds, req, pinned, invocation, name, kwargs), ch, op)
     if op == "CREATE" and existing:
         if req.get("if_not_exists"):
             raise native(se.OK, "", completion_reason="IF_NOT_EXISTS_NOOP", index_uuid=existing[0].uuid,

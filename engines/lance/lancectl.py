@@ -14,6 +14,12 @@
       deletion files, transaction files, index files)
   lancectl.py check URI NAME COLUMN TYPE
       JSON: the index is listed, the query plan uses it, and its answer equals a full scan
+  lancectl.py segments URI NAME
+      JSON: the index's segments as Lance describes them (describe_indices' num_segments, each
+      segment's uuid and fragment bitmap), the version's fragments and the rows it leaves unindexed
+  lancectl.py recall URI COLUMN [--queries Q] [--nprobes P]
+      JSON: mean recall@10 of the vector index on COLUMN over Q queries (rows of the dataset chosen
+      with a fixed seed), each against an exact scan
   lancectl.py index URI COLUMN TYPE NAME [k=v ...]
       build and commit an index the plain pylance way (a concurrent writer, and the bare baseline)
 S3 URIs take STEWARD_S3_ENDPOINT, STEWARD_S3_ACCESS_KEY, STEWARD_S3_SECRET_KEY from the environment.
@@ -177,6 +183,31 @@ def check(uri, name, column, itype):
     return out
 
 
+def segments(uri, name):
+    os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
+    ds = lance.dataset(uri, storage_options=options(uri))
+    desc = [d for d in ds.describe_indices() if d.name == name]
+    stats = ds.stats.index_stats(name) if desc else {}
+    return {"num_segments": len(desc[0].segments) if desc else 0,
+            "segments": [{"uuid": i["uuid"], "fragment_ids": sorted(i["fragment_ids"])}
+                         for i in ds.list_indices() if i["name"] == name],
+            "fragments": sorted(f.fragment_id for f in ds.get_fragments()),
+            "unindexed_rows": stats.get("num_unindexed_rows", -1), "indexed_rows": stats.get("num_indexed_rows", -1)}
+
+
+def recall(uri, column, queries=50, nprobes=16, k=10):
+    ds = lance.dataset(uri, storage_options=options(uri))
+    ids = np.random.default_rng(7).choice(ds.count_rows(), queries, replace=False)
+    total = 0.0
+    for q in ds.take(sorted(int(i) for i in ids), columns=[column]).column(column).to_pylist():
+        q = np.array(q, dtype=np.float32)
+        near = {"column": column, "q": q, "k": k, "nprobes": nprobes}
+        got = ds.to_table(nearest=near, columns=["id"]).column("id").to_pylist()
+        want = ds.to_table(nearest=dict(near, use_index=False), columns=["id"]).column("id").to_pylist()
+        total += len(set(got) & set(want)) / k
+    return {"recall": total / queries, "queries": queries, "nprobes": nprobes}
+
+
 def index(uri, column, itype, name, params):
     """The build, and where its process's time went (timing: Unix times of its start, the end of
     its imports, open, build with Lance's own commit, and the reopen that reads the version)."""
@@ -215,6 +246,12 @@ def main(argv):
         out = chain(uri)
     elif cmd == "check":
         out = check(uri, argv[3], argv[4], argv[5])
+    elif cmd == "segments":
+        out = segments(uri, argv[3])
+    elif cmd == "recall":
+        q = int(argv[argv.index("--queries") + 1]) if "--queries" in argv else 50
+        p = int(argv[argv.index("--nprobes") + 1]) if "--nprobes" in argv else 16
+        out = recall(uri, argv[3], q, p)
     elif cmd == "index":
         out = index(uri, argv[3], argv[4], argv[5], dict(a.split("=", 1) for a in argv[6:]))
     else:

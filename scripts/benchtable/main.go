@@ -226,6 +226,7 @@ func (r results) rows() []row {
 		}
 	}
 	out = append(out, r.lance(names)...)
+	out = append(out, r.segments(names)...)
 	out = append(out, r.jobLifecycle()...)
 	// Staging a 90 MB object on the local store (storage BenchmarkStage90MB): direct I/O past the
 	// first window against the page cache, alternated; machine-wide CPU (writeback threads too).
@@ -319,6 +320,38 @@ func (r results) lance(names []string) []row {
 		b, _ := r.get("LanceDispatch", "bare-jobs/s")
 		out = append(out, row{"100 small Lance mutations through host/dispatch", fmt.Sprintf("%.2f jobs/s", d),
 			fmt.Sprintf("%.2f jobs/s bare pylance, one after another", b), fmt.Sprintf("%.2f×", v), "≥ 2×"})
+	}
+	return out
+}
+
+// segments reads sidecar BenchmarkLanceSegments (issue #45): the memory wall (a single IVF_PQ
+// build OOM-killed under 256 MiB, the same index as segments each under it, recall against a
+// single build with 1 GiB) and the wall of a segmented job with two workers against one.
+func (r results) segments(names []string) []row {
+	var out []row
+	const wall = "LanceSegments/memory-wall/IVF_PQ-400k"
+	if loss, ok := r.get(wall, "recall-loss"); ok {
+		oom, _ := r.get(wall, "single-oom")
+		peak, _ := r.get(wall, "segment-peak-MiB")
+		rs, _ := r.get(wall, "recall-segmented")
+		r1, _ := r.get(wall, "recall-single")
+		out = append(out, row{"segmented IVF_PQ under 256 MiB, recall loss",
+			fmt.Sprintf("recall@10 %.3f, peak %.0f MiB/segment (single build under 256 MiB OOM-killed: %s)", rs, peak,
+				map[bool]string{true: "yes", false: "NO"}[oom == 1]), fmt.Sprintf("%.3f single build, 1 GiB", r1),
+			fmt.Sprintf("%+.3f", loss), "≤ 0.02"})
+	}
+	for _, name := range names {
+		if v, ok := r.get(name, "2-workers/1-worker"); ok && strings.HasPrefix(name, "LanceSegments/parallel/") {
+			two, _ := r.get(name, "2-workers-s")
+			one, _ := r.get(name, "1-worker-s")
+			bare, _ := r.get(name, "bare-s")
+			out = append(out, row{"segmented build, 2 workers vs 1", fmt.Sprintf("%.2f s  %s", two, strings.TrimPrefix(name, "LanceSegments/parallel/")),
+				fmt.Sprintf("%.2f s one worker", one), fmt.Sprintf("%.2f× faster", 1/v), "≥ 1.6× faster"})
+			if bare > 0 {
+				out = append(out, row{"segmented build (2 workers) vs bare create_index", fmt.Sprintf("%.2f s  %s", two, strings.TrimPrefix(name, "LanceSegments/parallel/")),
+					fmt.Sprintf("%.2f s bare pylance", bare), fmt.Sprintf("%.2f×", two/bare), ""})
+			}
+		}
 	}
 	return out
 }

@@ -51,6 +51,9 @@ type Invocation struct {
 	Engine string
 	// Launched is when its domain was started: objects under a prefix it reserves must be younger.
 	Launched time.Time
+	// BuildArea, when set, is one more dataset-relative folder (ending in "/") the invocation may
+	// reserve in: its segment build's own area (rpc/segments.go).
+	BuildArea string
 }
 
 // Custody is the sidecar's custodian. Safe for concurrent use.
@@ -155,7 +158,7 @@ func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys, prefixes []
 	if err != nil {
 		return err
 	}
-	if err := checkNames(inv.Dataset.Path, keys, prefixes); err != nil {
+	if err := checkNames(inv.Dataset.Path, inv.BuildArea, keys, prefixes); err != nil {
 		return err
 	}
 	if len(prefixes) > 0 {

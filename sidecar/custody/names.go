@@ -40,13 +40,17 @@ const statParallelism = 8
 // reserves may look (the store's clock against the sidecar's) and still count as its own.
 const prefixClockSlack = time.Minute
 
-// checkNames refuses names outside the invocation's own dataset (docs/ENGINE.md §6).
-func checkNames(dataset string, keys, prefixes []string) error {
+// checkNames refuses names outside the invocation's own dataset (docs/ENGINE.md §6) and its
+// build area (buildArea, dataset-relative, "" for none).
+func checkNames(dataset, buildArea string, keys, prefixes []string) error {
 	base := strings.Trim(dataset, "/") + "/"
 	check := func(name string, prefix bool) error {
 		rest, ok := strings.CutPrefix(name, base)
 		segs := strings.Split(strings.TrimSuffix(rest, "/"), "/")
 		switch {
+		case ok && buildArea != "" && strings.HasPrefix(rest, buildArea) && len(rest) > len(buildArea) &&
+			!strings.Contains(name, "//") && !strings.Contains("/"+name, "/../") && !strings.Contains("/"+name, "/./"):
+			return nil
 		case !ok || rest == "":
 			return fmt.Errorf("%w: %q is not under the dataset %q", ErrForeignName, name, base)
 		case strings.Contains(name, "//") || strings.Contains("/"+name, "/../") || strings.Contains("/"+name, "/./"):

@@ -26,7 +26,7 @@ func TestCheckNames(t *testing.T) {
 		{"dot dot", []string{"wh/ev/data/../../x/a"}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkNames("wh/ev", tc.keys, tc.prefixes)
+			err := checkNames("wh/ev", "", tc.keys, tc.prefixes)
 			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrForeignName)) {
 				t.Errorf("%v", err)
 			}
@@ -52,5 +52,31 @@ func TestRecordVersions(t *testing.T) {
 	}
 	if _, err := decodeRecord([]byte(`{"v":1,"engine":"lance"}`)); err == nil {
 		t.Error("a version-1 record naming another engine was accepted")
+	}
+}
+
+// TestCheckNamesBuildArea: a segment build's invocations may also reserve in their build's own
+// area, and nowhere else under _steward/.
+func TestCheckNamesBuildArea(t *testing.T) {
+	const area = "_steward/builds/b1/"
+	for _, tc := range []struct {
+		name, build, key string
+		ok               bool
+	}{
+		{"the build's area", area, "wh/ev/_steward/builds/b1/train/u/ivf.lance", true},
+		{"another build's area", area, "wh/ev/_steward/builds/b2/x", false},
+		{"no build", "", "wh/ev/_steward/builds/b1/x", false},
+		{"steward's claims", area, "wh/ev/_steward/claims/x", false},
+		{"dot dot out of it", area, "wh/ev/_steward/builds/b1/../../claims/x", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkNames("wh/ev", tc.build, []string{tc.key}, nil)
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrForeignName)) {
+				t.Errorf("%v", err)
+			}
+		})
+	}
+	if err := checkNames("wh/ev", area, nil, []string{"wh/ev/" + area}); !errors.Is(err, ErrForeignName) {
+		t.Errorf("the whole build area as a prefix: %v", err)
 	}
 }

@@ -23,6 +23,12 @@ func rejected(code int, msg string, latest int64) *workerproto.Result {
 // Mutate runs the prechecks on the pinned snapshot and then exactly one engine call.
 func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, mreq *workerproto.MutateRequest) *workerproto.Result {
 	req := &mreq.MutateParams
+	if rpc.IsSegmentOp(req.Op) {
+		// The built-in format keeps one segment per index with no fragment bitmap to publish
+		// several under one name: segment builds are Lance's (docs/ENGINE.md §4.4).
+		return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeNotSupported,
+			Message: "the built-in engine does not build indexes in segments (" + req.Op + "): use an engine that does, e.g. lance"}
+	}
 	cfg, err := storecfg.FromSpec(req.Dataset.Store, req.Credentials)
 	if err != nil {
 		return rejected(rpc.ReasonInvalidRequest, err.Error(), 0)

@@ -129,6 +129,13 @@ type Config struct {
 	StageDir string
 	// Limits bound the invocation.
 	Limits Limits
+	// BuildArea, when set, is one more dataset-relative folder (ending in "/") where the
+	// invocation may create objects: its segment build's own area, _steward/builds/<build>/.
+	// Default: none.
+	BuildArea string
+	// NoCommit refuses every manifest, the commit slot's too: the invocation builds a segment or
+	// trains, and publishes nothing. Default: false.
+	NoCommit bool
 	// Logger receives every refusal. Default: null.
 	Logger hclog.Logger
 }

@@ -108,9 +108,17 @@ func start(t *testing.T, up storage.Store, lim gateway.Limits) *fixture {
 
 func startAs(t *testing.T, up storage.Store, lim gateway.Limits, invocation string) *fixture {
 	t.Helper()
+	return startWith(t, up, func(c *gateway.Config) { c.Limits, c.Invocation = lim, invocation })
+}
+
+// startWith starts a gateway on the tests' defaults as edit leaves them.
+func startWith(t *testing.T, up storage.Store, edit func(*gateway.Config)) *fixture {
+	t.Helper()
 	cust := &recorder{st: up}
-	gw, err := gateway.New(gateway.Config{Upstream: up, Bucket: bucket, Dataset: dataset, Invocation: invocation,
-		Pinned: 3, AccessKey: key, Custody: cust, StageDir: filepath.Join(t.TempDir(), "stage"), Limits: lim})
+	cfg := gateway.Config{Upstream: up, Bucket: bucket, Dataset: dataset, Invocation: inv,
+		Pinned: 3, AccessKey: key, Custody: cust, StageDir: filepath.Join(t.TempDir(), "stage")}
+	edit(&cfg)
+	gw, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,4 +664,26 @@ func TestConnectionBound(t *testing.T) {
 		t.Fatal("the waiting request was not served once a connection closed")
 	}
 	held[1].Close()
+}
+
+// TestBuildArea: a segment build's gateway writes its build's area too, no other build's, and
+// (NoCommit) no manifest at all, the commit slot's included.
+func TestBuildArea(t *testing.T) {
+	up := upstreams()["local"](t)
+	pinnedManifest(t, up, "00000000000000000003.manifest")
+	f := startWith(t, up, func(c *gateway.Config) { c.BuildArea, c.NoCommit = "_steward/builds/b1/", true })
+	for _, c := range []struct{ key, code string }{
+		{dataset + "/_steward/builds/b1/train/u/ivf.lance", ""},
+		{dataset + "/_indices/u/index.idx", ""},
+		{dataset + "/_steward/builds/b2/x", "AccessDenied"},
+		{dataset + "/_steward/claims/00000000000000000004/" + inv + ".json", "AccessDenied"},
+		{dataset + "/_versions/00000000000000000004.manifest", "AccessDenied"},
+	} {
+		if err := f.put(t, c.key, []byte("x")); code(err) != c.code {
+			t.Errorf("put %q: %v (%s), want %q", c.key, err, code(err), c.code)
+		}
+	}
+	if rec := f.gw.Record(); rec.Slot != gateway.SlotNone {
+		t.Fatalf("slot %v after a refused manifest, want none", rec.Slot)
+	}
 }

@@ -142,6 +142,10 @@ func (g *Gateway) writable(key string) (writeKind, *s3Error) {
 	rest := strings.TrimPrefix(key, g.base)
 	folder, name, nested := strings.Cut(rest, "/")
 	switch {
+	case g.cfg.BuildArea != "" && strings.HasPrefix(rest, g.cfg.BuildArea) && len(rest) > len(g.cfg.BuildArea):
+		return writeObject, nil
+	case g.cfg.NoCommit && folder == "_versions":
+		return writeRefused, errf(http.StatusForbidden, "AccessDenied", "this invocation builds a segment: it commits no version")
 	case folder == "_versions" && name == versionHint:
 		return writeHint, nil
 	case folder == "_versions" && !strings.Contains(name, "/"):

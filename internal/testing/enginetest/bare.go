@@ -129,11 +129,20 @@ func bareEnv(ctx context.Context, python string, env []string, args ...string) (
 // once into $STEWARD_BENCH_CACHE (default $TMPDIR/steward-bench) and reused by later runs. Use it
 // through LinkCopy: a build must not write into the cached copy.
 func CachedLanceDataset(python, engineDir string, rows, dim int) (string, error) {
+	return CachedLanceFragments(python, engineDir, rows, dim, 1)
+}
+
+// CachedLanceFragments is CachedLanceDataset written in frags fragments of equal rows (segment
+// builds index fragment sets), at version frags (one append per fragment).
+func CachedLanceFragments(python, engineDir string, rows, dim, frags int) (string, error) {
 	cache := os.Getenv("STEWARD_BENCH_CACHE")
 	if cache == "" {
 		cache = filepath.Join(os.TempDir(), "steward-bench")
 	}
 	dir := filepath.Join(cache, fmt.Sprintf("lance-rows%d-dim%d", rows, dim))
+	if frags > 1 {
+		dir += fmt.Sprintf("-frags%d", frags)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "_versions")); err == nil {
 		return dir, nil
 	}
@@ -146,7 +155,7 @@ func CachedLanceDataset(python, engineDir string, rows, dim int) (string, error)
 	}
 	defer os.RemoveAll(tmp)
 	cmd := exec.Command(python, "-B", "-s", "-E", filepath.Join(engineDir, "lancectl.py"), "create", filepath.Join(tmp, "ds"),
-		"--rows", fmt.Sprint(rows), "--dim", fmt.Sprint(dim))
+		"--rows", fmt.Sprint(rows), "--dim", fmt.Sprint(dim), "--fragments", fmt.Sprint(frags))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + tmp}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("lancectl create: %w\n%s", err, out)
