@@ -217,6 +217,7 @@ type lanceCheck struct {
 	Equal     bool    `json:"equal"`
 	Rows      int     `json:"rows"`
 	Recall    float64 `json:"recall"`
+	SelfHit   bool    `json:"self_hit"`
 	Plan      string  `json:"plan"`
 	IndexMs   float64 `json:"index_ms"`
 	ScanMs    float64 `json:"scan_ms"`

@@ -179,6 +179,8 @@ def check(uri, name, column, itype):
         out["scan_ms"] = round((time.perf_counter() - t0) * 1000, 2)
         out["uses_index"] = "ANN" in out["plan"]
         out["recall"] = len(set(got) & set(want)) / 10
+        # The query is a row of the dataset: its exact nearest neighbour is itself (distance 0).
+        out["self_hit"] = bool(want) and want[0] in got
         out["rows"], out["equal"] = len(got), sorted(got) == sorted(want)
     return out
 
