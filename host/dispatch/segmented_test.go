@@ -1,0 +1,200 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cba1309c/steward/internal/testing/testbin"
+	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testsidecar"
+	"github.com/cba1309c/steward/rpc"
+)
+
+// Segmented jobs through real sidecars with the real Lance engine: the dispatcher plans with
+// index.plan, spreads the SEGMENT steps over the sidecars, has the committing sidecar adopt the
+// others' custody, commits, and Lance's own library reads the index back.
+
+// lanceRig is a local store and the Lance engine's tools.
+type lanceRig struct {
+	t        *testing.T
+	py, dir  string
+	root     string
+	tmp      string
+	lanceArg []string
+}
+
+func newLanceRig(t *testing.T) *lanceRig {
+	t.Helper()
+	testenv.NeedRoot(t)
+	py, dir, err := testbin.LanceTools()
+	if err != nil {
+		testenv.Unavailable(t, "Lance engine not installed: "+err.Error())
+	}
+	return &lanceRig{t: t, py: py, dir: dir, root: testenv.GuestDir(t), tmp: testenv.GuestDir(t),
+		lanceArg: []string{"--engine", "lance=" + py + " -B -s -E " + filepath.Join(dir, "engine.py")}}
+}
+
+// sidecar starts a real sidecar with the Lance engine registered; its sends are counted.
+func (r *lanceRig) sidecar() *counted {
+	sc := testsidecar.Start(r.t, testsidecar.Options{Env: append(os.Environ(), "TMPDIR="+r.tmp), Args: r.lanceArg})
+	return &counted{Client: sc.Client}
+}
+
+// ctl runs lancectl.py (Lance's own library, outside steward) and decodes its answer into out.
+func (r *lanceRig) ctl(out any, args ...string) {
+	r.t.Helper()
+	cmd := exec.Command(r.py, append([]string{"-B", filepath.Join(r.dir, "lancectl.py")}, args...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + r.t.TempDir()}
+	b, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		r.t.Fatalf("lancectl %v: %v\n%s", args, err, stderr)
+	}
+	testenv.GuestOwn(r.t, r.root) // pylance wrote as root; the engine's guest writes next
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			r.t.Fatalf("lancectl %v: %v: %s", args, err, b)
+		}
+	}
+}
+
+// create makes dataset path of rows in frags fragments (no vector column) and returns its ref and
+// version.
+func (r *lanceRig) create(path string, rows, frags int) (rpc.DatasetRef, int64) {
+	var created struct {
+		Version int64 `json:"version"`
+	}
+	r.ctl(&created, "create", filepath.Join(r.root, path), "--rows", strconv.Itoa(rows), "--fragments", strconv.Itoa(frags), "--dim", "0")
+	return rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + r.root}, Path: path}, created.Version
+}
+
+type lanceIndexSegments struct {
+	NumSegments   int   `json:"num_segments"`
+	UnindexedRows int64 `json:"unindexed_rows"`
+	IndexedRows   int64 `json:"indexed_rows"`
+	Segments      []struct {
+		UUID        string   `json:"uuid"`
+		FragmentIDs []uint64 `json:"fragment_ids"`
+	} `json:"segments"`
+}
+
+// held is the number of tickets build b holds on sc.
+func buildHeld(t *testing.T, sc *counted, b string) int {
+	t.Helper()
+	owner := rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(b)}
+	var st rpc.ObjectsStatusResult
+	if err := sc.Call(context.Background(), rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{Owner: &owner}, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Owner == nil {
+		return 0
+	}
+	return st.Owner.Held
+}
+
+func segmentedReq(ref rpc.DatasetRef, v int64, k int) SegmentedRequest {
+	return SegmentedRequest{Segments: k, Request: Request{Dataset: ref, AdmittedVersion: v, Op: rpc.OpCreate, Engine: "lance",
+		Index: rpc.IndexSpec{Name: "idx_id", Columns: []string{"id"}, Type: rpc.IndexBTree}}}
+}
+
+// checkSegmented checks a COMMITTED segmented job of k runs: each run written by exactly one
+// step sent once, spread over both sidecars, the index read back by Lance over every fragment.
+func checkSegmented(t *testing.T, r *lanceRig, s Store, j Job, path string, pinned int64, k int, sidecars ...*counted) {
+	t.Helper()
+	if j.State != StateCommitted || j.Result == nil || j.Result.CommittedVersion != pinned+1 || j.SlotHeld {
+		t.Fatalf("segmented job %s: %+v", j.State, j.Result)
+	}
+	steps, err := Steps(s, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := map[string]int{}
+	var sent int64
+	for _, st := range steps {
+		n := 0
+		for _, h := range st.History {
+			if h.Event == EventDispatch {
+				n++
+			}
+		}
+		if n != 1 || st.State != StateCommitted {
+			t.Fatalf("step %s: %s after %d sends: %s", st.ID, st.State, n, historyEvents(st))
+		}
+		if st.Op == rpc.OpSegment {
+			on[st.Sidecar]++
+		}
+		sent++
+	}
+	var total int64
+	for _, sc := range sidecars {
+		total += sc.sends.Load()
+	}
+	if len(on) != 2 || total != sent || len(steps) != k+1 {
+		t.Fatalf("%d steps, segments per sidecar %v, %d sends for %d journaled", len(steps), on, total, sent)
+	}
+	var segs lanceIndexSegments
+	r.ctl(&segs, "segments", filepath.Join(r.root, path), "idx_id")
+	if segs.NumSegments != k || segs.UnindexedRows != 0 {
+		t.Fatalf("Lance describes %+v", segs)
+	}
+	for _, sc := range sidecars {
+		if n := buildHeld(t, sc, j.Segmented.BuildID); n != 0 {
+			t.Fatalf("build %s still holds %d tickets on a sidecar", j.Segmented.BuildID, n)
+		}
+	}
+	t.Logf("segmented BTREE: %d segments over sidecars %v, adopted %v, committed v%d; Lance: num_segments=%d, %d indexed, 0 unindexed rows",
+		k, on, j.Segmented.Adopted, pinned+1, segs.NumSegments, segs.IndexedRows)
+}
+
+// TestSegmentedLanceAcrossSidecars: a segmented BTREE over 2 sidecars on a bbolt journal: 4
+// SEGMENT steps spread over both, the committing sidecar adopts the other's segments, one
+// COMMIT_SEGMENTS publishes them, Lance reads 4 segments and no unindexed row.
+func TestSegmentedLanceAcrossSidecars(t *testing.T) {
+	r := newLanceRig(t)
+	a, b := r.sidecar(), r.sidecar()
+	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1,
+		ExecuteDeadline: 2 * time.Minute, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	for name, sc := range map[string]*counted{"n1": a, "n2": b} {
+		if err := d.AddSidecar(name, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const path, k = "events", 4
+	ref, pinned := r.create(path, 8000, k)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	go d.Run(ctx)
+	j, err := d.SubmitSegmented(ctx, segmentedReq(ref, pinned, k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Segmented.Runs) != k || !slices.Equal(j.Segmented.Sidecars, []string{"n1", "n2"}) {
+		t.Fatalf("plan %+v", j.Segmented)
+	}
+	if j, err = d.Wait(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	checkSegmented(t, r, store, j, path, pinned, k, a, b)
+	if _, err := d.Submit(ctx, createReq(ref, pinned+1, "idx_id", "id")); err != nil {
+		t.Fatalf("the name is free again after the segmented job: %v", err)
+	}
+}
