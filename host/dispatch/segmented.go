@@ -185,8 +185,8 @@ func classifyStep(s Job) stepState {
 		return stepFailed
 	case !s.State.Settled():
 		return stepBusy
-	case r == nil:
-		return stepRetry // journaled and never sent
+	case r == nil || r.OOMKilled:
+		return stepRetry // journaled and never sent, or killed at its memory limit: build it again
 	case r.ErrorClass == ErrorRefused || r.Phase == rpc.PhasePreInvocationRejected || (native && r.Code != rpc.NativeOK):
 		return stepFailed // refused, or the engine failed: building again would fail again
 	}
@@ -293,7 +293,16 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	}
 	switch classifyStep(c) {
 	case stepDone:
-		return d.settleParent(p.ID, StateCommitted, c.Result, "COMMIT_SEGMENTS "+c.ID+" committed")
+		// The commit ended the build on its sidecar; what a step of a vanished node wrote after
+		// its resolve, or a resolved commit left held, is ended here (a no-op otherwise).
+		if err := d.abandonBuild(ctx, sp); err != nil {
+			d.log.Warn("committed; the build's leftover custody stays held", "job", p.ID, "error", err)
+		}
+		res := c.Result
+		if res == nil || res.CommittedVersion == 0 {
+			res = &Result{At: d.cfg.Now(), CommittedVersion: p.AdmittedVersion + 1, CompletionReason: rpc.CompletionCommitted}
+		}
+		return d.settleParent(p.ID, StateCommitted, res, "COMMIT_SEGMENTS "+c.ID+" committed")
 	case stepRetry, stepFailed:
 		_, _, err := d.modify(p.ID, func(x *Job) bool {
 			if x.Segmented == nil || x.Segmented.Failed != "" {

@@ -8,11 +8,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cba1309c/steward/internal/testing/testbin"
 	"github.com/cba1309c/steward/internal/testing/testenv"
+	"github.com/cba1309c/steward/internal/testing/testetcd"
 	"github.com/cba1309c/steward/internal/testing/testsidecar"
 	"github.com/cba1309c/steward/rpc"
 )
@@ -197,4 +200,130 @@ func TestSegmentedLanceAcrossSidecars(t *testing.T) {
 	if _, err := d.Submit(ctx, createReq(ref, pinned+1, "idx_id", "id")); err != nil {
 		t.Fatalf("the name is free again after the segmented job: %v", err)
 	}
+}
+
+// sendLog is a real sidecar that counts the sends of each invocation id (the sidecar sees one
+// index.mutate per send): the proof that no step is sent twice, whichever node sends it.
+type sendLog struct {
+	*counted
+	mu    sync.Mutex
+	sends map[string]int
+}
+
+func (s *sendLog) Mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResult, error) {
+	s.mu.Lock()
+	s.sends[p.InvocationID]++
+	s.mu.Unlock()
+	return s.counted.Mutate(ctx, p)
+}
+
+// TestSegmentedLanceFailover: on a shared etcd journal, node A plans a segmented BTREE, builds
+// two of its four segments, sends the other two and dies (Close, store closed: its lease goes)
+// with both unanswered; node B, driving the same sidecars, resolves the two unanswered steps
+// (index.resolve, never a resend), builds them again as new steps, adopts, commits, and Lance
+// reads the index back. Every invocation reached a sidecar exactly once.
+func TestSegmentedLanceFailover(t *testing.T) {
+	r := newLanceRig(t)
+	c := testetcd.Shared(t)
+	prefix := testetcd.Prefix(t)
+	logs := map[string]*sendLog{}
+	for _, n := range []string{"n1", "n2"} {
+		logs[n] = &sendLog{counted: r.sidecar(), sends: map[string]int{}}
+	}
+	node := func(name string, s *EtcdStore) *Dispatcher {
+		d, err := New(Config{Store: s, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1, ExecuteDeadline: 8 * time.Second,
+			ResolveRetryInterval: 200 * time.Millisecond, Logger: quietLog()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		for _, n := range []string{"n1", "n2"} {
+			if err := d.AddSidecar(n, logs[n]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	storeA := openEtcdStore(t, c, prefix, "node-a")
+	a := node("node-a", storeA)
+	const path, k = "events", 4
+	ref, pinned := r.create(path, 8000, k)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	j, err := a.SubmitSegmented(ctx, segmentedReq(ref, pinned, k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	round := func(d *Dispatcher) {
+		t.Helper()
+		if _, err := d.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Node A: the first round sends segments 0 and 1 (one per sidecar, the cap); once both are
+	// answered the next round sends 2 and 3, and A dies before their answers.
+	round(a)
+	for i := range 2 {
+		if s, err := a.Wait(ctx, StepID(j.ID, rpc.OpSegment, i, 1)); err != nil || s.State != StateCommitted {
+			t.Fatalf("segment %d on node A: %s %v", i, s.State, err)
+		}
+	}
+	round(a)
+	inFlight := a.InFlight()
+	a.Close()
+	storeA.Close()
+	if inFlight["n1"] != 1 || inFlight["n2"] != 1 {
+		t.Fatalf("node A died with %v in flight, want one per sidecar", inFlight)
+	}
+	// Node B continues from the journal alone.
+	b := node("node-b", openEtcdStore(t, c, prefix, "node-b"))
+	go b.Run(ctx)
+	if j, err = b.Wait(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := Steps(b.store, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resolved, rebuilt, committed int
+	for _, s := range steps {
+		switch {
+		case s.Resolution != nil && s.Node == "node-a":
+			resolved++
+		case strings.HasSuffix(s.ID, ".a2") && s.Node == "node-b":
+			rebuilt++
+		}
+		if s.State == StateCommitted && s.Op == rpc.OpSegment {
+			committed++
+		}
+		for _, l := range logs {
+			l.mu.Lock()
+			n := l.sends[s.InvocationID]
+			l.mu.Unlock()
+			if n > 1 {
+				t.Fatalf("step %s invocation %s reached a sidecar %d times", s.ID, s.InvocationID, n)
+			}
+		}
+	}
+	if j.State != StateCommitted || j.Result.CommittedVersion != pinned+1 || resolved != 2 || rebuilt != 2 || committed != k {
+		t.Fatalf("job %s; %d steps: %d of node A resolved, %d rebuilt by node B, %d segments written", j.State, len(steps), resolved, rebuilt, committed)
+	}
+	var segs lanceIndexSegments
+	r.ctl(&segs, "segments", filepath.Join(r.root, path), "idx_id")
+	if segs.NumSegments != k || segs.UnindexedRows != 0 {
+		t.Fatalf("Lance describes %+v", segs)
+	}
+	total := 0
+	for _, l := range logs {
+		l.mu.Lock()
+		for _, n := range l.sends {
+			total += n
+		}
+		l.mu.Unlock()
+		if n := buildHeld(t, l.counted, j.Segmented.BuildID); n != 0 {
+			t.Fatalf("build %s still holds %d tickets on a sidecar", j.Segmented.BuildID, n)
+		}
+	}
+	t.Logf("node A built 2 segments and died with 2 sent; node B resolved them (NOT_COMMITTED), rebuilt them, adopted %v, committed v%d; %d steps, %d sends; Lance: num_segments=%d, 0 unindexed rows",
+		j.Segmented.Adopted, pinned+1, len(steps), total, segs.NumSegments)
 }
