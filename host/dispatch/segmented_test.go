@@ -81,6 +81,15 @@ func (r *lanceRig) create(path string, rows, frags int) (rpc.DatasetRef, int64) 
 	return rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + r.root}, Path: path}, created.Version
 }
 
+// latestVersion is the version Lance's own library reads as the latest of path.
+func (r *lanceRig) latestVersion(path string) int64 {
+	var desc struct {
+		Version int64 `json:"version"`
+	}
+	r.ctl(&desc, "describe", filepath.Join(r.root, path))
+	return desc.Version
+}
+
 type lanceIndexSegments struct {
 	NumSegments   int   `json:"num_segments"`
 	UnindexedRows int64 `json:"unindexed_rows"`
@@ -326,4 +335,65 @@ func TestSegmentedLanceFailover(t *testing.T) {
 	}
 	t.Logf("node A built 2 segments and died with 2 sent; node B resolved them (NOT_COMMITTED), rebuilt them, adopted %v, committed v%d; %d steps, %d sends; Lance: num_segments=%d, 0 unindexed rows",
 		j.Segmented.Adopted, pinned+1, len(steps), total, segs.NumSegments)
+}
+
+// TestSegmentedLanceSegmentFails: a SEGMENT the engine fails (an index on a column the dataset
+// lacks) fails the job NOT_COMMITTED: no further step is created, the build's custody is
+// abandoned (objects.abandon of build:<id>), nothing is committed and the name is free again.
+func TestSegmentedLanceSegmentFails(t *testing.T) {
+	r := newLanceRig(t)
+	sc := r.sidecar()
+	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, ExecuteDeadline: 2 * time.Minute, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.AddSidecar("n1", sc); err != nil {
+		t.Fatal(err)
+	}
+	const path = "events"
+	ref, pinned := r.create(path, 4000, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	go d.Run(ctx)
+	req := segmentedReq(ref, pinned, 2)
+	req.Index.Columns = []string{"no_such_column"}
+	j, err := d.SubmitSegmented(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err = d.Wait(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := Steps(store, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for _, s := range steps {
+		if s.Op != rpc.OpSegment {
+			t.Fatalf("step %s (%s) created after a segment failed", s.ID, s.Op)
+		}
+		if classifyStep(s) == stepFailed {
+			failed++
+		}
+	}
+	if j.State != StateNotCommitted || j.SlotHeld || failed == 0 || j.Segmented.Failed == "" || !j.hasEvent(EventStep) {
+		t.Fatalf("job %s (slot held %t), %d failed steps of %d, failed %q: %s", j.State, j.SlotHeld, failed, len(steps), j.Segmented.Failed, historyEvents(j))
+	}
+	if v := r.latestVersion(path); v != pinned {
+		t.Fatalf("dataset at v%d after a failed build pinned at v%d", v, pinned)
+	}
+	if n := buildHeld(t, sc, j.Segmented.BuildID); n != 0 {
+		t.Fatalf("build holds %d tickets after the job failed", n)
+	}
+	if _, err := d.Submit(ctx, createReq(ref, pinned, "idx_id", "id")); err != nil {
+		t.Fatalf("the name is free again after the failed job: %v", err)
+	}
+	t.Logf("segment failed (%s): job NOT_COMMITTED after %d steps, build abandoned, dataset still v%d", j.Segmented.Failed, len(steps), pinned)
 }
