@@ -229,7 +229,7 @@ func (d *Dispatcher) admit(tx Tx, j *Job) error {
 		if o.SlotHeld && o.NameKey() == name {
 			return fmt.Errorf("%w: job %s (%s) holds %q", ErrNameBusy, o.ID, o.State, o.Index.Name)
 		}
-		if o.Unresolved() {
+		if o.Unresolved() && o.Parent == "" { // a segmented job counts once, not per step
 			total++
 			if o.DatasetKey() == ds {
 				perDataset++

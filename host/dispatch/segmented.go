@@ -207,11 +207,14 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 		byID[s.ID] = s
 	}
 	sp := p.Segmented
+	if p.Cancel != nil && sp.Failed == "" {
+		return d.cancelSteps(p, steps)
+	}
 	busy := false
 	for _, s := range steps {
 		busy = busy || classifyStep(s) == stepBusy
 	}
-	if sp.Failed != "" {
+	if c, ok := byID[StepID(p.ID, stepCommit, 0, 0)]; sp.Failed != "" && !(ok && classifyStep(c) == stepDone) {
 		if busy {
 			return nil // wait until no step can still write into the build
 		}
@@ -314,6 +317,32 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 		return err
 	}
 	return nil
+}
+
+// cancelSteps turns a journaled cancel of segmented job p into its failure, and journals a cancel
+// of every step still unsettled (a PENDING one is then never sent; a sent one gets index.cancel
+// from the node driving its sidecar). A commit that lands before its cancel still commits the job.
+func (d *Dispatcher) cancelSteps(p Job, steps []Job) error {
+	now := d.cfg.Now()
+	for _, s := range steps {
+		if !s.State.Settled() && s.State != StateUnknown {
+			if _, err := RequestCancel(d.store, s.ID, p.Cancel.By, "segmented job "+p.ID+" cancelled", now); err != nil {
+				return err
+			}
+		}
+	}
+	_, _, err := d.modify(p.ID, func(x *Job) bool {
+		if x.Segmented == nil || x.Segmented.Failed != "" {
+			return false
+		}
+		x.Segmented.Failed = "cancelled by " + p.Cancel.By
+		x.record(now, EventStep, x.State, "failing: "+x.Segmented.Failed)
+		return true
+	})
+	if err == nil {
+		d.kickRound()
+	}
+	return err
 }
 
 func mapKeys(m map[string]bool) func(func(string) bool) {

@@ -397,3 +397,65 @@ func TestSegmentedLanceSegmentFails(t *testing.T) {
 	}
 	t.Logf("segment failed (%s): job NOT_COMMITTED after %d steps, build abandoned, dataset still v%d", j.Segmented.Failed, len(steps), pinned)
 }
+
+// TestSegmentedLanceCancel: a segmented job cancelled after its first steps were sent creates no
+// further step, journals a cancel of every unsettled step (index.cancel for the sent one),
+// abandons the build and ends NOT_COMMITTED with nothing committed and nothing held.
+func TestSegmentedLanceCancel(t *testing.T) {
+	r := newLanceRig(t)
+	sc := r.sidecar()
+	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1, ExecuteDeadline: 2 * time.Minute, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.AddSidecar("n1", sc); err != nil {
+		t.Fatal(err)
+	}
+	const path = "events"
+	ref, pinned := r.create(path, 4000, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	j, err := d.SubmitSegmented(ctx, segmentedReq(ref, pinned, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Round(ctx); err != nil || st.Dispatched != 1 {
+		t.Fatalf("first round: %+v, %v", st, err)
+	}
+	if _, err := d.Cancel(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	go d.Run(ctx)
+	if j, err = d.Wait(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := Steps(store, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	for _, s := range steps {
+		if s.InvocationID != "" {
+			sent++
+		}
+		if s.Cancel == nil && s.State != StateCommitted {
+			t.Fatalf("step %s %s without a cancel", s.ID, s.State)
+		}
+	}
+	if j.State != StateNotCommitted || len(steps) != 3 || sent != 1 || sc.sends.Load() != 1 {
+		t.Fatalf("job %s: %d steps, %d sent (%d sends): %s", j.State, len(steps), sent, sc.sends.Load(), historyEvents(j))
+	}
+	if v := r.latestVersion(path); v != pinned {
+		t.Fatalf("dataset at v%d after a cancelled build pinned at v%d", v, pinned)
+	}
+	if n := buildHeld(t, sc, j.Segmented.BuildID); n != 0 {
+		t.Fatalf("build holds %d tickets after the job was cancelled", n)
+	}
+	t.Logf("cancelled after 1 of 3 segments was sent: NOT_COMMITTED (%s), 1 send, build abandoned", j.Segmented.Failed)
+}
