@@ -114,6 +114,29 @@ func buildHeld(t *testing.T, sc *counted, b string) int {
 	return st.Owner.Held
 }
 
+// boltSegmented is a dispatcher on a fresh bbolt journal driving sidecars as n1, n2, …, one send
+// in flight per sidecar (so that segments spread).
+func boltSegmented(t *testing.T, sidecars ...*counted) (*Dispatcher, Store) {
+	t.Helper()
+	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1,
+		ExecuteDeadline: 2 * time.Minute, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	for i, sc := range sidecars {
+		if err := d.AddSidecar("n"+strconv.Itoa(i+1), sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d, store
+}
+
 func segmentedReq(ref rpc.DatasetRef, v int64, k int) SegmentedRequest {
 	return SegmentedRequest{Segments: k, Request: Request{Dataset: ref, AdmittedVersion: v, Op: rpc.OpCreate, Engine: "lance",
 		Index: rpc.IndexSpec{Name: "idx_id", Columns: []string{"id"}, Type: rpc.IndexBTree}}}
@@ -174,22 +197,7 @@ func checkSegmented(t *testing.T, r *lanceRig, s Store, j Job, path string, pinn
 func TestSegmentedLanceAcrossSidecars(t *testing.T) {
 	r := newLanceRig(t)
 	a, b := r.sidecar(), r.sidecar()
-	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1,
-		ExecuteDeadline: 2 * time.Minute, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	for name, sc := range map[string]*counted{"n1": a, "n2": b} {
-		if err := d.AddSidecar(name, sc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d, store := boltSegmented(t, a, b)
 	const path, k = "events", 4
 	ref, pinned := r.create(path, 8000, k)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
@@ -343,19 +351,7 @@ func TestSegmentedLanceFailover(t *testing.T) {
 func TestSegmentedLanceSegmentFails(t *testing.T) {
 	r := newLanceRig(t)
 	sc := r.sidecar()
-	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, ExecuteDeadline: 2 * time.Minute, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.AddSidecar("n1", sc); err != nil {
-		t.Fatal(err)
-	}
+	d, store := boltSegmented(t, sc)
 	const path = "events"
 	ref, pinned := r.create(path, 4000, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
@@ -404,19 +400,7 @@ func TestSegmentedLanceSegmentFails(t *testing.T) {
 func TestSegmentedLanceCancel(t *testing.T) {
 	r := newLanceRig(t)
 	sc := r.sidecar()
-	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1, ExecuteDeadline: 2 * time.Minute, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.AddSidecar("n1", sc); err != nil {
-		t.Fatal(err)
-	}
+	d, store := boltSegmented(t, sc)
 	const path = "events"
 	ref, pinned := r.create(path, 4000, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
