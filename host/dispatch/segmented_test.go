@@ -443,3 +443,53 @@ func TestSegmentedLanceCancel(t *testing.T) {
 	}
 	t.Logf("cancelled after 1 of 3 segments was sent: NOT_COMMITTED (%s), 1 send, build abandoned", j.Segmented.Failed)
 }
+
+// TestSegmentedLanceIVFPQ: a segmented IVF_PQ over 2 sidecars: one TRAIN on the committing
+// sidecar, 3 SEGMENTs sharing its centroids and codebook, adoption, one commit; Lance reads 3
+// segments and no unindexed row.
+func TestSegmentedLanceIVFPQ(t *testing.T) {
+	r := newLanceRig(t)
+	a, b := r.sidecar(), r.sidecar()
+	d, store := boltSegmented(t, a, b)
+	const path, k = "vectors", 3
+	var created struct {
+		Version int64 `json:"version"`
+	}
+	r.ctl(&created, "create", filepath.Join(r.root, path), "--rows", "12000", "--fragments", "6")
+	ref := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + r.root}, Path: path}
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	go d.Run(ctx)
+	req := segmentedReq(ref, created.Version, k)
+	req.Index = rpc.IndexSpec{Name: "idx_vec", Columns: []string{"vec"}, Type: "IVF_PQ",
+		Params: map[string]string{"num_partitions": "4", "num_sub_vectors": "16", "sample_rate": "16"}}
+	j, err := d.SubmitSegmented(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err = d.Wait(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := Steps(store, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != StateCommitted || len(steps) != k+2 || steps[len(steps)-1].Op != rpc.OpTrain {
+		for _, s := range steps {
+			t.Logf("step %s %s %s: %s", s.ID, s.Op, s.State, stepWhy(s))
+		}
+		t.Fatalf("job %s (%s): %d steps", j.State, j.Segmented.Failed, len(steps))
+	}
+	var segs lanceIndexSegments
+	r.ctl(&segs, "segments", filepath.Join(r.root, path), "idx_vec")
+	if segs.NumSegments != k || segs.UnindexedRows != 0 {
+		t.Fatalf("Lance describes %+v", segs)
+	}
+	for _, sc := range []*counted{a, b} {
+		if n := buildHeld(t, sc, j.Segmented.BuildID); n != 0 {
+			t.Fatalf("build holds %d tickets on a sidecar", n)
+		}
+	}
+	t.Logf("IVF_PQ: TRAIN + %d segments over 2 sidecars, adopted %v, committed v%d; Lance: num_segments=%d, 0 unindexed rows",
+		k, j.Segmented.Adopted, created.Version+1, segs.NumSegments)
+}
