@@ -137,6 +137,23 @@ func boltSegmented(t *testing.T, sidecars ...*counted) (*Dispatcher, Store) {
 	return d, store
 }
 
+// runSegmented submits req, waits for its outcome, and returns the job and its steps.
+func runSegmented(ctx context.Context, t *testing.T, d *Dispatcher, store Store, req SegmentedRequest) (Job, []Job) {
+	t.Helper()
+	j, err := d.SubmitSegmented(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err = d.Wait(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := Steps(store, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, steps
+}
+
 func segmentedReq(ref rpc.DatasetRef, v int64, k int) SegmentedRequest {
 	return SegmentedRequest{Segments: k, Request: Request{Dataset: ref, AdmittedVersion: v, Op: rpc.OpCreate, Engine: "lance",
 		Index: rpc.IndexSpec{Name: "idx_id", Columns: []string{"id"}, Type: rpc.IndexBTree}}}
@@ -359,17 +376,7 @@ func TestSegmentedLanceSegmentFails(t *testing.T) {
 	go d.Run(ctx)
 	req := segmentedReq(ref, pinned, 2)
 	req.Index.Columns = []string{"no_such_column"}
-	j, err := d.SubmitSegmented(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j, err = d.Wait(ctx, j.ID); err != nil {
-		t.Fatal(err)
-	}
-	steps, err := Steps(store, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, steps := runSegmented(ctx, t, d, store, req)
 	failed := 0
 	for _, s := range steps {
 		if s.Op != rpc.OpSegment {
@@ -463,17 +470,7 @@ func TestSegmentedLanceIVFPQ(t *testing.T) {
 	req := segmentedReq(ref, created.Version, k)
 	req.Index = rpc.IndexSpec{Name: "idx_vec", Columns: []string{"vec"}, Type: "IVF_PQ",
 		Params: map[string]string{"num_partitions": "4", "num_sub_vectors": "16", "sample_rate": "16"}}
-	j, err := d.SubmitSegmented(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j, err = d.Wait(ctx, j.ID); err != nil {
-		t.Fatal(err)
-	}
-	steps, err := Steps(store, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, steps := runSegmented(ctx, t, d, store, req)
 	if j.State != StateCommitted || len(steps) != k+2 || steps[len(steps)-1].Op != rpc.OpTrain {
 		for _, s := range steps {
 			t.Logf("step %s %s %s: %s", s.ID, s.Op, s.State, stepWhy(s))
