@@ -311,8 +311,8 @@ func (d *Dispatcher) applyResolution(j Job, res rpc.ResolveResult, st *RoundStat
 
 // requireRefresh schedules the refresh hook, when there is one and it is not already scheduled.
 func (d *Dispatcher) requireRefresh(j *Job) {
-	if j.Segment != nil && j.Op != rpc.OpCommitSegments {
-		return // a TRAIN or SEGMENT step publishes nothing: nothing to refresh
+	if j.Parent != "" {
+		return // a step: its segmented job asks for the refresh once it is COMMITTED
 	}
 	if d.cfg.Refresh != nil && j.Refresh != RefreshRequired && j.Refresh != RefreshRunning {
 		j.Refresh = RefreshRequired

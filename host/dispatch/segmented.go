@@ -88,7 +88,7 @@ func (d *Dispatcher) SubmitSegmented(ctx context.Context, r SegmentedRequest) (J
 	if err != nil {
 		return Job{}, err
 	}
-	if len(r.ID) > rpc.MaxBuildID-len(".seg1024.a3") {
+	if len(j.ID) > rpc.MaxBuildID-len(".seg1024.a3") { // its steps' ids are valid job ids too
 		return Job{}, fmt.Errorf("%w: a segmented job id is at most %d characters", ErrInvalidJob, rpc.MaxBuildID-len(".seg1024.a3"))
 	}
 	e := d.pick(false)
@@ -449,6 +449,9 @@ func (d *Dispatcher) settleParent(id string, to State, res *Result, detail strin
 		}
 		from := x.State
 		x.State, x.SlotHeld, x.Result = to, false, res
+		if to == StateCommitted {
+			d.requireRefresh(x) // the host refreshes once, for the job: its steps never ask
+		}
 		x.record(now, EventAnswer, from, detail)
 		return true
 	})

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,7 +118,7 @@ func buildHeld(t *testing.T, sc *counted, b string) int {
 
 // boltSegmented is a dispatcher on a fresh bbolt journal driving sidecars as n1, n2, …, one send
 // in flight per sidecar (so that segments spread).
-func boltSegmented(t *testing.T, sidecars ...*counted) (*Dispatcher, Store) {
+func boltSegmented(t *testing.T, refresh func(context.Context, Job) error, sidecars ...*counted) (*Dispatcher, Store) {
 	t.Helper()
 	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
 	if err != nil {
@@ -124,7 +126,7 @@ func boltSegmented(t *testing.T, sidecars ...*counted) (*Dispatcher, Store) {
 	}
 	t.Cleanup(func() { store.Close() })
 	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1,
-		ExecuteDeadline: 2 * time.Minute, Logger: quietLog()})
+		ExecuteDeadline: 2 * time.Minute, Refresh: refresh, Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +216,12 @@ func checkSegmented(t *testing.T, r *lanceRig, s Store, j Job, path string, pinn
 func TestSegmentedLanceAcrossSidecars(t *testing.T) {
 	r := newLanceRig(t)
 	a, b := r.sidecar(), r.sidecar()
-	d, store := boltSegmented(t, a, b)
+	var refreshed sync.Map // job id → refreshes
+	d, store := boltSegmented(t, func(_ context.Context, j Job) error {
+		n, _ := refreshed.LoadOrStore(j.ID, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		return nil
+	}, a, b)
 	const path, k = "events", 4
 	ref, pinned := r.create(path, 8000, k)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
@@ -231,6 +238,27 @@ func TestSegmentedLanceAcrossSidecars(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSegmented(t, r, store, j, path, pinned, k, a, b)
+	// The refresh runs once for the job, never for a step (a SEGMENT publishes nothing).
+	changed, err := store.Watch(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if j, err = d.Get(j.ID); err != nil || !j.Refresh.pending() {
+			break
+		}
+		if _, ok := <-changed; !ok {
+			t.Fatalf("refresh still %s: %v", j.Refresh, ctx.Err())
+		}
+	}
+	var refreshes []string
+	refreshed.Range(func(id, n any) bool {
+		refreshes = append(refreshes, fmt.Sprintf("%s×%d", id, n.(*atomic.Int64).Load()))
+		return true
+	})
+	if err != nil || j.Refresh != RefreshDone || len(refreshes) != 1 || refreshes[0] != j.ID+"×1" {
+		t.Fatalf("refresh %s (%v): hook ran for %v", j.Refresh, err, refreshes)
+	}
 	if _, err := d.Submit(ctx, createReq(ref, pinned+1, "idx_id", "id")); err != nil {
 		t.Fatalf("the name is free again after the segmented job: %v", err)
 	}
@@ -368,7 +396,7 @@ func TestSegmentedLanceFailover(t *testing.T) {
 func TestSegmentedLanceSegmentFails(t *testing.T) {
 	r := newLanceRig(t)
 	sc := r.sidecar()
-	d, store := boltSegmented(t, sc)
+	d, store := boltSegmented(t, nil, sc)
 	const path = "events"
 	ref, pinned := r.create(path, 4000, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
@@ -407,7 +435,7 @@ func TestSegmentedLanceSegmentFails(t *testing.T) {
 func TestSegmentedLanceCancel(t *testing.T) {
 	r := newLanceRig(t)
 	sc := r.sidecar()
-	d, store := boltSegmented(t, sc)
+	d, store := boltSegmented(t, nil, sc)
 	const path = "events"
 	ref, pinned := r.create(path, 4000, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
@@ -457,7 +485,7 @@ func TestSegmentedLanceCancel(t *testing.T) {
 func TestSegmentedLanceIVFPQ(t *testing.T) {
 	r := newLanceRig(t)
 	a, b := r.sidecar(), r.sidecar()
-	d, store := boltSegmented(t, a, b)
+	d, store := boltSegmented(t, nil, a, b)
 	const path, k = "vectors", 3
 	var created struct {
 		Version int64 `json:"version"`
