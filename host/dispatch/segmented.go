@@ -61,7 +61,8 @@ func StepID(parent, kind string, run, attempt int) string {
 }
 
 // SegmentedRequest is a segmented job to admit: Request with Op CREATE, and exactly one of
-// Segments (K) and MaxRowsPerSegment, passed to index.plan.
+// Segments (K) and MaxRowsPerSegment, passed to index.plan. Request.Fault (test-only) is passed
+// to the first build of each segment only, so that its rebuild runs.
 type SegmentedRequest struct {
 	Request
 	Segments          int
@@ -370,9 +371,12 @@ func (d *Dispatcher) step(p Job, op, kind string, run, attempt int, target strin
 	now := d.cfg.Now()
 	s := Job{
 		ID: StepID(p.ID, kind, run, attempt), Dataset: p.Dataset, Op: op, Index: p.Index, AdmittedVersion: p.AdmittedVersion,
-		Schema: p.Schema, Limits: p.Limits, Fault: p.Fault, Engine: p.Engine, TraceParent: p.TraceParent,
+		Schema: p.Schema, Limits: p.Limits, Engine: p.Engine, TraceParent: p.TraceParent,
 		ExecuteDeadline: p.ExecuteDeadline, State: StatePending, SlotHeld: true, Refresh: RefreshNotRequired, Created: now,
 		Parent: p.ID, Target: target, Segment: &rpc.SegmentSpec{BuildID: p.Segmented.BuildID, FragmentIDs: frags, TrainUUID: train},
+	}
+	if op == rpc.OpSegment && attempt == 1 {
+		s.Fault = p.Fault // test-only: a segmented job's fault hits each segment's first build, so its rebuild runs
 	}
 	detail := ""
 	if frags != nil {

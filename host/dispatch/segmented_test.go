@@ -156,6 +156,23 @@ func runSegmented(ctx context.Context, t *testing.T, d *Dispatcher, store Store,
 	return j, steps
 }
 
+// readBack checks with Lance's own library that index name of path has k segments and leaves no
+// row unindexed, and that no sidecar holds anything of job j's build any more.
+func (r *lanceRig) readBack(path, name string, k int, j Job, sidecars ...*counted) lanceIndexSegments {
+	r.t.Helper()
+	var segs lanceIndexSegments
+	r.ctl(&segs, "segments", filepath.Join(r.root, path), name)
+	if segs.NumSegments != k || segs.UnindexedRows != 0 {
+		r.t.Fatalf("Lance describes %+v", segs)
+	}
+	for _, sc := range sidecars {
+		if n := buildHeld(r.t, sc, j.Segmented.BuildID); n != 0 {
+			r.t.Fatalf("build %s still holds %d tickets on a sidecar", j.Segmented.BuildID, n)
+		}
+	}
+	return segs
+}
+
 func segmentedReq(ref rpc.DatasetRef, v int64, k int) SegmentedRequest {
 	return SegmentedRequest{Segments: k, Request: Request{Dataset: ref, AdmittedVersion: v, Op: rpc.OpCreate, Engine: "lance",
 		Index: rpc.IndexSpec{Name: "idx_id", Columns: []string{"id"}, Type: rpc.IndexBTree}}}
@@ -505,16 +522,47 @@ func TestSegmentedLanceIVFPQ(t *testing.T) {
 		}
 		t.Fatalf("job %s (%s): %d steps", j.State, j.Segmented.Failed, len(steps))
 	}
-	var segs lanceIndexSegments
-	r.ctl(&segs, "segments", filepath.Join(r.root, path), "idx_vec")
-	if segs.NumSegments != k || segs.UnindexedRows != 0 {
-		t.Fatalf("Lance describes %+v", segs)
-	}
-	for _, sc := range []*counted{a, b} {
-		if n := buildHeld(t, sc, j.Segmented.BuildID); n != 0 {
-			t.Fatalf("build holds %d tickets on a sidecar", n)
-		}
-	}
+	segs := r.readBack(path, "idx_vec", k, j, a, b)
 	t.Logf("IVF_PQ: TRAIN + %d segments over 2 sidecars, adopted %v, committed v%d; Lance: num_segments=%d, 0 unindexed rows",
 		k, j.Segmented.Adopted, created.Version+1, segs.NumSegments)
+}
+
+// TestSegmentedLanceIndeterminateRebuilt: every segment's first build crashes right after Lance
+// wrote it (test fault crash_after_build: INDETERMINATE); each is settled by index.resolve
+// (NOT_COMMITTED), built again as a new step with a new uuid, and the job commits.
+func TestSegmentedLanceIndeterminateRebuilt(t *testing.T) {
+	r := newLanceRig(t)
+	a, b := r.sidecar(), r.sidecar()
+	d, store := boltSegmented(t, nil, a, b)
+	const path, k = "events", 2
+	ref, pinned := r.create(path, 4000, k)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	go d.Run(ctx)
+	req := segmentedReq(ref, pinned, k)
+	req.Fault = "crash_after_build"
+	j, steps := runSegmented(ctx, t, d, store, req)
+	uuids := map[string]bool{}
+	var crashed, rebuilt int
+	for _, s := range steps {
+		if s.Op != rpc.OpSegment {
+			continue
+		}
+		switch {
+		case strings.HasSuffix(s.ID, ".a1") && s.Result != nil && s.Result.Phase == rpc.PhaseIndeterminate && s.Resolution != nil &&
+			s.State == StateNotCommitted:
+			crashed++
+		case strings.HasSuffix(s.ID, ".a2") && s.State == StateCommitted && s.Result.IndexUUID != "" && !uuids[s.Result.IndexUUID]:
+			rebuilt++
+			uuids[s.Result.IndexUUID] = true
+		default:
+			t.Fatalf("step %s: %s %s", s.ID, s.State, stepWhy(s))
+		}
+	}
+	if j.State != StateCommitted || crashed != k || rebuilt != k {
+		t.Fatalf("job %s (%s): %d crashed, %d rebuilt", j.State, j.Segmented.Failed, crashed, rebuilt)
+	}
+	segs := r.readBack(path, "idx_id", k, j, a, b)
+	t.Logf("%d segments crashed after Lance wrote them (INDETERMINATE), resolved NOT_COMMITTED, rebuilt with new uuids; committed v%d, Lance: num_segments=%d, 0 unindexed rows",
+		crashed, pinned+1, segs.NumSegments)
 }
