@@ -188,12 +188,23 @@ func classifyStep(s Job) stepState {
 		return stepBusy
 	case r == nil || r.OOMKilled:
 		return stepRetry // journaled and never sent, or killed at its memory limit: build it again
+	case r.ErrorClass == ErrorRefused && s.Op == rpc.OpSegment && transientRefusal(rpc.Code(r.ErrorCode)):
+		return stepRetry // refused at receive for now (never ran): a new step, after a round
 	case r.ErrorClass == ErrorRefused || r.Phase == rpc.PhasePreInvocationRejected || (native && r.Code != rpc.NativeOK):
 		return stepFailed // refused, or the engine failed: building again would fail again
 	}
 	// INDETERMINATE or no answer, settled by index.resolve: the step left nothing the build
 	// can use (a segment whose uuid no answer named is abandoned with the build). Build again.
 	return stepRetry
+}
+
+// transientRefusal: a refusal at receive that a later send may not get (docs/PROTOCOL.md §7).
+func transientRefusal(c rpc.Code) bool {
+	switch c {
+	case rpc.CodeOverloaded, rpc.CodeShuttingDown, rpc.CodeStorageUnavailable, rpc.CodeDeadlineUnfundable:
+		return true
+	}
+	return false
 }
 
 // advance takes the next step of segmented job p, if any: create the steps due, adopt custody,
