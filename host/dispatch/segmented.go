@@ -78,6 +78,12 @@ type caller interface {
 // SubmitSegmented plans the job over its admitted version (index.plan on a live sidecar) and
 // admits it as PENDING with its plan, or rejects it as Submit does (ErrNoSidecar when no sidecar
 // can plan).
+//
+// The plan names sidecars by the names they were added under, and a step is only sent, adopted
+// from or abandoned on a sidecar added under its name: on a shared journal those names must
+// denote one ledger across the cluster (a node that takes over re-adds the same sidecar, or its
+// successor on the same state directory, under the same name). A step whose sidecar no node
+// drives waits.
 func (d *Dispatcher) SubmitSegmented(ctx context.Context, r SegmentedRequest) (Job, error) {
 	if !d.enabled.Load() {
 		return Job{}, ErrDisabled
