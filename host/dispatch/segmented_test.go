@@ -347,6 +347,13 @@ func TestSegmentedLanceFailover(t *testing.T) {
 			t.Fatalf("segment %d on node A: %s %v", i, s.State, err)
 		}
 	}
+	for len(a.InFlight()) > 0 { // an answer is journaled before its sender frees its sidecar's slot
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node A's sends never ended: %v", a.InFlight())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	round(a)
 	inFlight := a.InFlight()
 	a.Close()
