@@ -177,7 +177,61 @@ func jobsShow(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printJob(stdout, j)
+	if err := printJob(stdout, j); err != nil || j.Segmented == nil {
+		return err
+	}
+	steps, err := dispatch.Steps(s, j.ID)
+	if err != nil {
+		return err
+	}
+	return printSteps(stdout, steps)
+}
+
+// printSteps lists the steps of a segmented job: one invocation each.
+func printSteps(w io.Writer, steps []dispatch.Job) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "STEP\tOP\tSTATE\tSIDECAR\tFRAGMENTS\tPEAK MiB\tWALL ms\tINDEX UUID")
+	for _, st := range steps {
+		peak, wall, id := "-", "-", "-"
+		if r := st.Result; r != nil {
+			if r.PeakMemoryBytes > 0 {
+				peak = fmt.Sprintf("%.1f", float64(r.PeakMemoryBytes)/(1<<20))
+			}
+			if r.WallMs > 0 {
+				wall = fmt.Sprint(r.WallMs)
+			}
+			id = jobsDash(r.IndexUUID)
+		}
+		frags := "-"
+		if st.Segment != nil && len(st.Segment.FragmentIDs) > 0 {
+			frags = fragmentRanges(st.Segment.FragmentIDs)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.ID, st.Op, st.State, jobsDash(st.Sidecar), frags, peak, wall, id)
+	}
+	fmt.Fprintf(tw, "%d step(s)\n", len(steps))
+	return tw.Flush()
+}
+
+// fragmentRanges writes ascending fragment ids as runs: 0-3,7,9-10.
+func fragmentRanges(ids []uint64) string {
+	var b strings.Builder
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", ids[i], ids[j])
+		} else {
+			fmt.Fprintf(&b, "%d", ids[i])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 func jobsRelease(ctx context.Context, args []string, stdout io.Writer) error {
@@ -317,6 +371,22 @@ func printJob(w io.Writer, j dispatch.Job) error {
 	kv("index", fmt.Sprintf("%s %s %s", j.Index.Name, jobsDash(j.Index.Type), jobsDash(strings.Join(j.Index.Columns, ","))))
 	kv("dataset", j.Dataset.Store.URL+" "+j.Dataset.Path)
 	kv("admitted version", j.AdmittedVersion)
+	if sp := j.Segmented; sp != nil {
+		kv("segmented", fmt.Sprintf("build %s: %d segments over %d fragments, sidecars %s, committer %s, adopted from %s",
+			sp.BuildID, len(sp.Runs), len(sp.Fragments), strings.Join(sp.Sidecars, ","), sp.Committer, jobsDash(strings.Join(sp.Adopted, ","))))
+		if sp.Failed != "" {
+			kv("failing", sp.Failed)
+		}
+	}
+	if j.Parent != "" {
+		kv("step of", j.Parent)
+		if j.Target != "" {
+			kv("target sidecar", j.Target)
+		}
+		if j.Segment != nil && len(j.Segment.FragmentIDs) > 0 {
+			kv("fragments", fragmentRanges(j.Segment.FragmentIDs))
+		}
+	}
 	kv("invocation", jobsDash(j.InvocationID))
 	kv("sidecar", jobsDash(j.Sidecar)+" epoch "+jobsDash(j.Epoch))
 	kv("deadline", jobsStamp(j.Deadline))

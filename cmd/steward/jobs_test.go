@@ -383,3 +383,54 @@ func TestJobsCancelRunning(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsShowSegmented: `jobs show` of a segmented job lists its steps from the journal (state,
+// sidecar, fragment range, peak memory of the answer); a step names its parent.
+func TestJobsShowSegmented(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "jobs.db")
+	s, err := dispatch.OpenBolt(path, dispatch.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec := func(id string, st dispatch.State) dispatch.Job {
+		return dispatch.Job{ID: id, Op: rpc.OpCreate, State: st, Refresh: dispatch.RefreshNotRequired, Created: now,
+			Index:   rpc.IndexSpec{Name: "idx_id", Columns: []string{"id"}, Type: rpc.IndexBTree},
+			History: []dispatch.Transition{{At: now, Event: dispatch.EventSubmit, To: st}}}
+	}
+	parent := rec("seg", dispatch.StateRunning)
+	parent.SlotHeld = true
+	parent.Segmented = &dispatch.SegmentedPlan{BuildID: "seg", Fragments: []uint64{0, 1, 2, 3, 4}, Runs: [][]uint64{{0, 1, 2}, {3, 4}},
+		Sidecars: []string{"n1", "n2"}, Committer: "n1", Attempts: []int{1, 1}, Adopted: []string{"n2"}}
+	steps := []dispatch.Job{rec(dispatch.StepID("seg", rpc.OpSegment, 0, 1), dispatch.StateCommitted),
+		rec(dispatch.StepID("seg", rpc.OpSegment, 1, 1), dispatch.StateRunning)}
+	for i, run := range parent.Segmented.Runs {
+		steps[i].Op, steps[i].Parent, steps[i].Sidecar = rpc.OpSegment, "seg", parent.Segmented.Sidecars[i]
+		steps[i].Target = steps[i].Sidecar
+		steps[i].Segment = &rpc.SegmentSpec{BuildID: "seg", FragmentIDs: run}
+	}
+	steps[0].Result = &dispatch.Result{Phase: rpc.PhaseNativeReturn, CompletionReason: rpc.CompletionSegmentWritten,
+		IndexUUID: "0b5e6d3a-3c1b-4a55-9f3e-2f1f1f1f1f1f", PeakMemoryBytes: 7 << 20, WallMs: 812}
+	err = s.Update(func(tx dispatch.Tx) error {
+		for _, j := range append([]dispatch.Job{parent}, steps...) {
+			if err := tx.Put(&j); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runJ(t, "show", "--store", path, "seg")
+	row := regexp.MustCompile(`(?m)^seg\.seg0\.a1\s+SEGMENT\s+COMMITTED\s+n1\s+0-2\s+7\.0\s+812\s+0b5e6d3a-`)
+	if code != 0 || !row.MatchString(out) || !strings.Contains(out, "2 segments over 5 fragments, sidecars n1,n2, committer n1, adopted from n2") ||
+		!regexp.MustCompile(`(?m)^seg\.seg1\.a1\s+SEGMENT\s+RUNNING\s+n2\s+3-4\s+-\s+-\s+-`).MatchString(out) || !strings.Contains(out, "2 step(s)") {
+		t.Fatalf("exit %d (%s):\n%s", code, errOut, out)
+	}
+	if code, out, _ := runJ(t, "show", "--store", path, steps[1].ID); code != 0 || !regexp.MustCompile(`(?m)^step of\s+seg$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^fragments\s+3-4$`).MatchString(out) {
+		t.Fatalf("show of a step: exit %d:\n%s", code, out)
+	}
+}

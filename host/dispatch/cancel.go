@@ -95,7 +95,8 @@ func cancellable(j *Job) bool {
 	case j.State == StatePending:
 		return true
 	case j.State == StateRunning, j.State == StateUnknown:
-		return j.SlotHeld && j.InvocationID != ""
+		// A segmented job's parent is never sent: its cancel is carried out on its steps.
+		return j.SlotHeld && (j.InvocationID != "" || j.Segmented != nil)
 	}
 	return false
 }

@@ -164,23 +164,27 @@ func (d *Dispatcher) Submit(ctx context.Context, r Request) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
-	err = d.store.Update(func(tx Tx) error {
-		if _, err := tx.Get(j.ID); err == nil {
-			return fmt.Errorf("%w: %s", ErrJobExists, j.ID)
-		} else if !errors.Is(err, ErrNotFound) {
-			return err
-		}
-		if err := d.admit(tx, &j); err != nil {
-			return err
-		}
-		return tx.Put(&j)
-	})
-	if err != nil {
+	if err := d.insert(&j); err != nil {
 		return Job{}, err
 	}
 	d.log.Info("job admitted", "job", j.ID, "op", j.Op, "index", j.Index.Name)
 	d.kickRound()
 	return j, nil
+}
+
+// insert admits new job j (admit) and stores it, in one transaction.
+func (d *Dispatcher) insert(j *Job) error {
+	return d.store.Update(func(tx Tx) error {
+		if _, err := tx.Get(j.ID); err == nil {
+			return fmt.Errorf("%w: %s", ErrJobExists, j.ID)
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if err := d.admit(tx, j); err != nil {
+			return err
+		}
+		return tx.Put(j)
+	})
 }
 
 func (d *Dispatcher) newJob(r Request) (Job, error) {
@@ -225,7 +229,7 @@ func (d *Dispatcher) admit(tx Tx, j *Job) error {
 		if o.SlotHeld && o.NameKey() == name {
 			return fmt.Errorf("%w: job %s (%s) holds %q", ErrNameBusy, o.ID, o.State, o.Index.Name)
 		}
-		if o.Unresolved() {
+		if o.Unresolved() && o.Parent == "" { // a segmented job counts once, not per step
 			total++
 			if o.DatasetKey() == ds {
 				perDataset++

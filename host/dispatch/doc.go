@@ -25,6 +25,14 @@
 // one is cancelled at its sidecar (index.cancel) by the node that drives that sidecar, and its
 // one answer settles it as any answer does (cancel.go).
 //
+// A segmented job (SubmitSegmented, segmented.go) builds one index in K segments: index.plan
+// fixes the fragment runs at admission, and the parent job, which holds the name and is never
+// sent, is driven through step jobs (TRAIN, SEGMENT per run and per rebuild, COMMIT_SEGMENTS),
+// each an ordinary job with a deterministic id sent at most once through the machinery above.
+// Segments are spread round robin over the sidecars known at admission; the committing sidecar
+// adopts the others' custody before the commit. Any node continues a segmented job from the
+// journal: a step sent by a node that died is resolved and, if need be, built again as a new step.
+//
 // Classification reads typed fields only (phase, code, error sentinels), never message text.
 //
 // The bbolt store is never taken on trust: a damaged file is a *CorruptError naming it

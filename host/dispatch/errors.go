@@ -19,6 +19,8 @@ var (
 	ErrTotalQuota = errors.New("dispatch: unresolved jobs in total at quota")
 	// ErrInvalidJob means the request cannot become a valid index.mutate call.
 	ErrInvalidJob = errors.New("dispatch: invalid job")
+	// ErrNoSidecar means no live sidecar can plan or serve a segmented job's call.
+	ErrNoSidecar = errors.New("dispatch: no live sidecar can serve this")
 	// ErrJobExists means a job with the requested id is already stored.
 	ErrJobExists = errors.New("dispatch: job id already exists")
 

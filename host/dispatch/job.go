@@ -55,6 +55,8 @@ const (
 	EventResolve      = "resolve"       // index.resolve settled the outcome
 	EventRefresh      = "refresh"       // the refresh hook ran (or was scheduled)
 	EventForceRelease = "force-release" // an operator released the job
+	EventStep         = "step"          // a segmented job journaled new steps, or its failure
+	EventAdopt        = "adopt"         // the committing sidecar adopted a builder's custody
 )
 
 // Transition is one entry of a job's history.
@@ -139,6 +141,15 @@ type Job struct {
 	TraceParent string `json:"traceparent,omitempty"`
 	// ExecuteDeadline overrides Config.ExecuteDeadline for this job (0: the default).
 	ExecuteDeadline time.Duration `json:"execute_deadline_ns,omitempty"`
+
+	// Segmented is set on a segmented job (segmented.go): the parent that holds the index name,
+	// is never sent itself, and is driven through its step jobs.
+	Segmented *SegmentedPlan `json:"segmented,omitempty"`
+	// Parent, Segment and Target are set on a step of a segmented job: the parent's id, the
+	// step's segment work, and the sidecar name it must be sent to ("" = any).
+	Parent  string           `json:"parent,omitempty"`
+	Segment *rpc.SegmentSpec `json:"segment,omitempty"`
+	Target  string           `json:"target,omitempty"`
 
 	State State `json:"state"`
 	// SlotHeld is true while a worker might still be running for this job.

@@ -54,6 +54,11 @@ func (d *Dispatcher) pruneBatch(ids []string, n *int) error {
 			if !j.Finished() { // a late answer made it active again
 				continue
 			}
+			if j.Parent != "" { // a step is kept while its segmented job still reads it
+				if p, err := tx.Get(j.Parent); err == nil && !p.Finished() {
+					continue
+				}
+			}
 			if err := tx.Delete(id); err != nil {
 				return err
 			}

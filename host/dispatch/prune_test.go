@@ -80,3 +80,55 @@ func TestPruneFinishedJobs(t *testing.T) {
 	}
 	e.close()
 }
+
+// TestPruneKeepsStepsOfLiveSegmentedJobs: a finished step is never pruned while its segmented job
+// is unfinished (the job reads its answer: the segment's uuid); once the job is finished, both go.
+func TestPruneKeepsStepsOfLiveSegmentedJobs(t *testing.T) {
+	noLeaks(t)
+	e := newEnv(t, func(c *Config) { c.PruneKeep = 1; c.PruneAge = time.Hour; c.PruneInterval = time.Minute })
+	now := e.clock.Now()
+	parent := Job{ID: "seg", Op: rpc.OpCreate, State: StateRunning, SlotHeld: true, Refresh: RefreshNotRequired, Created: now,
+		Segmented: &SegmentedPlan{BuildID: "seg", Fragments: []uint64{0, 1}, Runs: [][]uint64{{0}, {1}}, Sidecars: []string{"n1"},
+			Committer: "n1", Attempts: []int{1, 0}}}
+	step := Job{ID: StepID("seg", rpc.OpSegment, 0, 1), Op: rpc.OpSegment, State: StateCommitted, Refresh: RefreshNotRequired,
+		Created: now, Updated: now, Parent: "seg", Sidecar: "n1", Segment: &rpc.SegmentSpec{BuildID: "seg", FragmentIDs: []uint64{0}},
+		Result: &Result{Phase: rpc.PhaseNativeReturn, IndexUUID: "0b5e6d3a-3c1b-4a55-9f3e-2f1f1f1f1f1f"}}
+	put := func(js ...Job) {
+		t.Helper()
+		mustUpdate(t, e.d.store, func(tx Tx) error {
+			for _, j := range js {
+				if err := tx.Put(&j); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	put(parent, step)
+	e.d.SetEnabled(false)
+	e.clock.Advance(2 * time.Hour)
+	if st := e.round(); st.Pruned != 0 {
+		t.Fatalf("a step of a live segmented job was pruned: %+v", st)
+	}
+	if _, err := e.d.Get(step.ID); err != nil {
+		t.Fatal(err)
+	}
+	parent.State, parent.SlotHeld, parent.Updated = StateNotCommitted, false, e.clock.Now()
+	parent.Segmented.Failed = "test"
+	put(parent)
+	steps, err := Steps(e.d.store, "seg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range steps {
+		if s.ID != step.ID {
+			s.State, s.SlotHeld = StateNotCommitted, false
+			put(s)
+		}
+	}
+	e.clock.Advance(2 * time.Hour)
+	if st := e.round(); st.Pruned != 1+len(steps) {
+		t.Fatalf("finished job and its %d steps: %+v", len(steps), st)
+	}
+	e.close()
+}

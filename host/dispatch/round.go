@@ -36,7 +36,7 @@ func (d *Dispatcher) Round(ctx context.Context) (RoundStats, error) {
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)() // Close cuts a round's resolve and refresh calls short
 	steps := []func(context.Context, *RoundStats) error{
-		d.sweepUnsent, d.driveCancels, d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.sweepNodes, d.driveRefresh, d.dispatchPending, d.prune,
+		d.sweepUnsent, d.driveCancels, d.sweepDeadlines, d.sweepEpochs, d.driveResolve, d.sweepNodes, d.driveRefresh, d.driveSegmented, d.dispatchPending, d.prune,
 	}
 	for _, step := range steps {
 		if err := step(ctx, &st); err != nil {
@@ -85,10 +85,10 @@ func (d *Dispatcher) modify(id string, fn func(j *Job) bool) (Job, bool, error) 
 // deadline bounds the wait, it proves nothing about the worker.
 func (d *Dispatcher) sweepDeadlines(_ context.Context, st *RoundStats) error {
 	now := d.cfg.Now()
-	jobs, err := d.active(func(j *Job) bool { return j.State == StateRunning && !now.Before(j.Deadline) })
+	jobs, err := d.active(func(j *Job) bool { return j.State == StateRunning && j.InvocationID != "" && !now.Before(j.Deadline) })
 	for _, j := range jobs {
 		_, changed, err := d.modify(j.ID, func(j *Job) bool {
-			if j.State != StateRunning || now.Before(j.Deadline) {
+			if j.State != StateRunning || j.InvocationID == "" || now.Before(j.Deadline) {
 				return false
 			}
 			j.State = StateUnknown
@@ -311,6 +311,9 @@ func (d *Dispatcher) applyResolution(j Job, res rpc.ResolveResult, st *RoundStat
 
 // requireRefresh schedules the refresh hook, when there is one and it is not already scheduled.
 func (d *Dispatcher) requireRefresh(j *Job) {
+	if j.Parent != "" {
+		return // a step: its segmented job asks for the refresh once it is COMMITTED
+	}
 	if d.cfg.Refresh != nil && j.Refresh != RefreshRequired && j.Refresh != RefreshRunning {
 		j.Refresh = RefreshRequired
 	}

@@ -37,6 +37,18 @@ func (d *Dispatcher) pick(reserve bool) *sidecarEntry {
 	return best
 }
 
+// pickNamed reserves a slot of the live sidecar added under name, if it is under its cap.
+func (d *Dispatcher) pickNamed(name string) *sidecarEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.sidecars[name]
+	if e == nil || exited(e.sc) || e.sc.Epoch() != e.epoch || e.inflight >= d.cfg.MaxInFlightPerSidecar {
+		return nil
+	}
+	e.inflight++
+	return e
+}
+
 func (d *Dispatcher) unreserve(e *sidecarEntry) {
 	d.mu.Lock()
 	e.inflight--
@@ -45,7 +57,8 @@ func (d *Dispatcher) unreserve(e *sidecarEntry) {
 
 // dispatchPending sends PENDING jobs, oldest first, under the per-round and per-sidecar caps.
 func (d *Dispatcher) dispatchPending(ctx context.Context, st *RoundStats) error {
-	jobs, err := d.active(func(j *Job) bool { return j.State == StatePending })
+	// A segmented job's parent is never sent: its steps are (segmented.go).
+	jobs, err := d.active(func(j *Job) bool { return j.State == StatePending && j.Segmented == nil })
 	if err != nil {
 		return err
 	}
@@ -53,8 +66,12 @@ func (d *Dispatcher) dispatchPending(ctx context.Context, st *RoundStats) error 
 		if st.Dispatched >= d.cfg.MaxPerRound {
 			return nil
 		}
-		e := d.pick(true)
-		if e == nil {
+		var e *sidecarEntry
+		if j.Target != "" {
+			if e = d.pickNamed(j.Target); e == nil {
+				continue // its sidecar is at its cap or not live here: another round or node
+			}
+		} else if e = d.pick(true); e == nil {
 			return nil // every sidecar is at its cap (or none is live): nothing to write
 		}
 		sent, err := d.dispatch(ctx, j, e)
@@ -142,7 +159,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, j Job, e *sidecarEntry) (bool
 		InvocationID: inv, JobID: j.ID, DeadlineUnixMs: deadline.UnixMilli(), Dataset: j.Dataset,
 		PinnedVersion: j.AdmittedVersion, Op: j.Op, Index: j.Index, IfNotExists: j.IfNotExists,
 		IfExists: j.IfExists, Schema: j.Schema, Credentials: creds, Limits: j.Limits, Fault: j.Fault,
-		Engine: j.Engine, TraceParent: j.TraceParent,
+		Engine: j.Engine, TraceParent: j.TraceParent, Segment: j.Segment,
 	}
 	c := &call{jobID: j.ID, invocation: inv, op: j.Op, sidecar: e, budget: budget}
 	d.mu.Lock()

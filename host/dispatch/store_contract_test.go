@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cba1309c/steward/internal/testing/testetcd"
+	"github.com/cba1309c/steward/rpc"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -89,6 +91,32 @@ var storeContract = []struct {
 		got, err := Get(another(), "a")
 		if err != nil || got.Epoch != "e1" || !got.Deadline.Equal(j.Deadline) || got.Result == nil || got.Result.Code != 3 || len(got.History) != 1 {
 			t.Fatalf("Get = %+v, %v", got, err)
+		}
+	}},
+	{"a segmented job and its steps keep their plan and segment work", func(t *testing.T, s Store, another func() Store) {
+		p := contractJob("seg", StateRunning)
+		p.Segmented = &SegmentedPlan{BuildID: "seg", Fragments: []uint64{0, 1, 2}, Runs: [][]uint64{{0, 1}, {2}},
+			Sidecars: []string{"n1", "n2"}, Committer: "n1", Attempts: []int{1, 2}, Adopted: []string{"n2"}}
+		st := contractJob(StepID("seg", rpc.OpSegment, 1, 2), StateCommitted)
+		st.Op, st.Parent, st.Target = rpc.OpSegment, "seg", "n2"
+		st.Segment = &rpc.SegmentSpec{BuildID: "seg", FragmentIDs: []uint64{2}}
+		st.Result = &Result{Phase: rpc.PhaseNativeReturn, CompletionReason: rpc.CompletionSegmentWritten,
+			IndexUUID: "0b5e6d3a-3c1b-4a55-9f3e-2f1f1f1f1f1f", PeakMemoryBytes: 7 << 20}
+		mustUpdate(t, s, func(tx Tx) error {
+			if err := tx.Put(&p); err != nil {
+				return err
+			}
+			return tx.Put(&st)
+		})
+		o := another()
+		got, err := Get(o, "seg")
+		if err != nil || got.Segmented == nil || !reflect.DeepEqual(*got.Segmented, *p.Segmented) {
+			t.Fatalf("parent = %+v, %v", got.Segmented, err)
+		}
+		steps, err := Steps(o, "seg")
+		if err != nil || len(steps) != 1 || steps[0].ID != "seg.seg1.a2" || steps[0].Target != "n2" || steps[0].Segment == nil ||
+			!reflect.DeepEqual(steps[0].Segment.FragmentIDs, []uint64{2}) || *steps[0].Result != *st.Result {
+			t.Fatalf("steps = %+v, %v", steps, err)
 		}
 	}},
 	{"active index follows each put; all is in id order", func(t *testing.T, s Store, another func() Store) {

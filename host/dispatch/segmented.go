@@ -1,0 +1,559 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/cba1309c/steward/rpc"
+)
+
+// A segmented job (docs/PROTOCOL.md §9.1) is a parent job that holds the index name and is never
+// sent, and one step job per invocation: TRAIN (vector types), SEGMENT per planned fragment run
+// (a rebuild is a new step with a new invocation, hence a new uuid), COMMIT_SEGMENTS. Steps are
+// ordinary jobs with deterministic ids, created in the parent's store transaction: they reuse the
+// one-send journaling, the answer, deadline, unsent and resolve machinery unchanged, so a step
+// sent and unanswered is resolved and never sent twice, and any node continues the job. Between
+// the last SEGMENT and the commit the committing sidecar adopts the custody of the segments other
+// sidecars built (objects.status → objects.reserve on the committer → objects.accept on the
+// builder), journaled per builder in the plan.
+
+// SegmentedPlan is the journaled plan and progress of a segmented job.
+type SegmentedPlan struct {
+	BuildID string `json:"build_id"`
+	// Fragments are the pinned version's fragment ids; Runs the disjoint covering runs, one
+	// segment each (index.plan).
+	Fragments []uint64   `json:"fragments"`
+	Runs      [][]uint64 `json:"runs"`
+	// Train is set for vector index types: a TRAIN step precedes the segments.
+	Train bool `json:"train,omitempty"`
+	// Sidecars are the sidecar names the segments are spread over (round robin), Committer the
+	// one that adopts them all and commits.
+	Sidecars  []string `json:"sidecars"`
+	Committer string   `json:"committer"`
+	// Attempts counts the steps created per run (the rebuilds of run i are attempts > 1).
+	Attempts []int `json:"attempts"`
+	// Adopted are the builder sidecars whose custody the committer has adopted.
+	Adopted []string `json:"adopted,omitempty"`
+	// Failed says why the job is being failed; once set no step is created, and the job ends
+	// NOT_COMMITTED after every step settled and the build's custody was abandoned.
+	Failed string `json:"failed,omitempty"`
+}
+
+// MaxSegmentAttempts bounds the builds of one run (the first and its rebuilds).
+const MaxSegmentAttempts = 3
+
+// Step kinds, as step ids name them.
+const (
+	stepTrain  = "train"
+	stepCommit = "commit"
+)
+
+// StepID is the id of a step of parent: "<parent>.train", "<parent>.seg<i>.a<n>", "<parent>.commit".
+func StepID(parent, kind string, run, attempt int) string {
+	if kind == rpc.OpSegment {
+		return fmt.Sprintf("%s.seg%d.a%d", parent, run, attempt)
+	}
+	return parent + "." + kind
+}
+
+// SegmentedRequest is a segmented job to admit: Request with Op CREATE, and exactly one of
+// Segments (K) and MaxRowsPerSegment, passed to index.plan. Request.Fault (test-only) is passed
+// to the first build of each segment only, so that its rebuild runs.
+type SegmentedRequest struct {
+	Request
+	Segments          int
+	MaxRowsPerSegment int64
+}
+
+// caller is what a segmented job needs of a sidecar beyond Sidecar: index.plan and objects.*.
+// *host.Client has it.
+type caller interface {
+	Call(ctx context.Context, method string, params, result any) error
+}
+
+// SubmitSegmented plans the job over its admitted version (index.plan on a live sidecar) and
+// admits it as PENDING with its plan, or rejects it as Submit does (ErrNoSidecar when no sidecar
+// can plan).
+//
+// The plan names sidecars by the names they were added under, and a step is only sent, adopted
+// from or abandoned on a sidecar added under its name: on a shared journal those names must
+// denote one ledger across the cluster (a node that takes over re-adds the same sidecar, or its
+// successor on the same state directory, under the same name). A step whose sidecar no node
+// drives waits.
+func (d *Dispatcher) SubmitSegmented(ctx context.Context, r SegmentedRequest) (Job, error) {
+	if !d.enabled.Load() {
+		return Job{}, ErrDisabled
+	}
+	if r.Op != rpc.OpCreate {
+		return Job{}, fmt.Errorf("%w: a segmented job builds an index (op %s), not %s", ErrInvalidJob, rpc.OpCreate, r.Op)
+	}
+	j, err := d.newJob(r.Request)
+	if err != nil {
+		return Job{}, err
+	}
+	if len(j.ID) > rpc.MaxBuildID-len(".seg1024.a3") { // its steps' ids are valid job ids too
+		return Job{}, fmt.Errorf("%w: a segmented job id is at most %d characters", ErrInvalidJob, rpc.MaxBuildID-len(".seg1024.a3"))
+	}
+	e := d.pick(false)
+	if e == nil {
+		return Job{}, ErrNoSidecar
+	}
+	c, ok := e.sc.(caller)
+	if !ok {
+		return Job{}, fmt.Errorf("%w: sidecar %s cannot plan (no Call)", ErrNoSidecar, e.name)
+	}
+	pp := rpc.PlanParams{Dataset: r.Dataset, Version: r.AdmittedVersion, Segments: r.Segments, MaxRowsPerSegment: r.MaxRowsPerSegment}
+	if err := pp.Validate(); err != nil {
+		return Job{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if d.cfg.Credentials != nil {
+		if pp.Credentials, err = d.cfg.Credentials(ctx, r.Dataset); err != nil {
+			return Job{}, err
+		}
+	}
+	var plan rpc.PlanResult
+	if err := c.Call(ctx, rpc.MethodIndexPlan, pp, &plan); err != nil {
+		return Job{}, fmt.Errorf("index.plan on sidecar %s: %w", e.name, err)
+	}
+	sp := &SegmentedPlan{BuildID: j.ID, Runs: plan.Segments, Train: strings.HasPrefix(j.Index.Type, "IVF"),
+		Attempts: make([]int, len(plan.Segments)), Sidecars: d.sidecarNames()}
+	for _, f := range plan.Fragments {
+		sp.Fragments = append(sp.Fragments, f.ID)
+	}
+	sp.Committer = sp.Sidecars[0]
+	j.Segmented = sp
+	if err := d.insert(&j); err != nil {
+		return Job{}, err
+	}
+	d.log.Info("segmented job admitted", "job", j.ID, "index", j.Index.Name, "segments", len(sp.Runs), "sidecars", sp.Sidecars)
+	d.kickRound()
+	return j, nil
+}
+
+func (d *Dispatcher) sidecarNames() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for n, e := range d.sidecars {
+		if !exited(e.sc) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Steps returns the steps of segmented job id, in id order.
+func Steps(s Store, id string) ([]Job, error) {
+	var out []Job
+	err := s.View(func(tx Tx) error {
+		return tx.All(func(j Job) error {
+			if j.Parent == id {
+				out = append(out, j)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// driveSegmented advances every active segmented job by what its steps' states allow.
+func (d *Dispatcher) driveSegmented(ctx context.Context, _ *RoundStats) error {
+	jobs, err := d.active(func(j *Job) bool { return j.Segmented != nil })
+	for _, j := range jobs {
+		if err := d.advance(ctx, j); err != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// stepState is what a step's record says for its parent.
+type stepState int
+
+const (
+	stepBusy   stepState = iota // not settled yet (or settled with its slot's worker still to resolve)
+	stepDone                    // answered OK (TRAINED, SEGMENT_WRITTEN, or COMMITTED)
+	stepRetry                   // settled NOT_COMMITTED without running to a native answer: build again
+	stepFailed                  // refused, failed natively, or UNKNOWN given up on: the job fails
+)
+
+func classifyStep(s Job) stepState {
+	r := s.Result
+	native := r != nil && r.ErrorClass == "" && r.Phase == rpc.PhaseNativeReturn
+	switch {
+	case s.State == StateCommitted && (s.Op == rpc.OpCommitSegments || (native && r.Code == rpc.NativeOK && r.IndexUUID != "")):
+		return stepDone
+	case s.State == StateUnknown && s.Released:
+		return stepFailed
+	case !s.State.Settled():
+		return stepBusy
+	case r == nil || r.OOMKilled:
+		return stepRetry // journaled and never sent, or killed at its memory limit: build it again
+	case r.ErrorClass == ErrorRefused && s.Op == rpc.OpSegment && transientRefusal(rpc.Code(r.ErrorCode)):
+		return stepRetry // refused at receive for now (never ran): a new step, after a round
+	case r.ErrorClass == ErrorRefused || r.Phase == rpc.PhasePreInvocationRejected || (native && r.Code != rpc.NativeOK):
+		return stepFailed // refused, or the engine failed: building again would fail again
+	}
+	// INDETERMINATE or no answer, settled by index.resolve: the step left nothing the build
+	// can use (a segment whose uuid no answer named is abandoned with the build). Build again.
+	return stepRetry
+}
+
+// transientRefusal: a refusal at receive that a later send may not get (docs/PROTOCOL.md §7).
+func transientRefusal(c rpc.Code) bool {
+	switch c {
+	case rpc.CodeOverloaded, rpc.CodeShuttingDown, rpc.CodeStorageUnavailable, rpc.CodeDeadlineUnfundable:
+		return true
+	}
+	return false
+}
+
+// advance takes the next step of segmented job p, if any: create the steps due, adopt custody,
+// settle the parent.
+func (d *Dispatcher) advance(ctx context.Context, p Job) error {
+	steps, err := Steps(d.store, p.ID)
+	if err != nil {
+		return err
+	}
+	byID := map[string]Job{}
+	for _, s := range steps {
+		byID[s.ID] = s
+	}
+	sp := p.Segmented
+	if p.Cancel != nil && sp.Failed == "" {
+		return d.cancelSteps(p, steps)
+	}
+	busy := false
+	for _, s := range steps {
+		busy = busy || classifyStep(s) == stepBusy
+	}
+	if c, ok := byID[StepID(p.ID, stepCommit, 0, 0)]; sp.Failed != "" && !(ok && classifyStep(c) == stepDone) {
+		if busy {
+			return nil // wait until no step can still write into the build
+		}
+		if err := d.abandonBuild(ctx, sp); err != nil {
+			d.log.Warn("cannot abandon the build's custody yet", "job", p.ID, "error", err)
+			return nil
+		}
+		return d.settleParent(p.ID, StateNotCommitted, nil, "build abandoned: "+sp.Failed)
+	}
+	var want []Job // steps to create
+	fail := ""
+	trainUUID := ""
+	if sp.Train {
+		s, ok := byID[StepID(p.ID, stepTrain, 0, 0)]
+		switch {
+		case !ok:
+			want = append(want, d.step(p, rpc.OpTrain, stepTrain, -1, 0, sp.Committer, nil, ""))
+		case classifyStep(s) == stepDone && s.Result != nil:
+			trainUUID = s.Result.IndexUUID
+		case classifyStep(s) != stepBusy:
+			fail = "TRAIN " + s.ID + " " + string(s.State)
+		}
+		if trainUUID == "" {
+			return d.createSteps(p, want, fail)
+		}
+	}
+	var refs []rpc.SegmentRef
+	builders := map[string]bool{}
+	for i, run := range sp.Runs {
+		a := sp.Attempts[i]
+		s, ok := byID[StepID(p.ID, rpc.OpSegment, i, a)]
+		st := stepRetry
+		if ok {
+			st = classifyStep(s)
+		}
+		switch {
+		case a > 0 && !ok:
+			continue // created by the transaction that counted it; another node's commit pending
+		case st == stepDone && s.Result != nil && s.Result.IndexUUID != "":
+			refs = append(refs, rpc.SegmentRef{UUID: s.Result.IndexUUID, FragmentIDs: run})
+			builders[s.Sidecar] = true
+		case st == stepRetry && a >= MaxSegmentAttempts:
+			fail = fmt.Sprintf("segment %d: %d attempts never answered", i, a)
+		case st == stepRetry:
+			target := sp.Sidecars[(i+a)%len(sp.Sidecars)]
+			want = append(want, d.step(p, rpc.OpSegment, rpc.OpSegment, i, a+1, target, run, trainUUID))
+		case st == stepFailed:
+			fail = fmt.Sprintf("segment %d (%s) %s", i, s.ID, stepWhy(s))
+		}
+	}
+	if fail != "" || len(want) > 0 || len(refs) < len(sp.Runs) {
+		return d.createSteps(p, want, fail)
+	}
+	// Every segment written: the committer adopts the others' custody, then commits.
+	for _, b := range slices.Sorted(mapKeys(builders)) {
+		if b == sp.Committer || slices.Contains(sp.Adopted, b) {
+			continue
+		}
+		if err := d.adopt(ctx, p.Dataset.Store, sp.BuildID, b, sp.Committer); err != nil {
+			d.log.Warn("adoption not done yet", "job", p.ID, "from", b, "to", sp.Committer, "error", err)
+			return nil
+		}
+		if _, _, err := d.modify(p.ID, func(x *Job) bool {
+			if x.Segmented == nil || slices.Contains(x.Segmented.Adopted, b) {
+				return false
+			}
+			x.Segmented.Adopted = append(x.Segmented.Adopted, b)
+			x.record(d.cfg.Now(), EventAdopt, x.State, fmt.Sprintf("sidecar %s adopted build %s's custody from %s", sp.Committer, sp.BuildID, b))
+			return true
+		}); err != nil {
+			return err
+		}
+	}
+	c, ok := byID[StepID(p.ID, stepCommit, 0, 0)]
+	if !ok {
+		cs := d.step(p, rpc.OpCommitSegments, stepCommit, -1, 0, sp.Committer, nil, "")
+		cs.Segment.Segments = refs
+		return d.createSteps(p, []Job{cs}, "")
+	}
+	switch classifyStep(c) {
+	case stepDone:
+		// The commit ended the build on its sidecar; what a step of a vanished node wrote after
+		// its resolve, or a resolved commit left held, is ended here (a no-op otherwise).
+		if err := d.abandonBuild(ctx, sp); err != nil {
+			d.log.Warn("committed; the build's leftover custody stays held", "job", p.ID, "error", err)
+		}
+		res := c.Result
+		if res == nil || res.CommittedVersion == 0 {
+			res = &Result{At: d.cfg.Now(), CommittedVersion: p.AdmittedVersion + 1, CompletionReason: rpc.CompletionCommitted}
+		}
+		return d.settleParent(p.ID, StateCommitted, res, "COMMIT_SEGMENTS "+c.ID+" committed")
+	case stepRetry, stepFailed:
+		_, _, err := d.modify(p.ID, func(x *Job) bool {
+			if x.Segmented == nil || x.Segmented.Failed != "" {
+				return false
+			}
+			x.Segmented.Failed = "COMMIT_SEGMENTS " + c.ID + " " + stepWhy(c)
+			return true
+		})
+		return err
+	}
+	return nil
+}
+
+// cancelSteps turns a journaled cancel of segmented job p into its failure, and journals a cancel
+// of every step still unsettled (a PENDING one is then never sent; a sent one gets index.cancel
+// from the node driving its sidecar). A commit that lands before its cancel still commits the job.
+func (d *Dispatcher) cancelSteps(p Job, steps []Job) error {
+	now := d.cfg.Now()
+	for _, s := range steps {
+		if !s.State.Settled() && s.State != StateUnknown {
+			if _, err := RequestCancel(d.store, s.ID, p.Cancel.By, "segmented job "+p.ID+" cancelled", now); err != nil {
+				return err
+			}
+		}
+	}
+	_, _, err := d.modify(p.ID, func(x *Job) bool {
+		if x.Segmented == nil || x.Segmented.Failed != "" {
+			return false
+		}
+		x.Segmented.Failed = "cancelled by " + p.Cancel.By
+		x.record(now, EventStep, x.State, "failing: "+x.Segmented.Failed)
+		return true
+	})
+	if err == nil {
+		d.kickRound()
+	}
+	return err
+}
+
+func mapKeys(m map[string]bool) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func stepWhy(s Job) string {
+	if r := s.Result; r != nil {
+		if r.Error != "" {
+			return fmt.Sprintf("%s: %s", s.State, r.Error)
+		}
+		return fmt.Sprintf("%s: %s code %d %s", s.State, r.Phase, r.Code, r.Message)
+	}
+	return string(s.State)
+}
+
+// step is a new step job of parent p.
+func (d *Dispatcher) step(p Job, op, kind string, run, attempt int, target string, frags []uint64, train string) Job {
+	now := d.cfg.Now()
+	s := Job{
+		ID: StepID(p.ID, kind, run, attempt), Dataset: p.Dataset, Op: op, Index: p.Index, AdmittedVersion: p.AdmittedVersion,
+		Schema: p.Schema, Limits: p.Limits, Engine: p.Engine, TraceParent: p.TraceParent,
+		ExecuteDeadline: p.ExecuteDeadline, State: StatePending, SlotHeld: true, Refresh: RefreshNotRequired, Created: now,
+		Parent: p.ID, Target: target, Segment: &rpc.SegmentSpec{BuildID: p.Segmented.BuildID, FragmentIDs: frags, TrainUUID: train},
+	}
+	if op == rpc.OpSegment && attempt == 1 {
+		s.Fault = p.Fault // test-only: a segmented job's fault hits each segment's first build, so its rebuild runs
+	}
+	detail := ""
+	if frags != nil {
+		detail = fmt.Sprintf("segment %d attempt %d: fragments %v", run, attempt, frags)
+	}
+	s.record(now, EventSubmit, "", detail)
+	return s
+}
+
+// createSteps journals the new steps with the parent (RUNNING, attempts counted) in one
+// transaction, or the failure reason; a step that exists already is left as it is.
+func (d *Dispatcher) createSteps(p Job, want []Job, fail string) error {
+	if len(want) == 0 && fail == "" {
+		return nil
+	}
+	now := d.cfg.Now()
+	err := d.store.Update(func(tx Tx) error {
+		x, err := tx.Get(p.ID)
+		if err != nil {
+			return err
+		}
+		if x.Segmented == nil || x.Segmented.Failed != "" || !x.Unresolved() {
+			return errNoChange
+		}
+		if fail != "" {
+			x.Segmented.Failed = fail
+			x.record(now, EventStep, x.State, "failing: "+fail)
+			return tx.Put(&x)
+		}
+		for _, s := range want {
+			if _, err := tx.Get(s.ID); err == nil {
+				return errNoChange // another round or node created it: re-read next round
+			} else if !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if s.Op == rpc.OpSegment {
+				var run, attempt int
+				if _, err := fmt.Sscanf(strings.TrimPrefix(s.ID, p.ID+"."), "seg%d.a%d", &run, &attempt); err != nil {
+					return err
+				}
+				if x.Segmented.Attempts[run] != attempt-1 {
+					return errNoChange
+				}
+				x.Segmented.Attempts[run] = attempt
+			}
+			if err := tx.Put(&s); err != nil {
+				return err
+			}
+		}
+		from := x.State
+		x.State = StateRunning
+		names := make([]string, len(want))
+		for i, s := range want {
+			names[i] = s.ID + "→" + s.Target
+		}
+		x.record(now, EventStep, from, "steps "+strings.Join(names, ", "))
+		return tx.Put(&x)
+	})
+	if errors.Is(err, errNoChange) {
+		return nil
+	}
+	if err == nil {
+		d.kickRound()
+	}
+	return err
+}
+
+// settleParent ends segmented job id with the outcome of its commit (or NOT_COMMITTED).
+func (d *Dispatcher) settleParent(id string, to State, res *Result, detail string) error {
+	now := d.cfg.Now()
+	_, changed, err := d.modify(id, func(x *Job) bool {
+		if x.State.Settled() {
+			return false
+		}
+		from := x.State
+		x.State, x.SlotHeld, x.Result = to, false, res
+		if to == StateCommitted {
+			d.requireRefresh(x) // the host refreshes once, for the job: its steps never ask
+		}
+		x.record(now, EventAnswer, from, detail)
+		return true
+	})
+	if changed {
+		d.log.Info("segmented job settled", "job", id, "outcome", to, "detail", detail)
+	}
+	return err
+}
+
+func (d *Dispatcher) callerNamed(name string) (caller, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.sidecars[name]
+	if e == nil || exited(e.sc) {
+		return nil, fmt.Errorf("%w: sidecar %s is not live here", ErrNoSidecar, name)
+	}
+	c, ok := e.sc.(caller)
+	if !ok {
+		return nil, fmt.Errorf("%w: sidecar %s has no Call", ErrNoSidecar, name)
+	}
+	return c, nil
+}
+
+// adopt moves build's custody from sidecar from to sidecar to: from lists the build's tickets, to
+// reserves the same keys of the dataset's store for the build (its durable reservation is the
+// receipt), and only then from accepts them (releases without deleting). Interrupted anywhere, it is run again: both may
+// then hold a key, never neither; a builder that lists nothing has nothing left to move.
+func (d *Dispatcher) adopt(ctx context.Context, store rpc.StoreSpec, build, from, to string) error {
+	fc, err := d.callerNamed(from)
+	if err != nil {
+		return err
+	}
+	tc, err := d.callerNamed(to)
+	if err != nil {
+		return err
+	}
+	owner := rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(build)}
+	for {
+		var st rpc.ObjectsStatusResult
+		if err := fc.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{Owner: &owner, Tickets: true}, &st); err != nil {
+			return err
+		}
+		if len(st.Tickets) == 0 {
+			return nil
+		}
+		var keys []string
+		for _, tk := range st.Tickets {
+			if tk.State == "held" {
+				keys = append(keys, tk.Key)
+			}
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		var rr rpc.ObjectsReserveResult
+		if err := tc.Call(ctx, rpc.MethodObjectsReserve, rpc.ObjectsReserveParams{Owner: owner, Store: store, Keys: keys}, &rr); err != nil {
+			return fmt.Errorf("reserve on %s: %w", to, err)
+		}
+		var released rpc.ObjectsOwnerStatus
+		if err := fc.Call(ctx, rpc.MethodObjectsAccept, rpc.ObjectsReleaseParams{Owner: owner, Store: &store, Keys: keys}, &released); err != nil {
+			return fmt.Errorf("accept on %s: %w", from, err)
+		}
+		if !st.Truncated {
+			return nil
+		}
+	}
+}
+
+// abandonBuild ends the build's custody on every sidecar of the plan: objects.abandon of its
+// owner deletes what it still holds there.
+func (d *Dispatcher) abandonBuild(ctx context.Context, sp *SegmentedPlan) error {
+	owner := rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(sp.BuildID)}
+	for _, n := range sp.Sidecars {
+		c, err := d.callerNamed(n)
+		if err != nil {
+			return err
+		}
+		var st rpc.ObjectsOwnerStatus
+		if err := c.Call(ctx, rpc.MethodObjectsAbandon, rpc.ObjectsReleaseParams{Owner: owner, All: true}, &st); err != nil {
+			return fmt.Errorf("objects.abandon on %s: %w", n, err)
+		}
+	}
+	return nil
+}
