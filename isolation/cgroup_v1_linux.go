@@ -50,7 +50,7 @@ func newV1Group(t tree, sub string, controllers []string) (_ *v1Group, retErr er
 	for _, c := range controllers {
 		g.rels[c] = t.rel(c, sub)
 		dir := filepath.Join(v1Root, c, g.rels[c])
-		fresh, err := mkdirCgroup(dir)
+		fresh, err := mkdirCgroup(dir, t.changes)
 		if err != nil {
 			return nil, opErr("create cgroup", "", dir, nil, err)
 		}
@@ -440,19 +440,21 @@ func readFD(fd int, p string) ([]byte, error) {
 	}
 }
 
-// mkdirCgroup creates dir (and missing parents); fresh reports that dir itself did not exist.
-func mkdirCgroup(dir string) (fresh bool, err error) {
+// mkdirCgroup creates dir (and missing parents, each recorded in j); fresh reports that dir
+// itself did not exist.
+func mkdirCgroup(dir string, j *changes) (fresh bool, err error) {
 	err = sysRetry(func() error { return unix.Mkdir(dir, 0o755) })
 	switch {
 	case err == nil:
+		j.mkdir(dir)
 		return true, nil
 	case errors.Is(err, unix.EEXIST):
 		return false, nil
-	case errors.Is(err, unix.ENOENT):
-		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	case errors.Is(err, unix.ENOENT) && dir != filepath.Dir(dir):
+		if _, err := mkdirCgroup(filepath.Dir(dir), j); err != nil {
 			return false, err
 		}
-		return mkdirCgroup(dir)
+		return mkdirCgroup(dir, j)
 	}
 	return false, &os.PathError{Op: "mkdir", Path: dir, Err: err}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -43,8 +44,9 @@ func v2Controllers(mount string) []string {
 // newV2Group creates rel under mount. With limits, it first enables memory and pids in the
 // subtree_control of every ancestor at or below from (a path relative to mount; "" is the root)
 // so the leaf gets the interface files. Ancestors above from are not touched: in a delegated
-// subtree they belong to whoever delegated it.
-func newV2Group(mount, rel, from string, limits bool) (_ *v2Group, retErr error) {
+// subtree they belong to whoever delegated it. j (nil: nothing) records the directories created
+// and the controllers enabled.
+func newV2Group(mount, rel, from string, limits bool, j *changes) (_ *v2Group, retErr error) {
 	g := &v2Group{mount: mount, rel: rel, dir: filepath.Join(mount, rel)}
 	if limits {
 		anc := ""
@@ -53,15 +55,18 @@ func newV2Group(mount, rel, from string, limits bool) (_ *v2Group, retErr error)
 			if !within(anc, from) {
 				continue
 			}
-			if err := os.Mkdir(filepath.Join(mount, anc), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			switch err := os.Mkdir(filepath.Join(mount, anc), 0o755); {
+			case err == nil:
+				j.mkdir(filepath.Join(mount, anc))
+			case !errors.Is(err, os.ErrExist):
 				return nil, opErr("create cgroup", ModeV2, filepath.Join(mount, anc), nil, err)
 			}
-			if err := enableControllers(filepath.Join(mount, anc)); err != nil {
+			if err := enableControllers(filepath.Join(mount, anc), limitControllers, j); err != nil {
 				return nil, err
 			}
 		}
 	}
-	fresh, err := mkdirCgroup(g.dir)
+	fresh, err := mkdirCgroup(g.dir, j)
 	if err != nil {
 		return nil, opErr("create cgroup", "", g.dir, nil, err)
 	}
@@ -84,11 +89,25 @@ func within(rel, base string) bool {
 	return base == "" || rel == base || strings.HasPrefix(rel, base+"/")
 }
 
-func enableControllers(dir string) error {
+// limitControllers are the controllers v2 mode enables down to a domain.
+var limitControllers = []string{"memory", "pids"}
+
+// enableControllers enables ctrls in dir's cgroup.subtree_control; j records those that were
+// not enabled before.
+func enableControllers(dir string, ctrls []string, j *changes) error {
 	p := filepath.Join(dir, "cgroup.subtree_control")
-	if err := os.WriteFile(p, []byte("+memory +pids"), 0); err != nil {
+	b, _ := os.ReadFile(p) // unreadable: the write below fails and says why
+	var w, added []string
+	for _, c := range ctrls {
+		w = append(w, "+"+c)
+		if !slices.Contains(strings.Fields(string(b)), c) {
+			added = append(added, c)
+		}
+	}
+	if err := os.WriteFile(p, []byte(strings.Join(w, " ")), 0); err != nil {
 		return opErr("enable controllers", ModeV2, p, nil, err)
 	}
+	j.enabled(dir, added)
 	return nil
 }
 

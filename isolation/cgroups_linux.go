@@ -43,7 +43,7 @@ func newDomainCgroups(mode Mode, t tree, sub string, mem, pids int64) (_ *domain
 		if mount == "" {
 			return nil, opErr("create cgroups", mode, "", nil, errors.New("no cgroup2 hierarchy mounted"))
 		}
-		if c.v2, err = newV2Group(mount, t.rel(hUnified, sub), t.enable[hUnified], true); err != nil {
+		if c.v2, err = newV2Group(mount, t.rel(hUnified, sub), t.enable[hUnified], true, t.changes); err != nil {
 			return nil, err
 		}
 		var l limitsRead
@@ -58,7 +58,7 @@ func newDomainCgroups(mode Mode, t tree, sub string, mem, pids int64) (_ *domain
 			return nil, err
 		}
 		if mode == ModeHybrid {
-			if c.v2, err = newV2Group(unifiedMount(), t.rel(hUnified, sub), "", false); err != nil {
+			if c.v2, err = newV2Group(unifiedMount(), t.rel(hUnified, sub), "", false, t.changes); err != nil {
 				return nil, err
 			}
 		}

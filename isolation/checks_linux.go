@@ -27,10 +27,10 @@ type parentResult struct {
 // parentTree resolves Config.Parent: a configured name (checked, the same in every hierarchy)
 // or ParentAuto (the process's own delegated cgroups). It reports one delegation check per
 // mounted hierarchy.
-func parentTree(cfg Config) (tree, parentResult, error) {
+func parentTree(cfg Config, j *changes) (tree, parentResult, error) {
 	pr := parentResult{errs: map[string]error{}}
 	if cfg.Parent == ParentAuto {
-		d := resolveAuto()
+		d := resolveAuto(j)
 		pr.report.Source = "delegated"
 		pr.errs = d.errs
 		for _, h := range mountedHierarchies() {
@@ -57,6 +57,7 @@ func parentTree(cfg Config) (tree, parentResult, error) {
 		return tree{}, pr, err
 	}
 	t := fixedTree(cfg.Parent)
+	t.changes = j
 	for _, h := range mountedHierarchies() {
 		c := Check{Name: "delegation " + h, Optional: h == hFreezer || h == hUnified}
 		dir := t.abs(h)

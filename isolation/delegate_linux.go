@@ -30,9 +30,10 @@ type delegation struct {
 // rule); domains then live in an owner directory beside that leaf. If others share it, the own
 // cgroup is still usable where no domain controller is enabled (v1, a controller-less unified
 // hierarchy); on a v2 hierarchy with memory and pids it is not, and its parent is used if that is
-// delegated and empty (systemd's DelegateSubgroup= puts the service there).
-func resolveAuto() delegation {
-	d := delegation{tree: tree{parent: map[string]string{}, enable: map[string]string{}},
+// delegated and empty (systemd's DelegateSubgroup= puts the service there). j (nil: nothing)
+// records the move and, through the tree, what creating domains changes.
+func resolveAuto(j *changes) delegation {
+	d := delegation{tree: tree{parent: map[string]string{}, enable: map[string]string{}, changes: j},
 		own: map[string]string{}, leaf: map[string]string{}, why: map[string]string{}, errs: map[string]error{}}
 	v1, unified, err := readProcCgroup(os.Getpid())
 	if err != nil {
@@ -78,7 +79,7 @@ func (d *delegation) resolve(h, own string) error {
 		return err
 	}
 	if pl.leaf != "" {
-		if err := moveSelf(h, root, pl.leaf); err != nil {
+		if err := moveSelf(h, root, own, pl.leaf, d.tree.changes); err != nil {
 			return err
 		}
 		d.leaf[h] = pl.leaf
@@ -163,27 +164,40 @@ func offersLimits(dir string) bool {
 	return slices.Contains(f, "memory") && slices.Contains(f, "pids")
 }
 
-// moveSelf creates leaf (if absent) and moves this whole process into it, then checks
-// /proc/self/cgroup.
-func moveSelf(h, root, leaf string) error {
+// moveSelf creates leaf (if absent) and moves this whole process into it from own, then checks
+// /proc/self/cgroup. j records both, the move before it is tried.
+func moveSelf(h, root, own, leaf string, j *changes) error {
 	dir := filepath.Join(root, leaf)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	switch err := os.Mkdir(dir, 0o755); {
+	case err == nil:
+		j.mkdir(dir)
+	case !errors.Is(err, os.ErrExist):
 		return opErr("create leaf", "", dir, nil, err)
 	}
-	f := filepath.Join(dir, "cgroup.procs")
+	j.moved(h, root, own)
+	if err := moveInto(h, root, leaf); err != nil {
+		return opErr("move into leaf", "", dir, nil, err)
+	}
+	return nil
+}
+
+// moveInto moves this whole process into the cgroup rel of hierarchy h (mounted at root) and
+// checks /proc/self/cgroup.
+func moveInto(h, root, rel string) error {
+	f := filepath.Join(root, rel, "cgroup.procs")
 	if err := os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-		return opErr("move into leaf", "", f, nil, err)
+		return opErr("move", "", f, nil, err)
 	}
 	v1, u, err := readProcCgroup(os.Getpid())
 	if err != nil {
-		return opErr("move into leaf", "", f, nil, err)
+		return opErr("move", "", f, nil, err)
 	}
 	got := v1[h]
 	if h == hUnified {
 		got = u
 	}
-	if got != "/"+leaf {
-		return opErr("move into leaf", "", f, ErrPlacement, fmt.Errorf("in %s:%s after the move", h, got))
+	if got != path.Join("/", rel) {
+		return opErr("move", "", f, ErrPlacement, fmt.Errorf("in %s:%s after the move", h, got))
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func TestV2EnablesOnlyBelowTheDelegation(t *testing.T) {
 	fakeCgroup(t, mount, "1\n")
 	fakeCgroup(t, filepath.Join(mount, "system.slice"), "")
 	fakeCgroup(t, filepath.Join(mount, "system.slice", "db.service"), "")
-	g, err := newV2Group(mount, "system.slice/db.service/42-7/w1", "system.slice/db.service", true)
+	g, err := newV2Group(mount, "system.slice/db.service/42-7/w1", "system.slice/db.service", true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

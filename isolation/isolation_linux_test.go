@@ -554,7 +554,7 @@ func TestUnifiedKillAndPlacement(t *testing.T) {
 	}
 	owner, _ := OwnerName(os.Getpid())
 	rel := filepath.Join(testParent, owner, "v2direct")
-	g, err := newV2Group(mount, rel, "", false)
+	g, err := newV2Group(mount, rel, "", false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

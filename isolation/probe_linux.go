@@ -24,18 +24,28 @@ var probeSeq atomic.Uint64
 // (held behind a barrier; EnterWorker exits with a probe code),
 // verifies /proc/<pid>/cgroup, and removes it all. The first mode that passes is reported, with
 // one Check per requirement.
+//
+// Probe is a check: it leaves the cgroup tree as it found it, on success and on failure. What it
+// changed outside its own directories (its move into the leaf, the leaf and parents it created,
+// controllers it enabled in a subtree_control it found) is undone last first before it returns;
+// the last Check, "cgroups restored", says what was undone or what could not be. A Supervisor
+// keeps those changes instead: they are what its domains run in.
 func Probe(cfg Config) Report {
 	cfg = cfg.WithDefaults()
 	owner, err := OwnerName(os.Getpid())
 	if err != nil {
 		return Report{Mode: ModeNone, Host: hostLayout(), Reason: err.Error()}
 	}
-	t, pr, err := parentTree(cfg)
+	j := &changes{}
+	t, pr, err := parentTree(cfg, j)
 	if err != nil {
-		return failedReport(cfg, pr, err)
+		r := failedReport(cfg, pr, err)
+		r.Checks = append(r.Checks, j.restoreCheck())
+		return r
 	}
 	r := probe(context.Background(), cfg, t, owner, pr)
-	_ = removeOwnerDirs(t, owner) // a standalone probe keeps nothing; errors mean a live Supervisor uses it
+	_ = removeOwnerDirs(t, owner) // errors mean a live Supervisor of this process uses it (tests)
+	r.Checks = append(r.Checks, j.restoreCheck())
 	return r
 }
 

@@ -49,7 +49,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, unavailable(opErr("identify self", "", "", ErrIsolationUnavailable, err))
 	}
-	t, pr, err := parentTree(cfg)
+	t, pr, err := parentTree(cfg, nil) // serve keeps its leaf and enabled controllers for its life
 	if err != nil {
 		return nil, &PreflightError{Report: failedReport(cfg, pr, err)}
 	}

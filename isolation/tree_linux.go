@@ -63,6 +63,8 @@ type tree struct {
 	// delegated one from the parent down, never above it (those cgroups belong to whoever
 	// delegated the subtree).
 	enable map[string]string
+	// changes, when set, records what creating domains changes outside them (Probe's journal).
+	changes *changes
 }
 
 // fixedTree is a configured parent: the same relative directory in every hierarchy.

@@ -23,7 +23,8 @@ import (
 // `steward serve`, ok or missing with what to do, and a non-zero exit if index.mutate would be
 // refused. The isolation lines are isolation.Probe's checks, the very code the sidecar's
 // preflight runs (and reports in hello's isolation.checks); with the same flags as serve, the
-// verdict is the sidecar's.
+// verdict is the sidecar's. Probe leaves the cgroup tree as it found it (its "cgroups restored"
+// line), so the doctor can run in the cgroup the database starts in next (ExecStartPre).
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)

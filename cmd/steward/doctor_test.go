@@ -48,7 +48,8 @@ func TestDoctor(t *testing.T) {
 		{"uid-65534-undelegated", nobody, false, nil, 1,
 			[]string{"MISSING  delegation memory", "is not delegated to uid 65534", "fix: ", "verdict: index.mutate would be refused"}},
 		{"uid-65534-delegated", nobody, true, nil, 0,
-			[]string{"ok  delegation memory", "moved itself into the leaf", "ok  pdeathsig", "verdict: ready (isolation hybrid)"}},
+			[]string{"ok  delegation memory", "moved itself into the leaf", "ok  pdeathsig", "verdict: ready (isolation hybrid)",
+				"ok  cgroups restored", "moved back into memory:/"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var enter []string

@@ -65,9 +65,12 @@ func TestAsExampleDB(t *testing.T) {
 	}
 	root := guestStore(t, "events")
 	inv := testbin.RandID("inv-")
+	// The unit's arguments set no --memory-budget: on this 2 GiB guest the budget is below the
+	// default worker memory (1 GiB), so the call names a limit that fits, as the refusal asks.
 	res, err := c.Mutate(ctx, rpc.MutateParams{InvocationID: inv, JobID: "job-" + inv, DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli(),
 		Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "file://" + root}, Path: "events"}, PinnedVersion: 1, Op: rpc.OpCreate,
-		Index: rpc.IndexSpec{Name: "ix", Type: rpc.IndexBTree, Columns: []string{"name"}}})
+		Index:  rpc.IndexSpec{Name: "ix", Type: rpc.IndexBTree, Columns: []string{"name"}},
+		Limits: &rpc.WorkerLimits{MemoryBytes: 256 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
