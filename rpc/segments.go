@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// Segment build operations of index.mutate (docs/PROTOCOL.md §3.7). A segmented job is one TRAIN
+// Segment build operations of index.mutate (docs/PROTOCOL.md §3.13). A segmented job is one TRAIN
 // (vector indexes only), K SEGMENTs over disjoint fragment sets of the pinned version, and one
 // COMMIT_SEGMENTS at pinned+1 that publishes them as one index. They are index.mutate ops, not a
 // method of their own, because each is an ordinary contained invocation: the same admission,

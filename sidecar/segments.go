@@ -16,7 +16,7 @@ import (
 	"github.com/cba1309c/steward/storage/slot"
 )
 
-// Segment builds (docs/PROTOCOL.md §3.7). Custody of a build, one ledger owner through its life:
+// Segment builds (docs/PROTOCOL.md §3.13). Custody of a build, one ledger owner through its life:
 //
 //	TRAIN / SEGMENT invocation   its gateway reserves every object as the invocation's (as any)
 //	  answered TRAINED / SEGMENT_WRITTEN, storage confirming nothing was committed:

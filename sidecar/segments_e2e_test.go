@@ -16,7 +16,7 @@ import (
 	"github.com/cba1309c/steward/rpc"
 )
 
-// Segment builds through the real sidecar with the real Lance engine (docs/PROTOCOL.md §3.7):
+// Segment builds through the real sidecar with the real Lance engine (docs/PROTOCOL.md §3.13):
 // index.plan reads the pinned version's fragments from its manifest; TRAIN, K SEGMENTs and one
 // COMMIT_SEGMENTS run as contained invocations; Lance's own library reads the published index
 // back (describe_indices' num_segments, each segment's fragment bitmap, a query through it, no
