@@ -60,3 +60,24 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestPanickedBeforeInit: only a kernel that died before the guest's first marker is booted again.
+func TestPanickedBeforeInit(t *testing.T) {
+	for _, tc := range []struct {
+		console string
+		want    bool
+	}{
+		{"SeaBIOS\n[    2.143939] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n[    2.149628] Kernel panic - not syncing: Fatal exception in interrupt\n", true},
+		{"SeaBIOS\nv2vm: kernel 6.12\nv2vm: begin a\n[   9.1] Kernel panic - not syncing: Attempted to kill init!\n", false},
+		{"SeaBIOS\nBooting from ROM...\n", false}, // stopped without a panic: not the emulator's known fault
+	} {
+		r := parse(strings.NewReader(tc.console), time.Now())
+		if got := panickedBeforeInit(r); got != tc.want {
+			t.Errorf("panickedBeforeInit(%q) = %v, want %v", tc.console, got, tc.want)
+		}
+	}
+	r := parse(strings.NewReader("x\n[ 2.1] Oops: int3: 0000 [#1]\n[ 2.2] Kernel panic - not syncing\n"), time.Now())
+	if l := panicLine(r.Console); !strings.Contains(l, "Oops: int3") {
+		t.Errorf("panicLine = %q, want the first Oops line", l)
+	}
+}

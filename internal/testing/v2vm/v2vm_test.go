@@ -157,6 +157,9 @@ func boot(t *testing.T, tools Tools, dir string, files []File, plan []Step, o Op
 		t.Fatalf("%v\nconsole:\n%s", err, strings.Join(r.Console, "\n"))
 	}
 	t.Logf("pinned: %s", tools.Versions)
+	if r.Rebooted != "" {
+		t.Logf("booted twice: %s", r.Rebooted)
+	}
 	t.Logf("guest kernel %s, controllers: %s", r.Kernel, r.Controllers)
 	t.Logf("binaries built in %v; QEMU start to guest init %v, to power-off %v", built.Round(time.Millisecond), r.Boot.Round(time.Millisecond), r.Wall.Round(time.Millisecond))
 	for _, s := range r.Steps {
