@@ -119,21 +119,7 @@ func serveForBench(b *testing.B, up storage.Store) *minio.Client {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- gw.Serve(ln) }()
-	b.Cleanup(func() {
-		gw.Close()
-		<-done
-	})
-	cl, err := minio.New(ln.Addr().String(), &minio.Options{Creds: credentials.NewStaticV4(key, "any", ""), Region: "us-east-1"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return cl
+	return clientOnLoopback(b, gw.Serve, gw.Close)
 }
 
 // floorForBench serves up's objects to an S3 client over loopback with nothing but the ranged
@@ -168,14 +154,21 @@ func floorForBench(b *testing.B, up storage.Store) *minio.Client {
 		w.WriteHeader(http.StatusPartialContent)
 		_, _ = io.Copy(w, body)
 	})}
+	return clientOnLoopback(b, srv.Serve, srv.Close)
+}
+
+// clientOnLoopback serves on a loopback port until the benchmark ends and returns an S3 client
+// of it.
+func clientOnLoopback(b *testing.B, serve func(net.Listener) error, stop func() error) *minio.Client {
+	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- serve(ln) }()
 	b.Cleanup(func() {
-		srv.Close()
+		_ = stop()
 		<-done
 	})
 	cl, err := minio.New(ln.Addr().String(), &minio.Options{Creds: credentials.NewStaticV4(key, "any", ""), Region: "us-east-1"})
