@@ -247,6 +247,14 @@ func (r results) rows() []row {
 			out = append(out, row{"1 GiB scan through the gateway (" + st + ")", fmt.Sprintf("%.0f MB/s through the gateway", g),
 				fmt.Sprintf("%.0f MB/s direct", d), fmt.Sprintf("%.2f×", v), "≥ 0.8×"})
 		}
+		// The same scan against a bare loopback server of the store: the hop's floor, the
+		// gateway's own cost (PERFORMANCE.md §4.1).
+		if v, ok := r.get("GatewayScan/"+st, "gateway/floor"); ok {
+			g, _ := r.get("GatewayScan/"+st, "gateway-MB/s")
+			f, _ := r.get("GatewayScan/"+st, "floor-MB/s")
+			out = append(out, row{"1 GiB scan, gateway / bare loopback server (" + st + ")", fmt.Sprintf("%.0f MB/s through the gateway", g),
+				fmt.Sprintf("%.0f MB/s bare server", f), fmt.Sprintf("%.2f×", v), "≥ 0.9×"})
+		}
 	}
 	if v, ok := r.get("CleanupThroughput", "ratio"); ok {
 		raw, _ := r.get("CleanupThroughput", "raw-obj/s")
