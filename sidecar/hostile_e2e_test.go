@@ -1374,7 +1374,7 @@ func (h *hostileRun) required() []string {
 		"ns.find-sidecar", "victim.mem", "victim.process-vm-readv", "victim.ptrace-seize", "victim.sigstop", "victim.forge-result",
 		"sidecar.environ", "sidecar.mem", "sidecar.process-vm-readv", "sidecar.ptrace-seize", "sidecar.pidfd-getfd", "sidecar.sigstop",
 		"sidecar.signal-any", "sidecar.stdin-inject", "sidecar.stdout-forge", "cgroup.raise-memory", "cgroup.raise-pids", "cgroup.escape",
-		"process.orphan", "nnp.children", "nnp.builtin-worker-threads", "seccomp.ptrace", "seccomp.process_vm_readv", "seccomp.mount", "seccomp.bpf",
+		"process.orphan", "process.inherited-fds", "nnp.children", "nnp.builtin-worker-threads", "seccomp.ptrace", "seccomp.process_vm_readv", "seccomp.mount", "seccomp.bpf",
 		"seccomp.perf_event_open", "seccomp.kexec_load", "seccomp.init_module", "seccomp.keyctl", "seccomp.setns",
 		"seccomp.unshare-user", "seccomp.io_uring_setup", "seccomp.userfaultfd",
 		"fs.write-state-dir", "fs.write-host-dir", "fs.write-tmp", "fs.read-credentials", "fs.read-state-dir", "fs.read-kcore",

@@ -185,6 +185,7 @@ func (r *run) processes(_ context.Context) {
 		f.Evidence = fmt.Sprintf("left pid %d (in this engine's view); the test looks for it after the answer", pid)
 	}
 	r.emit(f)
+	r.emit(r.inheritedFDs())
 }
 
 // spawnLinger starts `hostile linger MARKER` (which double-forks) and returns the grandchild's pid.

@@ -24,6 +24,7 @@ import (
 // processes.
 // It returns the exit code.
 func Main(args []string) int {
+	recordStartFDs()
 	if len(args) > 0 {
 		switch args[0] {
 		case "linger":
