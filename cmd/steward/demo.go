@@ -319,6 +319,7 @@ func (d *demo) onProgress(method string, params json.RawMessage) {
 	b := d.bars[p.InvocationID]
 	d.mu.Unlock()
 	if b != nil {
+		b.setStage(p.Stage)
 		b.setTotal(p.Total)
 		b.set(p.Done)
 	}

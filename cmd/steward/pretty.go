@@ -15,6 +15,7 @@ type bar struct {
 	mu        sync.Mutex
 	w         io.Writer
 	label     string
+	unit      string // what done and total count: rows, or the engine's stage
 	total     int64
 	done      int64
 	tty       bool
@@ -24,7 +25,7 @@ type bar struct {
 }
 
 func newBar(w io.Writer, label string, total int64) *bar {
-	b := &bar{w: w, label: label, total: total, tty: isTerminal(w), start: time.Now()}
+	b := &bar{w: w, label: label, unit: "rows", total: total, tty: isTerminal(w), start: time.Now()}
 	b.draw(true)
 	return b
 }
@@ -33,6 +34,16 @@ func (b *bar) setTotal(t int64) {
 	b.mu.Lock()
 	if t > 0 {
 		b.total = t
+	}
+	b.mu.Unlock()
+}
+
+// setStage names what done and total count: an engine's progress stage (train_ivf counts
+// k-means iterations, shuffle rows). A new stage starts the milestones again.
+func (b *bar) setStage(stage string) {
+	b.mu.Lock()
+	if stage != "" && stage != b.unit {
+		b.unit, b.milestone = stage, 0
 	}
 	b.mu.Unlock()
 }
@@ -53,7 +64,7 @@ func (b *bar) draw(force bool) {
 	if !b.tty {
 		if m := int(pct * 4); m > b.milestone && m < 4 {
 			b.milestone = m
-			fmt.Fprintf(b.w, "   %-34s %3.0f%%  %s/%s rows\n", b.label, pct*100, grouped(b.done), grouped(b.total))
+			fmt.Fprintf(b.w, "   %-34s %3.0f%%  %s/%s %s\n", b.label, pct*100, grouped(b.done), grouped(b.total), b.unit)
 		}
 		return
 	}
@@ -63,8 +74,8 @@ func (b *bar) draw(force bool) {
 	b.lastDraw = time.Now()
 	const width = 30
 	filled := int(pct * width)
-	fmt.Fprintf(b.w, "\r   %-34s [%s%s] %3.0f%%  %s/%s", b.label, strings.Repeat("█", filled), strings.Repeat("·", width-filled),
-		pct*100, grouped(b.done), grouped(b.total))
+	fmt.Fprintf(b.w, "\r   %-34s [%s%s] %3.0f%%  %s/%s %-16s", b.label, strings.Repeat("█", filled), strings.Repeat("·", width-filled),
+		pct*100, grouped(b.done), grouped(b.total), b.unit)
 }
 
 func (b *bar) finish(summary string) {
