@@ -6,9 +6,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +122,11 @@ func TestLanceOnPureV2(t *testing.T) {
 	if res.Phase != rpc.PhaseNativeReturn || res.Code != rpc.NativeOK || res.CompletionReason != rpc.CompletionCommitted || res.CommittedVersion != 2 {
 		t.Fatalf("commit: %+v", res)
 	}
+	// The next Lance spare, started once the answer was written, waits frozen by cgroup.freeze
+	// (v2's freezer: cgroup.events reads frozen 1) until a call takes it.
+	t1 = time.Now()
+	spare := waitFrozenDomain(t, iso.Parent.Dirs[0], time.Minute)
+	t.Logf("an idle Lance spare frozen %v after the answer: %s", time.Since(t1).Round(time.Millisecond), spare)
 	c.Close()
 	if left, _ := filepath.Glob(filepath.Join(tmp, "steward-*")); len(left) > 0 {
 		t.Errorf("domain temp dirs left after the sidecar exited: %v", left)
@@ -152,3 +160,47 @@ func TestLanceOnPureV2(t *testing.T) {
 		t.Errorf("Lance's reader: %s", out)
 	}
 }
+
+// waitFrozenDomain waits for a populated cgroup under parentDir (the supervisor's leaf aside)
+// whose cgroup.events says frozen 1, and returns its path relative to parentDir.
+func waitFrozenDomain(t *testing.T, parentDir string, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var seen []string
+		err := filepath.WalkDir(parentDir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() || p == parentDir {
+				return err
+			}
+			if d.Name() == "supervisor" && filepath.Dir(p) == parentDir {
+				return filepath.SkipDir
+			}
+			ev, err := os.ReadFile(filepath.Join(p, "cgroup.events"))
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(parentDir, p)
+			seen = append(seen, rel+": "+strings.Join(strings.Fields(string(ev)), " "))
+			if strings.Contains(string(ev), "populated 1") && strings.Contains(string(ev), "frozen 1") {
+				return errFound{rel}
+			}
+			return nil
+		})
+		var found errFound
+		if errors.As(err, &found) {
+			return found.dir
+		}
+		if err != nil {
+			t.Fatalf("walking %s: %v", parentDir, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no frozen, populated domain under %s within %v; cgroup.events: %q", parentDir, within, seen)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// errFound stops waitFrozenDomain's walk at the frozen domain.
+type errFound struct{ dir string }
+
+func (e errFound) Error() string { return "found " + e.dir }
