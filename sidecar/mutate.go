@@ -169,27 +169,21 @@ func (s *Server) answer(j *job, res rpc.MutateResult) {
 // engine the calls have left is replaced.
 func (s *Server) executor() {
 	defer s.executors.Done()
-	var spare *warm
-	defer func() {
-		if spare != nil && s.take(spare) {
-			spare.discard()
-		}
-	}()
+	var spare *worker
+	defer func() { s.spares.drop(spare) }()
 	for {
 		// A spare of an engine the calls have left (another executor's call, or this one's) would
 		// only be discarded by the next call, a cold start: it is replaced now.
-		if spare != nil && (s.spareStale(spare) || !s.idleSpare(spare)) { // or retired for budget
-			if s.take(spare) {
-				spare.discard()
-			}
+		if spare != nil && (s.spares.stale(spare) || !s.spares.isIdle(spare)) { // or retired for budget
+			s.spares.drop(spare)
 			spare = nil
 		}
 		if spare == nil {
-			spare = s.prestart(len(s.queue) == 0) // nil once the sidecar stops
+			spare = s.spares.start(len(s.queue) == 0) // nil once the sidecar stops
 		}
 		var j *job
 		select {
-		case <-s.engineMovedCh():
+		case <-s.spares.movedCh():
 			continue // see above
 		case next, ok := <-s.queue:
 			if !ok {
@@ -201,7 +195,7 @@ func (s *Server) executor() {
 			continue // a cancel answered it while it was queued
 		}
 		s.metrics.queueDepth.Dec()
-		ahead := s.spareAhead(j, spare)
+		ahead := s.spares.startAhead(j.eng, spare, len(s.queue) > 0, j.p.InvocationID)
 		res, used := s.dequeue(j, spare)
 		s.answer(j, res)
 		if used || j.afterAnswer != nil {
@@ -213,8 +207,8 @@ func (s *Server) executor() {
 		if ahead != nil {
 			if w := <-ahead; spare == nil {
 				spare = w
-			} else if w != nil && s.take(w) {
-				w.discard()
+			} else {
+				s.spares.drop(w)
 			}
 		}
 		if j.afterAnswer != nil {
@@ -244,7 +238,7 @@ func (s *Server) awaitReply(j *job) {
 
 // dequeue re-checks the deadline and the lifecycle, then runs the job; used reports whether the
 // spare was consumed (only a job that reaches invoke consumes it).
-func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) {
+func (s *Server) dequeue(j *job, spare *worker) (res rpc.MutateResult, used bool) {
 	if j.cx.isRequested() {
 		// Cancelled as this executor took it: it never launches (cancel.go).
 		j.cx.byCancel = true
@@ -264,7 +258,7 @@ func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) 
 	defer s.metrics.workers.Dec()
 	if spare != nil && spare.eng != j.eng {
 		// A spare of another engine is left for the next job (or replaced once the spares follow
-		// this one's engine, spareStale); this one starts cold.
+		// this one's engine, sparePool.stale); this one starts cold.
 		return s.invoke(j, nil), false
 	}
 	return s.invoke(j, spare), true
