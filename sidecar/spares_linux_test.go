@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/cba1309c/steward/internal/testing/testbin"
 	"github.com/cba1309c/steward/internal/testing/testenv"
@@ -13,6 +14,7 @@ import (
 	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 // supervisorLauncher is the supervisor's launcher, owned by it and ended by its Close (cleanup):
@@ -29,6 +31,12 @@ func testSparePool(t *testing.T, n int64) *sparePool {
 	parent := testbin.RandID("steward-spares-")
 	cfg := Config{Isolation: isolation.Config{Parent: parent, WorkerPath: testbin.Worker(t), WorkerArgs: []string{"worker"},
 		MemoryLimit: spareTestMemory}, TempDir: t.TempDir(), Logger: hclog.NewNullLogger()}.withDefaults()
+	// isolation.New makes this process a child subreaper: undone at cleanup, or the orphans of
+	// the sidecars later tests kill would wait here as zombies, unreaped.
+	var subreaper int32
+	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&subreaper)), 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	iso, err := isolation.New(cfg.Isolation)
 	if err != nil {
 		testenv.Unavailable(t, "isolation unavailable: "+err.Error())
@@ -36,6 +44,9 @@ func testSparePool(t *testing.T, n int64) *sparePool {
 	t.Cleanup(func() {
 		_ = iso.Close(context.Background())
 		removeCgroupParent(t, parent)
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, uintptr(subreaper), 0, 0, 0); err != nil {
+			t.Error(err)
+		}
 	})
 	s := &Server{cfg: cfg, log: cfg.Logger, iso: iso, tempDir: t.TempDir(), budget: newMemBudget(n * spareTestMemory)}
 	builtin := &engine{name: workerproto.BuiltinName, decl: workerproto.Builtin()}
