@@ -29,8 +29,8 @@ func (s *Server) openBudget() {
 }
 
 // overBudget refuses at receive a call whose own memory limit exceeds the whole budget.
-func (s *Server) overBudget(p rpc.MutateParams) error {
-	need := s.memoryOf(callLimits(s.cfg.Isolation, p.Limits))
+func (s *Server) overBudget(o launchOptions) error {
+	need := s.memoryOf(o)
 	if s.budget.fits(need) {
 		return nil
 	}

@@ -13,10 +13,21 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// admitted is what admission learned of a mutation at receive, which its job carries to the
+// end: nothing of it is parsed or looked up again.
+type admitted struct {
+	eng   *engine         // the registered engine that runs it
+	store rpc.ParsedStore // the dataset's store, parsed once
+	// creds are what the sidecar reaches the store with (credsFor): the call's keys, its own for
+	// an allowed s3 store, or none.
+	creds  *rpc.Credentials
+	limits launchOptions // the call's limits: zero where they do not lower the configured ones
+}
+
 // job is one admitted mutation on its way through the queue and an executor.
 type job struct {
-	p        rpc.MutateParams
-	eng      *engine   // the registered engine that runs it
+	p rpc.MutateParams
+	admitted
 	launched time.Time // when its domain was started (set by invoke)
 	received time.Time
 	deadline time.Time // local monotonic deadline, converted once at receive
@@ -71,11 +82,17 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not acted out by engine %s (it declares %v)", rpc.ErrInvalidParams, p.Fault, eng.name, eng.decl.Faults)
 	}
-	if err := s.overBudget(p); err != nil {
+	a := admitted{eng: eng, limits: callLimits(s.cfg.Isolation, p.Limits)}
+	if err := s.overBudget(a.limits); err != nil {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: %w", rpc.ErrOverMemoryBudget, err)
 	}
-	if err := s.admitStore(ctx, p.Dataset.Store, p.Credentials); err != nil {
+	// The params check parsed the store to validate it; this is the parse the job keeps.
+	if a.store, err = p.Dataset.Store.Parse(); err != nil {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: %w", rpc.ErrInvalidParams, err)
+	}
+	if a.creds, err = s.admitReach(ctx, a.store, p.Credentials); err != nil {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err
 	}
@@ -98,7 +115,7 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 			Message: "duplicate invocation id: this request was not executed; an earlier one with this id was admitted",
 		}, nil
 	}
-	j := &job{p: p, eng: eng, received: now, deadline: deadline, runUntil: deadline.Add(-s.killBudget()),
+	j := &job{p: p, admitted: a, received: now, deadline: deadline, runUntil: deadline.Add(-s.killBudget()),
 		peer: rpc.PeerFrom(ctx), done: make(chan rpc.MutateResult, 1), cx: newJobCancel()}
 	s.cancels.add(j)
 	if err := s.enqueue(j); err != nil {
