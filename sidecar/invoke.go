@@ -124,16 +124,15 @@ func (s *Server) contained() bool { return s.iso != nil && s.iso.Contained() }
 func (s *Server) invoke(j *job, spare *worker) rpc.MutateResult {
 	start := time.Now()
 	j.launched = start
-	o := callLimits(s.cfg.Isolation, j.p.Limits)
 	s.spares.follow(j.eng) // the next spares are born for calls like this one
-	w := s.spares.claim(spare, j.eng, o, j.p.InvocationID)
+	w := s.spares.claim(spare, j.eng, j.limits, j.p.InvocationID)
 	if w == nil {
-		g, res, ok := s.awaitBudget(j, s.memoryOf(o))
+		g, res, ok := s.awaitBudget(j, s.memoryOf(j.limits))
 		if !ok {
 			return res
 		}
 		var err error
-		if w, err = s.launch(j.eng, j.p.InvocationID, o); err != nil {
+		if w, err = s.launch(j.eng, j.p.InvocationID, j.limits); err != nil {
 			g.release()
 			s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
 			return launchFailed(err)
@@ -310,12 +309,10 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			return true
 		}
 		ss.gw = gw
-		req := ss.j.p
-		req.Dataset, req.Credentials = gw.reach, gw.creds
 		ss.logw.redactAlso(gw.creds.AccessKey, gw.creds.SecretKey)
 		ss.progress.redactAlso(gw.creds.AccessKey, gw.creds.SecretKey)
-		req.Engine = "" // the engine is the one running; ENGINE.md §4.1
-		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req, TempDir: ss.tempDir})
+		req := workerproto.NewMutateRequest(ss.j.p, gw.reach, gw.creds, ss.tempDir)
+		frame, err := workerproto.NewRequest(workerproto.KindMutate, req)
 		if err == nil {
 			err = workerproto.Write(ss.toW, frame, workerproto.MaxRequestFrame)
 		}
