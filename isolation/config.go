@@ -91,6 +91,19 @@ type Config struct {
 	ForkHere bool
 }
 
+// DomainLimits are the memory and pids limits of a domain whose Spec asks for memory and pids:
+// each is the configured one where the Spec's is 0 (Spec.MemoryLimit, Spec.PidsLimit). The one
+// place that decides it: Start, and a caller that accounts for a domain before starting it.
+func (c Config) DomainLimits(memory, pids int64) (int64, int64) {
+	if memory <= 0 {
+		memory = c.MemoryLimit
+	}
+	if pids <= 0 {
+		pids = c.PidsLimit
+	}
+	return memory, pids
+}
+
 // WithDefaults returns c with every zero field replaced by its documented default.
 func (c Config) WithDefaults() Config {
 	if c.Parent == "" {

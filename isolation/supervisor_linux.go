@@ -234,13 +234,7 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (_ *Domain, retErr er
 		}
 	}()
 
-	mem, pids := s.cfg.MemoryLimit, s.cfg.PidsLimit
-	if spec.MemoryLimit > 0 {
-		mem = spec.MemoryLimit
-	}
-	if spec.PidsLimit > 0 {
-		pids = spec.PidsLimit
-	}
+	mem, pids := s.cfg.DomainLimits(spec.MemoryLimit, spec.PidsLimit)
 	cg, err := newDomainCgroups(s.report.Mode, s.tree, path.Join(s.owner, id), mem, pids)
 	if err != nil {
 		return nil, err

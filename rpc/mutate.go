@@ -170,8 +170,54 @@ func ValidID(s string) bool { return len(s) >= 1 && len(s) <= 128 && onlyOf(s, "
 
 // Validate implements Validator.
 func (p MutateParams) Validate() error {
-	if err := validateSlot(p.InvocationID, p.Dataset, p.PinnedVersion, p.Credentials); err != nil {
+	if !ValidID(p.InvocationID) {
+		return errors.New("invocation_id must be 1-128 characters of [A-Za-z0-9._:-]")
+	}
+	if err := p.Credentials.validate(); err != nil {
 		return err
+	}
+	if p.DeadlineUnixMs <= 0 {
+		return errors.New("deadline_unix_ms is required")
+	}
+	return p.Mutation().Validate()
+}
+
+// Mutation is an index mutation without the invocation that carries it (its id, deadline and
+// credentials): what a host checks when it accepts a job, before any invocation exists. The
+// index.mutate params are a Mutation and those.
+type Mutation struct {
+	JobID         string
+	Dataset       DatasetRef
+	PinnedVersion int64
+	Op            string
+	Index         IndexSpec
+	IfNotExists   bool
+	IfExists      bool
+	Schema        []FieldContract
+	Limits        *WorkerLimits
+	Fault         string
+	Engine        string
+	TraceParent   string
+	Segment       *SegmentSpec
+}
+
+// Mutation is the mutation p carries.
+func (p MutateParams) Mutation() Mutation {
+	return Mutation{JobID: p.JobID, Dataset: p.Dataset, PinnedVersion: p.PinnedVersion, Op: p.Op, Index: p.Index,
+		IfNotExists: p.IfNotExists, IfExists: p.IfExists, Schema: p.Schema, Limits: p.Limits, Fault: p.Fault,
+		Engine: p.Engine, TraceParent: p.TraceParent, Segment: p.Segment}
+}
+
+// Validate checks every field of the mutation as MutateParams.Validate does.
+func (p Mutation) Validate() error {
+	if err := p.Dataset.Store.Validate(); err != nil {
+		return err
+	}
+	if err := p.Dataset.validatePath(); err != nil {
+		return err
+	}
+	if p.PinnedVersion < 1 {
+		return errors.New("pinned_version must be ≥ 1")
 	}
 	if p.JobID != "" && !ValidID(p.JobID) {
 		return errors.New("job_id must be 1-128 characters of [A-Za-z0-9._:-]")
@@ -180,9 +226,6 @@ func (p MutateParams) Validate() error {
 		if err := ValidateTraceParent(p.TraceParent); err != nil {
 			return err
 		}
-	}
-	if p.DeadlineUnixMs <= 0 {
-		return errors.New("deadline_unix_ms is required")
 	}
 	if p.Index.Name == "" || len(p.Index.Name) > 256 {
 		return errors.New("index.name must be 1-256 bytes")
@@ -321,7 +364,7 @@ func validFieldType(t string) bool {
 	return true
 }
 
-// validateSlot checks what index.mutate and index.resolve share: the invocation, the dataset, the
+// validateSlot checks what index.resolve and index.plan share: the invocation, the dataset, the
 // pinned version whose successor is the commit slot, and the credentials.
 func validateSlot(inv string, d DatasetRef, pinned int64, c *Credentials) error {
 	if !ValidID(inv) {

@@ -100,3 +100,30 @@ func TestOptimizeNamesTheIndexOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestMutationValidatesWithoutInvocation: a host checks a job's mutation before any invocation
+// exists (no id, deadline or credentials yet); the params refuse what it lacks, and refuse what
+// its mutation refuses.
+func TestMutationValidatesWithoutInvocation(t *testing.T) {
+	p := validMutate(rpc.FieldInt64)
+	p.InvocationID, p.DeadlineUnixMs = "", 0
+	if err := p.Mutation().Validate(); err != nil {
+		t.Fatalf("a job's mutation without an invocation: %v", err)
+	}
+	if err := p.Validate(); err == nil {
+		t.Fatal("params without invocation_id and deadline passed")
+	}
+	for name, edit := range map[string]func(*rpc.MutateParams){
+		"relative store":  func(p *rpc.MutateParams) { p.Dataset.Store.URL = "file://d" },
+		"pinned 0":        func(p *rpc.MutateParams) { p.PinnedVersion = 0 },
+		"bad job id":      func(p *rpc.MutateParams) { p.JobID = "a b" },
+		"unknown op":      func(p *rpc.MutateParams) { p.Op = "MERGE" },
+		"negative limits": func(p *rpc.MutateParams) { p.Limits = &rpc.WorkerLimits{Pids: -1} },
+	} {
+		q := validMutate(rpc.FieldInt64)
+		edit(&q)
+		if q.Mutation().Validate() == nil || q.Validate() == nil {
+			t.Errorf("%s: passed (mutation %v, params %v)", name, q.Mutation().Validate(), q.Validate())
+		}
+	}
+}

@@ -67,7 +67,7 @@ type SegmentRef struct {
 func BuildOwner(build string) string { return "build:" + build }
 
 // validateSegment checks the segment work of p (p.Op is a segment op).
-func (p MutateParams) validateSegment() error {
+func (p Mutation) validateSegment() error {
 	s := p.Segment
 	if s == nil {
 		return fmt.Errorf("op %s needs segment", p.Op)

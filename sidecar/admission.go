@@ -21,43 +21,16 @@ func (s *Server) openBudget() {
 		total, from = budgetDefault(c, worker)
 	}
 	s.budget, s.budgetFrom = newMemBudget(total), from
-	s.budget.retire = s.retireSpare
 	if total < worker {
-		s.log.Warn("the memory budget is below --worker-memory: calls without a lower limits.memory_bytes are refused, no spare is prestarted",
+		s.log.Warn("the memory budget is below --worker-memory: calls without a lower limits.memory_bytes are refused, no spare is started",
 			"memory_budget", total, "worker_memory", worker)
 	}
 	s.metrics.budgetGauges(s.budget)
 }
 
-// retireSpare retires one idle spare for a call waiting for budget; false if none is idle.
-func (s *Server) retireSpare() bool {
-	s.spareMu.Lock()
-	var w *warm
-	for x := range s.spares {
-		w = x
-		break
-	}
-	delete(s.spares, w)
-	s.spareMu.Unlock()
-	if w == nil {
-		return false
-	}
-	s.log.Info("idle spare retired: a waiting call needs its memory budget", "domain", w.dom.ID(), "engine", w.eng.name)
-	w.discard()
-	return true
-}
-
-// idleSpare reports whether w is still an idle spare (not taken, retired or discarded).
-func (s *Server) idleSpare(w *warm) bool {
-	s.spareMu.Lock()
-	defer s.spareMu.Unlock()
-	_, ok := s.spares[w]
-	return ok
-}
-
 // overBudget refuses at receive a call whose own memory limit exceeds the whole budget.
-func (s *Server) overBudget(p rpc.MutateParams) error {
-	need := lower(s.cfg.Isolation.MemoryLimit, limit(p.Limits, true))
+func (s *Server) overBudget(o launchOptions) error {
+	need := s.memoryOf(o)
 	if s.budget.fits(need) {
 		return nil
 	}

@@ -64,22 +64,19 @@ func (a AllowList) names() []string {
 	return out
 }
 
-// credsFor returns the credentials a storage call on spec uses: the call's own when it brought
-// them; none for a file store; for an s3 store, the sidecar's own keys (none if it has none) only
-// when the store is on the allow-list, else a *StoreNotAllowedError. This is the one place where
-// the sidecar's keys are handed out, so a worker only ever gets them for its own call's store.
-func (s *Server) credsFor(spec rpc.StoreSpec, creds *rpc.Credentials) (*rpc.Credentials, error) {
+// credsFor returns the credentials a storage call on store p uses: the call's own when it
+// brought them; none for a file store; for an s3 store, the sidecar's own keys (none if it has
+// none) only when the store is on the allow-list, else a *StoreNotAllowedError. This is the one
+// place where the sidecar's keys are handed out, so a worker only ever gets them for its own
+// call's store.
+func (s *Server) credsFor(p rpc.ParsedStore, creds *rpc.Credentials) (*rpc.Credentials, error) {
 	if creds != nil {
 		return creds, nil
 	}
-	return s.allow.credsFor(spec, s.ownCreds)
+	return s.allow.credsFor(p, s.ownCreds)
 }
 
-func (a AllowList) credsFor(spec rpc.StoreSpec, own *rpc.Credentials) (*rpc.Credentials, error) {
-	p, err := spec.Parse()
-	if err != nil {
-		return nil, err
-	}
+func (a AllowList) credsFor(p rpc.ParsedStore, own *rpc.Credentials) (*rpc.Credentials, error) {
 	if p.Kind != rpc.StoreS3 {
 		return nil, nil
 	}
@@ -97,7 +94,11 @@ func OwnCredentialsFor(spec rpc.StoreSpec, own *rpc.Credentials, allow []string)
 	if err != nil {
 		return nil, err
 	}
-	return a.credsFor(spec, own)
+	p, err := spec.Parse()
+	if err != nil {
+		return nil, err
+	}
+	return a.credsFor(p, own)
 }
 
 // ownSecrets are the sidecar's own keys, for redaction (nil without keys).

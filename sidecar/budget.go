@@ -10,14 +10,14 @@ import (
 )
 
 // Admission by memory (docs/PROTOCOL.md §3.3.1). The memory limits of every worker domain that
-// exists — a mutation's, an idle prestarted spare's, an engine's probe at start — never sum above
+// exists — a mutation's, an idle spare's, an engine's probe at start — never sum above
 // the budget. Every path that starts a domain holds a grant for its limit first:
 //
 //	invoke   acquire: waits in FIFO order, until the call's run-until time or shutdown
-//	prestart tryAcquire: a spare never waits and never passes a waiting call
+//	spare    tryAcquire: a spare never waits and never passes a waiting call
 //	probe    acquire at New, before any executor runs
 //
-// and gives it back once the domain is gone: warm.discard, or the call's afterAnswer once its
+// and gives it back once the domain is gone: worker.discard, or the call's afterAnswer once its
 // namespaces (and the tmpfs in its mount namespace) are released. A spare's grant becomes its
 // call's (claim). A call that needs budget idle spares hold retires them rather than waiting.
 

@@ -81,8 +81,13 @@ func TestCloseStopsPendingSelfFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &job{p: rpc.MutateParams{InvocationID: "inv-fence", PinnedVersion: 1,
-		Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://bucket", Endpoint: endpoint}, Path: "ds"}}}
+	spec := rpc.StoreSpec{URL: "s3://bucket", Endpoint: endpoint}
+	store, err := spec.Parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{p: rpc.MutateParams{InvocationID: "inv-fence", PinnedVersion: 1, Dataset: rpc.DatasetRef{Store: spec, Path: "ds"}},
+		admitted: admitted{store: store}}
 	if err := s.custody.Reserve(context.Background(), invocationOf(j), []string{"ds/data/a.parquet"}, nil); err != nil {
 		t.Fatalf("reserve: %v", err)
 	}

@@ -159,14 +159,10 @@ func (e ignoredStoreError) Error() string {
 
 func (e ignoredStoreError) Unwrap() error { return storage.ErrConditionalWritesIgnored }
 
-// requireCondWrites checks the store of spec before a commit or a fence: file:// stores honour
+// requireCondWrites checks store p before a commit or a fence: file:// stores honour
 // put-if-absent by construction; an S3 store must have passed the probe. st, if not nil, is the
 // store already opened for the call; otherwise it is opened with creds when a probe is needed.
-func (s *Server) requireCondWrites(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials, st storage.Store) error {
-	p, err := spec.Parse()
-	if err != nil {
-		return err
-	}
+func (s *Server) requireCondWrites(ctx context.Context, p rpc.ParsedStore, creds *rpc.Credentials, st storage.Store) error {
 	if p.Kind != rpc.StoreS3 {
 		return nil
 	}
@@ -174,7 +170,7 @@ func (s *Server) requireCondWrites(ctx context.Context, spec rpc.StoreSpec, cred
 		if st != nil {
 			return st, nil
 		}
-		return s.openStore(ctx, spec, creds)
+		return s.openParsed(ctx, p, creds)
 	})
 }
 
@@ -182,34 +178,45 @@ func (s *Server) requireCondWrites(ctx context.Context, spec rpc.StoreSpec, cred
 // error (never executed). A store that ignores conditional writes is -32015; one that could not
 // be probed (unreachable, access denied) -32013, and the next call probes again.
 func (s *Server) admitStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) error {
+	p, err := spec.Parse()
+	if err != nil {
+		return err
+	}
+	_, err = s.admitReach(ctx, p, creds)
+	return err
+}
+
+// admitReach is admitStore of a parsed store; it returns the credentials the sidecar reaches
+// the store with (credsFor).
+func (s *Server) admitReach(ctx context.Context, p rpc.ParsedStore, creds *rpc.Credentials) (*rpc.Credentials, error) {
 	// Before the probe, whose verdict may be cached from a call that brought credentials: a call
 	// without them on a store off the allow-list is refused (-32016), whatever the probe says.
-	if _, err := s.credsFor(spec, creds); err != nil {
-		return err
+	reach, err := s.credsFor(p, creds)
+	if err != nil {
+		return nil, err
 	}
-	if err := admitLocal(spec); err != nil {
-		return err
+	if err := admitLocal(p); err != nil {
+		return nil, err
 	}
-	err := s.requireCondWrites(ctx, spec, creds, nil)
+	err = s.requireCondWrites(ctx, p, creds, nil)
 	switch {
 	case err == nil:
-		return nil
+		return reach, nil
 	case errors.Is(err, storage.ErrConditionalWritesIgnored):
-		return fmt.Errorf("%w: %s; no mutation runs on this store", rpc.ErrConditionalWritesIgnored, err)
+		return nil, fmt.Errorf("%w: %s; no mutation runs on this store", rpc.ErrConditionalWritesIgnored, err)
 	case errors.Is(err, rpc.ErrInvalidStore), errors.Is(err, storage.ErrInvalidConfig):
-		return fmt.Errorf("%w: %s", rpc.ErrInvalidParams, s.sanitizeCreds(creds, err.Error()))
+		return nil, fmt.Errorf("%w: %s", rpc.ErrInvalidParams, s.sanitizeCreds(creds, err.Error()))
 	default:
-		return fmt.Errorf("%w: %s", rpc.ErrStorageUnavailable, s.sanitizeCreds(creds, err.Error()))
+		return nil, fmt.Errorf("%w: %s", rpc.ErrStorageUnavailable, s.sanitizeCreds(creds, err.Error()))
 	}
 }
 
 // admitLocal refuses, at receive, a file:// store the sidecar cannot serve through a gateway:
 // its root must be a directory the sidecar's own user may read, write and search (the engine
 // needs no permission on it at all). The message names the path and what to do.
-func admitLocal(spec rpc.StoreSpec) error {
-	p, err := spec.Parse()
-	if err != nil || p.Kind != rpc.StoreFile {
-		return nil // Parse errors are the params check's; s3 stores are probed
+func admitLocal(p rpc.ParsedStore) error {
+	if p.Kind != rpc.StoreFile {
+		return nil // s3 stores are probed
 	}
 	fi, err := os.Stat(p.Root)
 	switch {
@@ -231,12 +238,12 @@ func admitLocal(spec rpc.StoreSpec) error {
 
 // openFencingStore opens a store for custody's fences and slot reads: only once its conditional
 // writes are verified.
-func (s *Server) openFencingStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) (storage.Store, error) {
-	st, err := s.openStore(ctx, spec, creds)
+func (s *Server) openFencingStore(ctx context.Context, p rpc.ParsedStore, creds *rpc.Credentials) (storage.Store, error) {
+	st, err := s.openParsed(ctx, p, creds)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.requireCondWrites(ctx, spec, creds, st); err != nil {
+	if err := s.requireCondWrites(ctx, p, creds, st); err != nil {
 		return nil, err
 	}
 	return st, nil

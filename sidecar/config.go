@@ -46,7 +46,7 @@ type Config struct {
 	// rpc.ErrIsolationUnavailable. For transport-only embedding and tests; default false.
 	DisableIsolation bool
 	// MemoryBudget bounds the sum of the memory limits of every worker domain that exists at once
-	// (mutations, idle prestarted spares, engine probes): calls wait in the queue for it, a call
+	// (mutations, idle spares, engine probes): calls wait in the queue for it, a call
 	// whose own limit exceeds it is refused at receive with rpc.ErrOverMemoryBudget. Default 0:
 	// 80% of the sidecar's own cgroup memory limit when it has one below MemTotal, else 50% of
 	// MemTotal, never below one Isolation.MemoryLimit the memory holds (budget.go).

@@ -107,12 +107,13 @@ func (s *Server) registerEngines() {
 func (s *Server) probe(e *engine) (workerproto.Engine, error) {
 	// Before any executor runs: the budget is free. A budget below the worker limit bounds the
 	// probe too.
-	mem := min(s.cfg.Isolation.MemoryLimit, s.budget.total)
+	o := launchOptions{memory: below(s.cfg.Isolation.MemoryLimit, s.budget.total)}
+	mem := s.memoryOf(o)
 	g := s.budget.tryAcquire(mem, false)
 	if g == nil {
 		return workerproto.Engine{}, fmt.Errorf("no memory budget for the probe (%d bytes)", mem)
 	}
-	w, err := s.launch(e, "hello-"+e.name, mem, s.cfg.Isolation.PidsLimit, nil)
+	w, err := s.launch(e, "hello-"+e.name, o)
 	if err != nil {
 		g.release()
 		return workerproto.Engine{}, err
@@ -176,7 +177,7 @@ func (s *Server) wireEngines() []rpc.EngineInfo {
 		// Every engine's outcome settles by fence: its gateway claims its commit and
 		// index.resolve fences it, whatever the engine declared (docs/ENGINE.md §4.3).
 		out = append(out, rpc.EngineInfo{Name: n, Protocol: d.Protocol, IndexTypes: slices.Clone(d.IndexTypes), Settle: rpc.SettleFence,
-			IdleMemoryBytes: s.idleMemoryOf(n)})
+			IdleMemoryBytes: s.spares.idleMemoryOf(n)})
 	}
 	return out
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/cba1309c/steward/isolation"
@@ -42,7 +41,7 @@ type session struct {
 	deadline   bool
 	cancelled  bool // index.cancel ended the session (cancel.go)
 	progress   *progressSender
-	prestarted bool               // the domain is the executor's spare
+	fromSpare  bool               // the domain is the executor's spare
 	gw         *invocationGateway // the invocation's storage gateway, opened with the request
 	gwErr      error              // why the gateway could not be opened: the request was never sent
 	logw       *workerLog
@@ -51,14 +50,14 @@ type session struct {
 	requestedAt, resultAt time.Time // when the request frame was written, the result read (timing)
 }
 
-// logAssigned writes the "worker assigned" line once. A prestarted worker's is written right
+// logAssigned writes the "worker assigned" line once. A spare's is written right
 // after the request frame, while the worker works on it rather than before (the line cost
-// 0.07–0.2 ms of a prestarted no-op's answer path), or when the session ends without a request;
+// 0.07–0.2 ms of a spare's no-op answer path), or when the session ends without a request;
 // a fresh launch's at once, while the worker starts.
 func (ss *session) logAssigned() {
 	if !ss.logged {
 		ss.logged = true
-		ss.s.jobLog(ss.j).Info("worker assigned", "domain", ss.dom.ID(), "prestarted", ss.prestarted)
+		ss.s.jobLog(ss.j).Info("worker assigned", "domain", ss.dom.ID(), "prestarted", ss.fromSpare)
 	}
 }
 
@@ -67,27 +66,12 @@ type frameOrErr struct {
 	err error
 }
 
-// warm is a worker launched ahead of demand into its own fresh cgroup: it has hardened itself,
-// paid its exec and init, announced itself, and waits for the one request it will ever serve.
-// Taking it hides the launch from the host without sharing anything between invocations.
-type warm struct {
-	eng     *engine
-	dom     *isolation.Domain
-	toW     *os.File // sidecar → worker
-	fromW   *os.File // worker → sidecar
-	frames  chan frameOrErr
-	logw    *workerLog
-	tempDir string      // the domain's private TMPDIR and HOME, removed once the domain is reaped
-	idle    *idleFreeze // a spare of another engine than the built-in one: frozen while it waits
-	grant   *grant      // the domain's memory budget (budget.go), given back once it is gone
-}
-
-// launch starts one domain of engine e with the given limits and a fresh private temp dir; its
+// launch starts one domain of engine e with options o and a fresh private temp dir; its
 // frames are read in the background. A contained domain has a network namespace of its own
 // whose only reachable address is its storage gateway's listener (handed to the sidecar at
 // birth, served once a request arrives: openGateway), so any domain may serve any dataset, and
 // nothing of a store is reachable from it: no folder, no credential, no route.
-func (s *Server) launch(e *engine, id string, memory, pids int64, cpus []int) (_ *warm, retErr error) {
+func (s *Server) launch(e *engine, id string, o launchOptions) (_ *worker, retErr error) {
 	tmp, err := os.MkdirTemp(s.tempDir, "steward-"+domainID(id)+"-")
 	if err != nil {
 		return nil, fmt.Errorf("private temp dir: %w", err)
@@ -116,8 +100,8 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, cpus []int) (_
 	}
 	dom, err := s.iso.Start(context.Background(), isolation.Spec{
 		ID: domainID(id), Path: path, Args: args, Env: env,
-		ExtraFiles: []*os.File{toWR, fromWW}, Stderr: logw, MemoryLimit: memory, PidsLimit: pids,
-		TempDir: tmp, Gateway: port, Policy: workerproto.EngineReach(e.argv), CPUs: cpus,
+		ExtraFiles: []*os.File{toWR, fromWW}, Stderr: logw, MemoryLimit: o.memory, PidsLimit: o.pids,
+		TempDir: tmp, Gateway: port, Policy: workerproto.EngineReach(e.argv), CPUs: o.cpus,
 	})
 	toWR.Close() // the worker holds its own copies now
 	fromWW.Close()
@@ -126,298 +110,29 @@ func (s *Server) launch(e *engine, id string, memory, pids int64, cpus []int) (_
 		fromWR.Close()
 		return nil, err
 	}
-	w := &warm{eng: e, dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw, tempDir: tmp}
+	w := &worker{eng: e, dom: dom, toW: toWW, fromW: fromWR, frames: make(chan frameOrErr, 16), logw: logw, tempDir: tmp}
 	go readFrames(fromWR, w.frames)
 	return w, nil
-}
-
-// spareTarget is what the next spares are born for: the last call's engine.
-type spareTarget struct {
-	eng *engine
-}
-
-// prestart launches the executor's next spare worker with the configured limits, for the last
-// call's engine (spareEngine; the built-in engine's before any call; nil if the
-// sidecar is stopping, or if the launch fails: the next job then starts cold and reports why).
-//
-// A built-in spare launched while no job waits (idle) will wait for its call: it is born on one
-// CPU, the last of the sidecar's (CPU 0 takes most device interrupts), and widens itself to all
-// of them right before its one call into the engine (isolation.WidenCPUs); reading its request,
-// opening the store and answering a no-op run on the one. Born there, its runtime starts with
-// GOMAXPROCS 1 and keeps every thread there, and its exit — the unmapping of its address space, on the
-// answer's path — runs on that CPU alone (no TLB-shootdown IPIs to the others, which stay free
-// for the sidecar's answer). A spare launched while jobs queue is taken at once and runs on
-// every CPU: its start-up is the call's, and one CPU for every worker cost a saturated pool
-// 3–25% of its mutations a second (BenchmarkMutateSaturated). Another engine's spare is born
-// on every CPU: it cannot be told to widen itself.
-func (s *Server) prestart(idle bool) *warm {
-	s.spareMu.Lock()
-	defer s.spareMu.Unlock()
-	if s.sparesClosed {
-		return nil
-	}
-	e := s.engines[workerproto.BuiltinName]
-	if t := s.spareFor.Load(); t != nil {
-		e = s.spareEngine(t)
-	}
-	var cpus []int
-	if all := s.iso.CPUs(); idle && len(all) > 1 && e.builtin() {
-		cpus = all[len(all)-1:]
-	}
-	g := s.budget.tryAcquire(s.cfg.Isolation.MemoryLimit, true)
-	if g == nil {
-		return nil // the budget is in use or awaited: the next call starts cold
-	}
-	w, err := s.launch(e, "spare", s.cfg.Isolation.MemoryLimit, s.cfg.Isolation.PidsLimit, cpus)
-	if err != nil {
-		g.release()
-		s.log.Warn("could not start a spare worker", "engine", e.name, "error", err)
-		return nil
-	}
-	w.grant = g
-	if !e.builtin() {
-		w.idle = s.freezeIdle(w)
-	}
-	s.spares[w] = struct{}{}
-	if !s.budget.headShort() {
-		return w
-	}
-	// A call began waiting for budget while this spare launched, too late to retire it: it is
-	// retired now, for that call.
-	delete(s.spares, w)
-	s.spareMu.Unlock()
-	w.discard()
-	s.spareMu.Lock() // for the deferred unlock
-	return nil
-}
-
-// spareAhead starts the executor's next spare beside job j when j takes spare, an engine other
-// than the built-in one's, while more jobs queue: such an engine's start-up (the Lance engine's
-// python and `import lance`) is longer than a small job, and a spare launched only after the
-// answer would be taken at once by the next queued job with its start-up still ahead of it.
-// Born beside the job, it has the job's length to start. nil if no spare is started; else the
-// spare arrives on the channel (nil if it could not be started), and the executor receives it.
-func (s *Server) spareAhead(j *job, spare *warm) <-chan *warm {
-	if spare == nil || spare.eng != j.eng || j.eng.builtin() || len(s.queue) == 0 {
-		return nil
-	}
-	ahead := make(chan *warm, 1)
-	go func() {
-		w := s.prestart(false)
-		if w != nil {
-			s.log.Debug("spare started beside a job, jobs queued", "engine", w.eng.name, "domain", w.dom.ID(), "invocation", j.p.InvocationID)
-		}
-		ahead <- w
-	}()
-	return ahead
-}
-
-// spareFreezeAfter is how long a spare of another engine than the built-in one runs before it is
-// frozen: its start-up (the Lance engine: python and `import lance`, ~0.3 s on an idle machine).
-const spareFreezeAfter = 2 * time.Second
-
-// idleFreeze freezes a waiting spare once its start-up is done, until wake: engine code must not
-// run outside an invocation, and an idle engine, which has no deadline, must not take the host's
-// CPUs (the domain's cgroups bound its memory and tasks, not its CPU time).
-type idleFreeze struct {
-	mu     sync.Mutex
-	timer  *time.Timer
-	frozen bool
-	over   bool // woken or discarded: it is not frozen again
-}
-
-// freezeIdle arranges for spare w to be frozen spareFreezeAfter from now (see idleFreeze).
-func (s *Server) freezeIdle(w *warm) *idleFreeze {
-	f := &idleFreeze{}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.timer = time.AfterFunc(spareFreezeAfter, func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.over {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := w.dom.Freeze(ctx); err != nil {
-			s.log.Warn("could not freeze an idle spare: it waits running", "engine", w.eng.name, "domain", w.dom.ID(), "error", err)
-			return
-		}
-		f.frozen = true
-		s.noteIdle(w)
-	})
-	return f
-}
-
-// noteIdle records what spare w holds now that its start-up is done (see Server.idleMemory).
-func (s *Server) noteIdle(w *warm) {
-	if m := w.dom.PeakMemory(); m > 0 {
-		s.spareMu.Lock()
-		s.idleMemory[w.eng.name] = m
-		s.spareMu.Unlock()
-	}
-}
-
-// idleMemoryOf is the peak memory of engine e's last idle spare, 0 before one was noted.
-func (s *Server) idleMemoryOf(e string) int64 {
-	s.spareMu.Lock()
-	defer s.spareMu.Unlock()
-	return s.idleMemory[e]
-}
-
-// wake ends f: no freeze from now on, and a frozen spare is thawed. A spare that cannot be thawed
-// must not serve.
-func (w *warm) wake() error {
-	f := w.idle
-	if f == nil {
-		return nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.over = true
-	f.timer.Stop()
-	if !f.frozen {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := w.dom.Thaw(ctx); err != nil {
-		return err
-	}
-	f.frozen = false
-	return nil
-}
-
-// take removes w from the idle spares; false if shutdown already discarded it. A built-in
-// spare, never frozen, is noted here (noteIdle): it has waited for its call.
-func (s *Server) take(w *warm) bool {
-	if w.idle == nil {
-		s.noteIdle(w)
-	}
-	s.spareMu.Lock()
-	defer s.spareMu.Unlock()
-	_, ok := s.spares[w]
-	delete(s.spares, w)
-	return ok
-}
-
-// stopSpares stops new spares from being started (a stopping sidecar launches nothing new).
-func (s *Server) stopSpares() {
-	s.spareMu.Lock()
-	s.sparesClosed = true
-	s.spareMu.Unlock()
-}
-
-// closeSpares stops spares from being started and tears down the idle ones.
-func (s *Server) closeSpares() {
-	s.spareMu.Lock()
-	s.sparesClosed = true
-	idle := s.spares
-	s.spares = map[*warm]struct{}{}
-	s.spareMu.Unlock()
-	for w := range idle {
-		w.discard()
-	}
-}
-
-// discard tears down a spare that will not serve (it died idle, or the sidecar is stopping); a
-// frozen one is killed where it stands.
-func (w *warm) discard() {
-	if f := w.idle; f != nil {
-		f.mu.Lock()
-		f.over = true
-		f.timer.Stop()
-		f.mu.Unlock()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, _ = w.dom.Kill(ctx)
-	_ = w.dom.Close()
-	w.toW.Close()
-	w.fromW.Close()
-	_ = os.RemoveAll(w.tempDir)
-	w.grant.release()
-}
-
-// spareEngine is the engine the spares for t run: t's, if it is the built-in engine or if
-// another engine's worker may wait prestarted, else the built-in engine's. Another engine's
-// spare waits outside any invocation, where no engine code may be able to change a dataset:
-// only a contained one may wait, since it reaches no store until its request opens its
-// gateway (uncontained, it could write wherever its uid may).
-func (s *Server) spareEngine(t *spareTarget) *engine {
-	if t.eng.builtin() || s.contained() {
-		return t.eng
-	}
-	return s.engines[workerproto.BuiltinName]
-}
-
-// spareServes reports whether spare w may serve a call of engine e: a spare of e serves any
-// dataset (its gateway is bound to the call only when the request arrives).
-func (s *Server) spareServes(w *warm, e *engine) bool { return w.eng == e }
-
-// followCall makes j's engine what the next spares are born for; when it differs from the last
-// call's, executors holding an idle spare of the old one replace it (spareStale).
-func (s *Server) followCall(j *job) {
-	old := s.spareFor.Swap(&spareTarget{eng: j.eng})
-	if old != nil && old.eng == j.eng {
-		return
-	}
-	s.spareMu.Lock()
-	close(s.engineMoved)
-	s.engineMoved = make(chan struct{})
-	s.spareMu.Unlock()
-}
-
-// engineMovedCh is closed once a call's engine differs from the previous one's.
-func (s *Server) engineMovedCh() <-chan struct{} {
-	s.spareMu.Lock()
-	defer s.spareMu.Unlock()
-	return s.engineMoved
-}
-
-// spareStale reports whether idle spare w was born for an engine the recent calls no longer use.
-func (s *Server) spareStale(w *warm) bool {
-	t := s.spareFor.Load()
-	return t != nil && !s.spareServes(w, s.spareEngine(t))
 }
 
 // contained reports whether worker domains are born contained.
 func (s *Server) contained() bool { return s.iso != nil && s.iso.Contained() }
 
-// invoke runs j on the spare worker when it fits (default limits, still alive), else on a fresh
-// one; runs the protocol; brings the domain down, reaped and removed; and only then returns the
-// classified answer. It consumes spare either way.
-func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
+// invoke runs j on the spare when it fits (the configured limits, j's engine, still alive), else
+// on a fresh worker; runs the protocol; brings the domain down, reaped and removed; and only then
+// returns the classified answer. It consumes spare either way.
+func (s *Server) invoke(j *job, spare *worker) rpc.MutateResult {
 	start := time.Now()
 	j.launched = start
-	memory := lower(s.cfg.Isolation.MemoryLimit, limit(j.p.Limits, true))
-	pids := lower(s.cfg.Isolation.PidsLimit, limit(j.p.Limits, false))
-	s.followCall(j) // the next spares are born for calls like this one
-	w := spare
-	if w != nil && !s.take(w) {
-		w = nil // discarded by shutdown, or retired for a call waiting for budget
-	}
-	if w != nil {
-		w.grant.claim()
-	}
-	if w != nil && (memory != s.cfg.Isolation.MemoryLimit || pids != s.cfg.Isolation.PidsLimit || isClosed(w.dom.Done()) || !s.spareServes(w, j.eng)) {
-		w.discard()
-		w = nil
-	}
-	if w != nil {
-		if err := w.wake(); err != nil {
-			s.log.Error("could not thaw the spare worker: it is discarded", "invocation", j.p.InvocationID, "error", err)
-			w.discard()
-			w = nil
-		}
-	}
+	s.spares.follow(j.eng) // the next spares are born for calls like this one
+	w := s.spares.claim(spare, j.eng, j.limits, j.p.InvocationID)
 	if w == nil {
-		g, res, ok := s.awaitBudget(j, memory)
+		g, res, ok := s.awaitBudget(j, s.memoryOf(j.limits))
 		if !ok {
 			return res
 		}
 		var err error
-		if w, err = s.launch(j.eng, j.p.InvocationID, memory, pids, nil); err != nil {
+		if w, err = s.launch(j.eng, j.p.InvocationID, j.limits); err != nil {
 			g.release()
 			s.log.Error("worker launch failed", "invocation", j.p.InvocationID, "error", err)
 			return launchFailed(err)
@@ -436,9 +151,9 @@ func (s *Server) invoke(j *job, spare *warm) rpc.MutateResult {
 	}()
 	w.logw.bind(j.p.InvocationID, rpc.TraceID(j.p.TraceParent), j.p.Credentials, s.ownSecrets()...)
 	ss := &session{s: s, j: j, dom: w.dom, toW: w.toW, frames: w.frames, tempDir: w.tempDir, logw: w.logw,
-		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent, s.callSecrets(j.p.Credentials)), prestarted: w == spare}
+		progress: newProgressSender(j.peer, j.p.InvocationID, j.p.TraceParent, s.callSecrets(j.p.Credentials)), fromSpare: w == spare}
 	defer ss.progress.stop()
-	if !ss.prestarted {
+	if !ss.fromSpare {
 		ss.logAssigned()
 	}
 	ss.run()
@@ -500,7 +215,7 @@ func (ss *session) logTiming(start, down time.Time, rec gateway.Record) {
 		}
 		return float64(b.Sub(a).Microseconds()) / 1000
 	}
-	log.Debug("invocation timing", "prestarted", ss.prestarted,
+	log.Debug("invocation timing", "prestarted", ss.fromSpare,
 		"queued_ms", ms(ss.j.received, start), "to_request_ms", ms(start, ss.requestedAt),
 		"engine_ms", ms(ss.requestedAt, ss.resultAt), "teardown_ms", ms(ss.resultAt, down),
 		"decide_ms", ms(down, time.Now()), "gateway_requests", rec.Requests, "gateway_bytes", rec.Bytes)
@@ -594,12 +309,10 @@ func (ss *session) handle(f *workerproto.Frame) (done bool) {
 			return true
 		}
 		ss.gw = gw
-		req := ss.j.p
-		req.Dataset, req.Credentials = gw.reach, gw.creds
 		ss.logw.redactAlso(gw.creds.AccessKey, gw.creds.SecretKey)
 		ss.progress.redactAlso(gw.creds.AccessKey, gw.creds.SecretKey)
-		req.Engine = "" // the engine is the one running; ENGINE.md §4.1
-		frame, err := workerproto.NewRequest(workerproto.KindMutate, &workerproto.MutateRequest{MutateParams: req, TempDir: ss.tempDir})
+		req := workerproto.NewMutateRequest(ss.j.p, gw.reach, gw.creds, ss.tempDir)
+		frame, err := workerproto.NewRequest(workerproto.KindMutate, req)
 		if err == nil {
 			err = workerproto.Write(ss.toW, frame, workerproto.MaxRequestFrame)
 		}
@@ -741,7 +454,7 @@ func (ss *session) classify(out isolation.Outcome) rpc.MutateResult {
 }
 
 // domainID names a cgroup directory after its first purpose (an invocation id for a fresh launch,
-// "spare" for a prestarted worker), within isolation's alphabet, made unique by a time suffix.
+// "spare" for a spare), within isolation's alphabet, made unique by a time suffix.
 func domainID(inv string) string {
 	b := []byte(inv)
 	for i, c := range b {
@@ -755,20 +468,8 @@ func domainID(inv string) string {
 	return fmt.Sprintf("%s-%d", b, time.Now().UnixNano()%1e9)
 }
 
-func limit(l *rpc.WorkerLimits, memory bool) int64 {
-	if l == nil {
-		return 0
-	}
-	if memory {
-		return l.MemoryBytes
-	}
-	return l.Pids
-}
-
-// lower applies a per-call limit only when it tightens the configured one.
-func lower(configured, requested int64) int64 {
-	if requested > 0 && requested < configured {
-		return requested
-	}
-	return configured
+// memoryOf is the memory limit of a domain launched with o: what its budget grant holds.
+func (s *Server) memoryOf(o launchOptions) int64 {
+	m, _ := s.cfg.Isolation.DomainLimits(o.memory, o.pids)
+	return m
 }

@@ -79,7 +79,7 @@ func (s *Server) ledgerSlot() (string, *os.File, error) {
 
 // invocationOf is the job as custody sees it.
 func invocationOf(j *job) custody.Invocation {
-	inv := custody.Invocation{ID: j.p.InvocationID, Dataset: j.p.Dataset, Pinned: j.p.PinnedVersion, Creds: j.p.Credentials,
+	inv := custody.Invocation{ID: j.p.InvocationID, Store: j.store, Path: j.p.Dataset.Path, Pinned: j.p.PinnedVersion, Creds: j.p.Credentials,
 		Launched: j.launched, BuildArea: segmentArea(j)}
 	if j.eng != nil {
 		inv.Engine = j.eng.name

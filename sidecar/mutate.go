@@ -13,10 +13,21 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// admitted is what admission learned of a mutation at receive, which its job carries to the
+// end: nothing of it is parsed or looked up again.
+type admitted struct {
+	eng   *engine         // the registered engine that runs it
+	store rpc.ParsedStore // the dataset's store, parsed once
+	// creds are what the sidecar reaches the store with (credsFor): the call's keys, its own for
+	// an allowed s3 store, or none.
+	creds  *rpc.Credentials
+	limits launchOptions // the call's limits: zero where they do not lower the configured ones
+}
+
 // job is one admitted mutation on its way through the queue and an executor.
 type job struct {
-	p        rpc.MutateParams
-	eng      *engine   // the registered engine that runs it
+	p rpc.MutateParams
+	admitted
 	launched time.Time // when its domain was started (set by invoke)
 	received time.Time
 	deadline time.Time // local monotonic deadline, converted once at receive
@@ -71,11 +82,17 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: fault %q is not acted out by engine %s (it declares %v)", rpc.ErrInvalidParams, p.Fault, eng.name, eng.decl.Faults)
 	}
-	if err := s.overBudget(p); err != nil {
+	a := admitted{eng: eng, limits: callLimits(s.cfg.Isolation, p.Limits)}
+	if err := s.overBudget(a.limits); err != nil {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: %w", rpc.ErrOverMemoryBudget, err)
 	}
-	if err := s.admitStore(ctx, p.Dataset.Store, p.Credentials); err != nil {
+	// The params check parsed the store to validate it; this is the parse the job keeps.
+	if a.store, err = p.Dataset.Store.Parse(); err != nil {
+		s.metrics.outcome("rejected_at_receive")
+		return rpc.MutateResult{}, fmt.Errorf("%w: %w", rpc.ErrInvalidParams, err)
+	}
+	if a.creds, err = s.admitReach(ctx, a.store, p.Credentials); err != nil {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err
 	}
@@ -98,7 +115,7 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 			Message: "duplicate invocation id: this request was not executed; an earlier one with this id was admitted",
 		}, nil
 	}
-	j := &job{p: p, eng: eng, received: now, deadline: deadline, runUntil: deadline.Add(-s.killBudget()),
+	j := &job{p: p, admitted: a, received: now, deadline: deadline, runUntil: deadline.Add(-s.killBudget()),
 		peer: rpc.PeerFrom(ctx), done: make(chan rpc.MutateResult, 1), cx: newJobCancel()}
 	s.cancels.add(j)
 	if err := s.enqueue(j); err != nil {
@@ -169,27 +186,21 @@ func (s *Server) answer(j *job, res rpc.MutateResult) {
 // engine the calls have left is replaced.
 func (s *Server) executor() {
 	defer s.executors.Done()
-	var spare *warm
-	defer func() {
-		if spare != nil && s.take(spare) {
-			spare.discard()
-		}
-	}()
+	var spare *worker
+	defer func() { s.spares.drop(spare) }()
 	for {
 		// A spare of an engine the calls have left (another executor's call, or this one's) would
 		// only be discarded by the next call, a cold start: it is replaced now.
-		if spare != nil && (s.spareStale(spare) || !s.idleSpare(spare)) { // or retired for budget
-			if s.take(spare) {
-				spare.discard()
-			}
+		if spare != nil && (s.spares.stale(spare) || !s.spares.isIdle(spare)) { // or retired for budget
+			s.spares.drop(spare)
 			spare = nil
 		}
 		if spare == nil {
-			spare = s.prestart(len(s.queue) == 0) // nil once the sidecar stops
+			spare = s.spares.start(len(s.queue) == 0) // nil once the sidecar stops
 		}
 		var j *job
 		select {
-		case <-s.engineMovedCh():
+		case <-s.spares.movedCh():
 			continue // see above
 		case next, ok := <-s.queue:
 			if !ok {
@@ -201,7 +212,7 @@ func (s *Server) executor() {
 			continue // a cancel answered it while it was queued
 		}
 		s.metrics.queueDepth.Dec()
-		ahead := s.spareAhead(j, spare)
+		ahead := s.spares.startAhead(j.eng, spare, len(s.queue) > 0, j.p.InvocationID)
 		res, used := s.dequeue(j, spare)
 		s.answer(j, res)
 		if used || j.afterAnswer != nil {
@@ -213,8 +224,8 @@ func (s *Server) executor() {
 		if ahead != nil {
 			if w := <-ahead; spare == nil {
 				spare = w
-			} else if w != nil && s.take(w) {
-				w.discard()
+			} else {
+				s.spares.drop(w)
 			}
 		}
 		if j.afterAnswer != nil {
@@ -244,7 +255,7 @@ func (s *Server) awaitReply(j *job) {
 
 // dequeue re-checks the deadline and the lifecycle, then runs the job; used reports whether the
 // spare was consumed (only a job that reaches invoke consumes it).
-func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) {
+func (s *Server) dequeue(j *job, spare *worker) (res rpc.MutateResult, used bool) {
 	if j.cx.isRequested() {
 		// Cancelled as this executor took it: it never launches (cancel.go).
 		j.cx.byCancel = true
@@ -264,7 +275,7 @@ func (s *Server) dequeue(j *job, spare *warm) (res rpc.MutateResult, used bool) 
 	defer s.metrics.workers.Dec()
 	if spare != nil && spare.eng != j.eng {
 		// A spare of another engine is left for the next job (or replaced once the spares follow
-		// this one's engine, spareStale); this one starts cold.
+		// this one's engine, sparePool.stale); this one starts cold.
 		return s.invoke(j, nil), false
 	}
 	return s.invoke(j, spare), true

@@ -200,12 +200,13 @@ func (s *Server) objectsSweep(ctx context.Context, p rpc.ObjectsSweepParams) (rp
 	if err != nil {
 		return rpc.ObjectsSweepResult{}, err
 	}
-	name, err := custody.StoreName(p.Dataset.Store)
+	store, err := p.Dataset.Store.Parse()
 	if err != nil {
 		return rpc.ObjectsSweepResult{}, err
 	}
+	name := store.Name()
 	// A sweep lists and deletes with the sidecar's own keys: only on an allowed store.
-	if _, err := s.credsFor(p.Dataset.Store, nil); err != nil {
+	if _, err := s.credsFor(store, nil); err != nil {
 		return rpc.ObjectsSweepResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

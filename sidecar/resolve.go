@@ -25,13 +25,17 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 	if err != nil {
 		return rpc.ResolveResult{}, err
 	}
-	if _, err := s.credsFor(p.Dataset.Store, p.Credentials); err != nil {
+	store, err := p.Dataset.Store.Parse()
+	if err != nil {
+		return rpc.ResolveResult{}, err
+	}
+	if _, err := s.credsFor(store, p.Credentials); err != nil {
 		return rpc.ResolveResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
 	res := rpc.ResolveResult{InvocationID: p.InvocationID, Version: p.PinnedVersion + 1, Outcome: rpc.OutcomeUnknown}
-	st, err := s.openStore(ctx, p.Dataset.Store, p.Credentials)
+	st, err := s.openParsed(ctx, store, p.Credentials)
 	if err != nil {
 		if errors.Is(err, storage.ErrUnavailable) {
 			res.Reason = "storage unreachable: " + s.sanitizeCreds(p.Credentials, err.Error())
@@ -39,7 +43,7 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 		}
 		return res, fmt.Errorf("%w: open store: %s", rpc.ErrInvalidParams, s.sanitizeCreds(p.Credentials, err.Error()))
 	}
-	if err := s.requireCondWrites(ctx, p.Dataset.Store, p.Credentials, st); err != nil {
+	if err := s.requireCondWrites(ctx, store, p.Credentials, st); err != nil {
 		return s.unfenceable(res, p.Credentials, err)
 	}
 	v, err := custody.Decide(ctx, st, p.Dataset.Path, p.PinnedVersion, p.InvocationID, e.builtin(), s.running(p.InvocationID))

@@ -15,6 +15,7 @@ import (
 	"github.com/cba1309c/steward/isolation"
 	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/custody"
+	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/hashicorp/go-hclog"
 	"github.com/sourcegraph/jsonrpc2"
 )
@@ -57,20 +58,7 @@ type Server struct {
 	engineOrder []string           // their names, builtin first, in registration order
 	gateways    liveGateways       // the invocations whose gateway is open now
 
-	spareMu      sync.Mutex
-	spares       map[*warm]struct{} // idle prestarted workers
-	sparesClosed bool
-	// spareFor: the engine of the last call, which the next spare is born for; spares follow the
-	// recent calls and serve any call of the same engine (a domain reaches no store until its
-	// request opens its gateway). nil before the first call (spares of the built-in engine).
-	spareFor atomic.Pointer[spareTarget]
-	// engineMoved is closed (and replaced, under spareMu) when a call's engine differs from the
-	// previous one's: executors then replace idle spares born for the old one.
-	engineMoved chan struct{}
-
-	// idleMemory is, by engine name, the peak memory of its last idle spare once its start-up
-	// was done (noteIdle): what one waiting spare of the engine holds. Under spareMu.
-	idleMemory map[string]int64
+	spares *sparePool // the spares: workers started ahead of demand (spares.go)
 
 	metricsHTTP *metricsListener // nil without Config.MetricsListen (metrics_http.go)
 
@@ -120,9 +108,6 @@ func New(cfg Config) (*Server, error) {
 		Track:       s.track,
 	})
 	s.queue = make(chan *job, cfg.QueueCapacity)
-	s.spares = map[*warm]struct{}{}
-	s.idleMemory = map[string]int64{}
-	s.engineMoved = make(chan struct{})
 	s.dedup = newDedup(cfg.DedupCapacity)
 	s.cancels = newCancels(cfg.DedupCapacity, cfg.DedupRetention)
 	s.condWrites = newCondWrites(s.log.Named("condwrite"), s.metrics.reg)
@@ -135,6 +120,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.registerEngines()
+	s.openSpares()
 	if err := s.openLedger(); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -153,6 +139,17 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.register()
 	return s, nil
+}
+
+// openSpares makes the spare pool; spares are started by the executors, which run only with a
+// verified supervisor.
+func (s *Server) openSpares() {
+	var cpus []int
+	if s.iso != nil {
+		cpus = s.iso.CPUs()
+	}
+	memory, _ := s.cfg.Isolation.DomainLimits(0, 0)
+	s.spares = newSparePool(s.log, s.launch, s.budget, memory, s.engines[workerproto.BuiltinName], cpus, s.contained())
 }
 
 // startIsolation runs the preflight. A sidecar whose isolation does not verify still starts
@@ -183,7 +180,7 @@ func (s *Server) Close() error {
 		s.stopMetricsListener()
 		var err error
 		if s.iso != nil {
-			s.closeSpares()
+			s.spares.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Isolation.ReapBound)
 			err = s.iso.Close(ctx)
 			cancel()
@@ -280,7 +277,7 @@ func (s *Server) Shutdown(reason string) {
 		s.mu.Unlock()
 		s.log.Info("shutting down", "reason", reason)
 		close(s.stop)
-		s.stopSpares()
+		s.spares.stop()
 		s.closeQueue()
 	})
 }

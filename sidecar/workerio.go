@@ -303,14 +303,20 @@ const sidecarRequestTimeout = 5 * time.Second
 // openStore opens the store with the call's credentials, or the sidecar's own where credsFor
 // allows (a *StoreNotAllowedError otherwise).
 func (s *Server) openStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) (storage.Store, error) {
-	creds, err := s.credsFor(spec, creds)
+	p, err := spec.Parse()
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := storecfg.FromSpec(spec, creds)
+	return s.openParsed(ctx, p, creds)
+}
+
+// openParsed is openStore of a parsed store.
+func (s *Server) openParsed(ctx context.Context, p rpc.ParsedStore, creds *rpc.Credentials) (storage.Store, error) {
+	creds, err := s.credsFor(p, creds)
 	if err != nil {
 		return nil, err
 	}
+	cfg := storecfg.Config(p, creds)
 	// PROTOCOL.md promises each storage request of the sidecar 5 s and one retry. minio-go's
 	// MaxRetries counts attempts (1 disables retries), so one retry is 2; two 5 s attempts and
 	// the backoff between them fit resolveTimeout.
@@ -323,7 +329,7 @@ func (s *Server) openStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.C
 func (s *Server) observeLatest(j *job) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	st, err := s.openStore(ctx, j.p.Dataset.Store, j.p.Credentials)
+	st, err := s.openParsed(ctx, j.store, j.creds)
 	if err != nil {
 		return 0
 	}

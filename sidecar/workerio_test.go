@@ -69,7 +69,7 @@ func TestConfirmedStandsOnStorage(t *testing.T) {
 		{"no-op, storage holds a commit", noop, true, yes, false},
 		{"worker lost: storage decides later", lost, false, yes, true},
 	} {
-		j := &job{p: rpc.MutateParams{InvocationID: "inv", PinnedVersion: 3, IfExists: tc.ifExists}, eng: &engine{name: "x"}}
+		j := &job{p: rpc.MutateParams{InvocationID: "inv", PinnedVersion: 3, IfExists: tc.ifExists}, admitted: admitted{eng: &engine{name: "x"}}}
 		got := s.confirmed(j, tc.res, tc.v, nil)
 		switch {
 		case tc.pass && got != tc.res:
@@ -80,7 +80,7 @@ func TestConfirmedStandsOnStorage(t *testing.T) {
 	}
 	wrong := committed
 	wrong.CommittedVersion = 9
-	if got := s.confirmed(&job{p: rpc.MutateParams{InvocationID: "inv", PinnedVersion: 3}, eng: &engine{name: "x"}}, wrong, yes, nil); got.Code != rpc.ReasonUnconfirmedCommit {
+	if got := s.confirmed(&job{p: rpc.MutateParams{InvocationID: "inv", PinnedVersion: 3}, admitted: admitted{eng: &engine{name: "x"}}}, wrong, yes, nil); got.Code != rpc.ReasonUnconfirmedCommit {
 		t.Errorf("a commit claimed at another version: %+v", got)
 	}
 }
@@ -89,7 +89,7 @@ func TestConfirmedStandsOnStorage(t *testing.T) {
 // without reading storage (the server here has no store at all).
 func TestDecideFromTheRecord(t *testing.T) {
 	s := &Server{}
-	j := &job{p: rpc.MutateParams{InvocationID: "inv", PinnedVersion: 3}, eng: &engine{name: "x"}}
+	j := &job{p: rpc.MutateParams{InvocationID: "inv", PinnedVersion: 3}, admitted: admitted{eng: &engine{name: "x"}}}
 	for _, st := range []gateway.SlotState{gateway.SlotNone, gateway.SlotRefused} {
 		v, err := s.decide(j, gateway.Record{Slot: st})
 		if err != nil || v.Outcome != slot.NotCommitted {
@@ -119,12 +119,12 @@ func TestAdmitLocalNamesPathAndFix(t *testing.T) {
 		{file, rpc.ErrInvalidParams, "is not a directory"},
 		{private, nil, ""},
 	} {
-		err := admitLocal(rpc.StoreSpec{URL: "file://" + tc.root})
+		err := admitLocal(rpc.ParsedStore{Kind: rpc.StoreFile, Root: tc.root})
 		if !errors.Is(err, tc.want) || tc.want != nil && (!strings.Contains(err.Error(), tc.root) || !strings.Contains(err.Error(), tc.says)) {
 			t.Errorf("%s: %v, want %v saying %q", tc.root, err, tc.want, tc.says)
 		}
 	}
-	if err := admitLocal(rpc.StoreSpec{URL: "s3://bucket", Endpoint: "127.0.0.1:9"}); err != nil {
+	if err := admitLocal(rpc.ParsedStore{Kind: rpc.StoreS3, Bucket: "bucket", Endpoint: "127.0.0.1:9"}); err != nil {
 		t.Errorf("an s3 store is probed, not stat'ed: %v", err)
 	}
 }

@@ -198,13 +198,12 @@ func (d *Dispatcher) newJob(r Request) (Job, error) {
 	if r.TraceParent == "" {
 		r.TraceParent = newTraceParent()
 	}
-	p := rpc.MutateParams{
-		InvocationID: "validate", JobID: r.ID, DeadlineUnixMs: 1, Dataset: r.Dataset,
-		PinnedVersion: r.AdmittedVersion, Op: r.Op, Index: r.Index, IfNotExists: r.IfNotExists,
-		IfExists: r.IfExists, Schema: r.Schema, Limits: r.Limits, Fault: r.Fault, Engine: r.Engine,
-		TraceParent: r.TraceParent,
+	m := rpc.Mutation{
+		JobID: r.ID, Dataset: r.Dataset, PinnedVersion: r.AdmittedVersion, Op: r.Op, Index: r.Index,
+		IfNotExists: r.IfNotExists, IfExists: r.IfExists, Schema: r.Schema, Limits: r.Limits, Fault: r.Fault,
+		Engine: r.Engine, TraceParent: r.TraceParent,
 	}
-	if err := p.Validate(); err != nil {
+	if err := m.Validate(); err != nil {
 		return Job{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	if r.ExecuteDeadline < 0 {

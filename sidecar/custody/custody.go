@@ -30,7 +30,7 @@ type Config struct {
 	// besides Capacity.
 	Quota int
 	// OpenStore opens a store with per-call credentials, or the sidecar's own when creds is nil.
-	OpenStore func(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) (storage.Store, error)
+	OpenStore func(ctx context.Context, store rpc.ParsedStore, creds *rpc.Credentials) (storage.Store, error)
 	// Redact removes the given per-call credentials and the sidecar's own keys from a message.
 	// Default: none removed (only for tests without credentials).
 	Redact func(creds *rpc.Credentials, msg string) string
@@ -42,10 +42,11 @@ type Config struct {
 
 // Invocation is one index mutation as custody sees it.
 type Invocation struct {
-	ID      string
-	Dataset rpc.DatasetRef
-	Pinned  int64
-	Creds   *rpc.Credentials // per-call credentials, nil for the sidecar's own; never stored
+	ID     string
+	Store  rpc.ParsedStore // the dataset's store
+	Path   string          // the dataset's path in it
+	Pinned int64
+	Creds  *rpc.Credentials // per-call credentials, nil for the sidecar's own; never stored
 	// Engine is the registered engine that runs it ("" or "builtin": the built-in engine, whose
 	// slot custody reads itself); recorded, so that recovery settles it through the same engine.
 	Engine string
@@ -154,11 +155,7 @@ func StoreName(spec rpc.StoreSpec) (string, error) {
 // pinned version, engine) is the owner's note, durable in the same commit as its first ticket,
 // so a restarted sidecar can always settle what it finds.
 func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys, prefixes []string) error {
-	p, err := inv.Dataset.Store.Parse()
-	if err != nil {
-		return err
-	}
-	if err := checkNames(inv.Dataset.Path, inv.BuildArea, keys, prefixes); err != nil {
+	if err := checkNames(inv.Path, inv.BuildArea, keys, prefixes); err != nil {
 		return err
 	}
 	if len(prefixes) > 0 {
@@ -169,11 +166,11 @@ func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys, prefixes []
 	if err := c.checkAbsent(ctx, inv, keys); err != nil {
 		return err
 	}
-	note, err := record{Store: p.Spec(), Path: inv.Dataset.Path, Pinned: inv.Pinned, Engine: inv.Engine, At: time.Now().UnixMilli()}.encode()
+	note, err := record{Store: inv.Store.Spec(), Path: inv.Path, Pinned: inv.Pinned, Engine: inv.Engine, At: time.Now().UnixMilli()}.encode()
 	if err != nil {
 		return err
 	}
-	err = c.l.ReserveWithin(ctx, Owner(inv.ID), c.cfg.Quota, note, p.Name(), append(slices.Clip(keys), prefixes...))
+	err = c.l.ReserveWithin(ctx, Owner(inv.ID), c.cfg.Quota, note, inv.Store.Name(), append(slices.Clip(keys), prefixes...))
 	if errors.Is(err, ledger.ErrQuota) {
 		return fmt.Errorf("%w (quota %d tickets per invocation): %w", ErrQuota, c.cfg.Quota, err)
 	}
@@ -184,11 +181,7 @@ func (c *Custody) Reserve(ctx context.Context, inv Invocation, keys, prefixes []
 // them (its create-only upload lost to another writer): they are someone else's objects, never to
 // be deleted with the invocation's. Keys it holds no ticket for are skipped.
 func (c *Custody) Release(ctx context.Context, inv Invocation, keys []string) error {
-	p, err := inv.Dataset.Store.Parse()
-	if err != nil {
-		return err
-	}
-	return c.l.Accept(ctx, Owner(inv.ID), p.Name(), keys)
+	return c.l.Accept(ctx, Owner(inv.ID), inv.Store.Name(), keys)
 }
 
 // Finish settles a finished invocation's tickets, before its answer is sent, from what the
@@ -255,5 +248,5 @@ func (c *Custody) openNamed(name string) (storage.Store, error) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, ResolveTimeout)
 	defer cancel()
-	return c.cfg.OpenStore(ctx, p.Spec(), nil)
+	return c.cfg.OpenStore(ctx, p, nil)
 }

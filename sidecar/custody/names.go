@@ -82,7 +82,7 @@ func checkNames(dataset, buildArea string, keys, prefixes []string) error {
 // what someone else wrote. (An engine that names its folder only after the build, Lance's BTREE,
 // reserves a prefix its own domain has already written into.)
 func (c *Custody) checkNewPrefixes(ctx context.Context, inv Invocation, prefixes []string) error {
-	st, err := c.cfg.OpenStore(ctx, inv.Dataset.Store, inv.Creds)
+	st, err := c.cfg.OpenStore(ctx, inv.Store, inv.Creds)
 	if err != nil {
 		return fmt.Errorf("custody: open store: %s", c.cfg.Redact(inv.Creds, err.Error()))
 	}
@@ -110,7 +110,7 @@ func (c *Custody) checkAbsent(ctx context.Context, inv Invocation, keys []string
 	if len(keys) == 0 {
 		return nil
 	}
-	st, err := c.cfg.OpenStore(ctx, inv.Dataset.Store, inv.Creds)
+	st, err := c.cfg.OpenStore(ctx, inv.Store, inv.Creds)
 	if err != nil {
 		return fmt.Errorf("custody: open store: %s", c.cfg.Redact(inv.Creds, err.Error()))
 	}

@@ -100,7 +100,11 @@ func (c *Custody) settleRecovered(ctx context.Context, o ledger.Owner, note []by
 	}
 	ctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	defer cancel()
-	st, err := c.cfg.OpenStore(ctx, rec.Store, nil)
+	p, err := rec.Store.Parse()
+	if err != nil {
+		return ledger.Unknown, err
+	}
+	st, err := c.cfg.OpenStore(ctx, p, nil)
 	if err != nil {
 		return ledger.Unknown, fmt.Errorf("open store: %s", c.cfg.Redact(nil, err.Error()))
 	}

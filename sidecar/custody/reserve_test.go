@@ -42,7 +42,7 @@ var backends = []struct {
 func openCustody(t *testing.T, st storage.Store, quota int) *custody.Custody {
 	t.Helper()
 	c, err := custody.Open(custody.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Quota: quota,
-		OpenStore: func(context.Context, rpc.StoreSpec, *rpc.Credentials) (storage.Store, error) { return st, nil }})
+		OpenStore: func(context.Context, rpc.ParsedStore, *rpc.Credentials) (storage.Store, error) { return st, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestReserveOnlyNewNames(t *testing.T) {
 			c := openCustody(t, st, 4)
 			put(t, st, "ds/data/theirs.parquet")                        // another writer's object
 			put(t, st, "other/_versions/00000000000000000001.manifest") // another dataset's manifest
-			inv := custody.Invocation{ID: "inv-1", Dataset: rpc.DatasetRef{Store: spec, Path: "ds"}, Pinned: 1, Launched: time.Now()}
+			inv := custody.Invocation{ID: "inv-1", Store: parsed(t, spec), Path: "ds", Pinned: 1, Launched: time.Now()}
 			held := func() int {
 				t.Helper()
 				s, err := c.Ledger().Status(ctx, custody.Owner(inv.ID))
@@ -116,7 +116,7 @@ func TestReserveOnlyNewNames(t *testing.T) {
 				t.Fatalf("past the quota: %v; want ErrQuota", err)
 			}
 			// Another invocation is not starved by the first.
-			inv2 := custody.Invocation{ID: "inv-2", Dataset: inv.Dataset, Pinned: 1, Launched: time.Now()}
+			inv2 := custody.Invocation{ID: "inv-2", Store: inv.Store, Path: inv.Path, Pinned: 1, Launched: time.Now()}
 			if err := c.Reserve(ctx, inv2, []string{"ds/data/n1"}, nil); err != nil {
 				t.Fatalf("a second invocation: %v", err)
 			}
@@ -154,7 +154,7 @@ func TestReserveExistenceCheckFailsClosed(t *testing.T) {
 	st := storagetest.NewS3(t, srv.Endpoint, srv.AccessKey, srv.SecretKey)
 	c := openCustody(t, st, 0)
 	srv.Stop()
-	inv := custody.Invocation{ID: "inv-down", Dataset: rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://" + st.Bucket(), Endpoint: srv.Endpoint}, Path: "ds"},
+	inv := custody.Invocation{ID: "inv-down", Store: parsed(t, rpc.StoreSpec{URL: "s3://" + st.Bucket(), Endpoint: srv.Endpoint}), Path: "ds",
 		Pinned: 1, Launched: time.Now()}
 	var keys []string
 	for i := range 20 {
@@ -180,12 +180,12 @@ func BenchmarkReserveKey(b *testing.B) {
 		b.Run(be.name, func(b *testing.B) {
 			st, spec := benchStore(b, be.name)
 			c, err := custody.Open(custody.Config{Path: filepath.Join(b.TempDir(), "ledger.db"), Capacity: 1 << 20,
-				OpenStore: func(context.Context, rpc.StoreSpec, *rpc.Credentials) (storage.Store, error) { return st, nil }})
+				OpenStore: func(context.Context, rpc.ParsedStore, *rpc.Credentials) (storage.Store, error) { return st, nil }})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			inv := custody.Invocation{ID: "inv-bench", Dataset: rpc.DatasetRef{Store: spec, Path: "ds"}, Pinned: 1, Launched: time.Now()}
+			inv := custody.Invocation{ID: "inv-bench", Store: parsed(b, spec), Path: "ds", Pinned: 1, Launched: time.Now()}
 			ctx := context.Background()
 			b.Run("reserve", func(b *testing.B) {
 				for i := range b.N {
@@ -214,4 +214,14 @@ func benchStore(b *testing.B, name string) (storage.Store, rpc.StoreSpec) {
 	srv := testminio.Shared(b)
 	st := storagetest.NewS3(b, srv.Endpoint, srv.AccessKey, srv.SecretKey)
 	return st, rpc.StoreSpec{URL: "s3://" + st.Bucket(), Endpoint: srv.Endpoint}
+}
+
+// parsed is spec parsed, failing tb if it does not parse.
+func parsed(tb testing.TB, spec rpc.StoreSpec) rpc.ParsedStore {
+	tb.Helper()
+	p, err := spec.Parse()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }

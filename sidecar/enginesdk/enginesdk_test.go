@@ -60,8 +60,8 @@ func TestServe(t *testing.T) {
 	done := make(chan int, 1)
 	decl := workerproto.Engine{Name: "echo", IndexTypes: []string{"X"}, Settle: workerproto.SettleNone}
 	go func() { done <- enginesdk.Serve(context.Background(), enginesdk.New(inR, outW), decl, e) }()
-	req := &workerproto.MutateRequest{MutateParams: rpc.MutateParams{InvocationID: "i", Dataset: rpc.DatasetRef{Path: "ds"},
-		Credentials: &rpc.Credentials{AccessKey: "AKIAEXAMPLE", SecretKey: "s3cr3t-value"}}}
+	req := &workerproto.MutateRequest{InvocationID: "i", Dataset: rpc.DatasetRef{Path: "ds"},
+		Credentials: &rpc.Credentials{AccessKey: "AKIAEXAMPLE", SecretKey: "s3cr3t-value"}}
 	frames := sidecarSide(t, inW, outR, workerproto.KindMutate, req)
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d", code)

@@ -21,8 +21,7 @@ func rejected(code int, msg string, latest int64) *workerproto.Result {
 }
 
 // Mutate runs the prechecks on the pinned snapshot and then exactly one engine call.
-func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, mreq *workerproto.MutateRequest) *workerproto.Result {
-	req := &mreq.MutateParams
+func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.MutateRequest) *workerproto.Result {
 	if rpc.IsSegmentOp(req.Op) {
 		// The built-in format keeps one segment per index with no fragment bitmap to publish
 		// several under one name: segment builds are Lance's (docs/ENGINE.md §4.4).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage/dataset"
 )
 
@@ -64,7 +65,7 @@ func fieldType(t string) (dataset.FieldType, error) {
 }
 
 // mutateSpec translates the request's index mutation for the engine. A DROP carries no type.
-func mutateSpec(req *rpc.MutateParams) (dataset.MutateSpec, error) {
+func mutateSpec(req *workerproto.MutateRequest) (dataset.MutateSpec, error) {
 	op, err := mutateOp(req.Op)
 	if err != nil {
 		return dataset.MutateSpec{}, err

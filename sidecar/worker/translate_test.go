@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cba1309c/steward/rpc"
+	"github.com/cba1309c/steward/sidecar/workerproto"
 	"github.com/cba1309c/steward/storage/dataset"
 )
 
@@ -55,7 +56,7 @@ func TestTranslationTables(t *testing.T) {
 	if _, err := fieldType("int32"); err == nil {
 		t.Error("unknown field type translated")
 	}
-	spec, err := mutateSpec(&rpc.MutateParams{Op: rpc.OpDrop, Index: rpc.IndexSpec{Name: "ix"}})
+	spec, err := mutateSpec(&workerproto.MutateRequest{Op: rpc.OpDrop, Index: rpc.IndexSpec{Name: "ix"}})
 	if err != nil || spec.Op != dataset.MutateDrop || spec.Type != "" {
 		t.Errorf("DROP spec %+v %v", spec, err)
 	}

@@ -134,13 +134,39 @@ type Custody struct {
 	PrefixAfterBuild  []string `json:"prefix_after_build,omitempty"`
 }
 
-// MutateRequest is the body of a mutate request: the index.mutate params (engine selection
-// removed, credentials included) and the domain's private temp dir.
+// MutateRequest is the body of a mutate request (docs/ENGINE.md §4.1): the index.mutate params
+// without engine, their dataset and credentials the invocation's gateway's, and the domain's
+// private temp dir. Its JSON is the params' own, field for field and in their order.
 type MutateRequest struct {
-	rpc.MutateParams
+	InvocationID   string              `json:"invocation_id"`
+	JobID          string              `json:"job_id,omitempty"`
+	DeadlineUnixMs int64               `json:"deadline_unix_ms"`
+	Dataset        rpc.DatasetRef      `json:"dataset"` // the gateway's store, the call's path
+	PinnedVersion  int64               `json:"pinned_version"`
+	Op             string              `json:"op"`
+	Index          rpc.IndexSpec       `json:"index"`
+	IfNotExists    bool                `json:"if_not_exists,omitempty"`
+	IfExists       bool                `json:"if_exists,omitempty"`
+	Schema         []rpc.FieldContract `json:"schema,omitempty"`
+	Credentials    *rpc.Credentials    `json:"credentials,omitempty"` // the gateway's key
+	Limits         *rpc.WorkerLimits   `json:"limits,omitempty"`
+	Fault          string              `json:"fault,omitempty"`
+	TraceParent    string              `json:"traceparent,omitempty"`
+	Segment        *rpc.SegmentSpec    `json:"segment,omitempty"`
 	// TempDir is the private directory of the domain (also TMPDIR and HOME), removed after the
 	// domain is reaped.
 	TempDir string `json:"temp_dir,omitempty"`
+}
+
+// NewMutateRequest is the request for call p to an engine that reaches its dataset as dataset
+// with creds (its gateway's), with its domain's temp dir tmp.
+func NewMutateRequest(p rpc.MutateParams, dataset rpc.DatasetRef, creds *rpc.Credentials, tmp string) *MutateRequest {
+	return &MutateRequest{
+		InvocationID: p.InvocationID, JobID: p.JobID, DeadlineUnixMs: p.DeadlineUnixMs, Dataset: dataset,
+		PinnedVersion: p.PinnedVersion, Op: p.Op, Index: p.Index, IfNotExists: p.IfNotExists, IfExists: p.IfExists,
+		Schema: p.Schema, Credentials: creds, Limits: p.Limits, Fault: p.Fault, TraceParent: p.TraceParent,
+		Segment: p.Segment, TempDir: tmp,
+	}
 }
 
 // SettleRequest is the body of a settle request: settle the invocation's slot pinned+1.

@@ -2,6 +2,7 @@ package workerproto
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -136,7 +137,7 @@ func TestRequestKinds(t *testing.T) {
 	if err != nil || s.InvocationID != "i" || !s.DomainReaped {
 		t.Errorf("settle %+v %v", s, err)
 	}
-	m, _ := NewRequest("", &MutateRequest{MutateParams: rpc.MutateParams{InvocationID: "m"}, TempDir: "/tmp/x"})
+	m, _ := NewRequest("", &MutateRequest{InvocationID: "m", TempDir: "/tmp/x"})
 	mr, err := m.Mutate()
 	if err != nil || mr.InvocationID != "m" || mr.TempDir != "/tmp/x" {
 		t.Errorf("mutate %+v %v", mr, err)
@@ -154,6 +155,42 @@ func TestResultIndexUUID(t *testing.T) {
 		f := &Frame{T: TypeResult, Result: &Result{Phase: rpc.PhaseNativeReturn, IndexUUID: u}}
 		if err := f.Validate(); (err == nil) != ok {
 			t.Errorf("index_uuid %q: %v, want ok=%v", u, err, ok)
+		}
+	}
+}
+
+// TestMutateRequestJSONIsTheParams: the worker's request type writes, byte for byte, what the
+// sidecar wrote when the request was the index.mutate params themselves (engine left out) plus
+// temp_dir: docs/ENGINE.md §4.1's engines read it unchanged.
+func TestMutateRequestJSONIsTheParams(t *testing.T) {
+	p := rpc.MutateParams{
+		InvocationID: "inv", JobID: "job", DeadlineUnixMs: 1700000000000, PinnedVersion: 3, Op: rpc.OpCreate,
+		Dataset:     rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://b"}, Path: "ds"},
+		Index:       rpc.IndexSpec{Name: "ix", Columns: []string{"c"}, Type: rpc.IndexBTree, Params: map[string]string{"k": "v"}},
+		IfNotExists: true, IfExists: true, Schema: []rpc.FieldContract{{Name: "c", Type: rpc.FieldInt64}},
+		Credentials: &rpc.Credentials{AccessKey: "a", SecretKey: "s"}, Limits: &rpc.WorkerLimits{MemoryBytes: 1, Pids: 2},
+		Fault: "hang", TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		Segment: &rpc.SegmentSpec{},
+	}
+	gw := rpc.DatasetRef{Store: rpc.StoreSpec{URL: "s3://steward", Endpoint: "127.0.0.1:7480", Region: "us-east-1"}, Path: "ds"}
+	key := &rpc.Credentials{AccessKey: "GA", SecretKey: "GS"}
+	for _, engine := range []string{"", "lance"} {
+		p.Engine = engine
+		old := p
+		old.Dataset, old.Credentials, old.Engine = gw, key, ""
+		want, err := json.Marshal(struct {
+			rpc.MutateParams
+			TempDir string `json:"temp_dir,omitempty"`
+		}{old, "/tmp/x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := json.Marshal(NewMutateRequest(p, gw, key, "/tmp/x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("engine %q:\n got %s\nwant %s", engine, got, want)
 		}
 	}
 }
