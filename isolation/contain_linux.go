@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -194,7 +195,22 @@ func restrictLandlock(p Policy) error {
 	// V9 where the kernel has it: connect(2) and sendmsg(2) to a pathname unix socket made
 	// outside the domain refused (no rule grants it); below ABI 9 only the mount namespace
 	// keeps the host's sockets out of reach (mounts_linux.go).
-	if err := landlock.V9.BestEffort().Restrict(rules...); err != nil {
+	fd, flags, err := landlock.V9.BestEffort().NewRulesetFD(rules...)
+	if err != nil {
+		return fmt.Errorf("%w: landlock: %w", ErrContainment, err)
+	}
+	if fd < 0 {
+		return nil // nothing this kernel can restrict
+	}
+	defer unix.Close(fd)
+	// Every thread at once: one call with TSYNC (ABI 8), else one psx broadcast. Restrict would
+	// broadcast no_new_privs first, which every thread has had since the worker's birth.
+	if abi >= 8 {
+		err = ll.LandlockRestrictSelf(fd, flags|ll.FlagRestrictSelfTSync)
+	} else {
+		err = ll.AllThreadsLandlockRestrictSelf(fd, flags)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: landlock: %w", ErrContainment, err)
 	}
 	return nil
@@ -245,7 +261,8 @@ const lockedNoRoot = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<5 | 1<<6 | 1<<7
 
 // dropCapabilities empties the capability sets of every thread (psx: one broadcast per call):
 // securebits first, set and locked, so that the user namespace's root regains nothing at execve
-// and nothing can undo it; the ambient and the permitted/effective/inheritable sets. The
+// and nothing can undo it; then the permitted/effective/inheritable sets, which empties the
+// ambient set too (the kernel keeps ambient ⊆ permitted ∩ inheritable at capset). The
 // bounding set, which only bounds what an execve may grant, is emptied on the calling thread
 // alone — 41 broadcasts cost milliseconds per launch, and with NOROOT locked and no_new_privs
 // (no file capabilities) no execve on any thread can grant anything. Contain locks the calling
@@ -264,9 +281,6 @@ func dropCapabilities() error {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 			return fmt.Errorf("%w: drop bounding cap %d: %w", ErrContainment, c, err)
 		}
-	}
-	if err := all("clear ambient caps", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
-		return err
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
@@ -384,6 +398,11 @@ func seccompProgram() ([]unix.SockFilter, error) {
 	return prog, nil
 }
 
+// seccompFilter is seccompProgram, assembled once per process (0.1 ms of a contained launch):
+// EnterWorker starts it in the background, beside the wait at the barrier and the mounts, and
+// loadSeccomp takes the result.
+var seccompFilter = sync.OnceValues(seccompProgram)
+
 // loadSeccomp installs the filter on every thread (TSYNC); no_new_privs is set on all of them
 // since the worker's birth.
 func loadSeccomp() error {
@@ -394,7 +413,7 @@ func loadSeccomp() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil { // set since birth; the kernel wants it on the caller
 		return fail(err)
 	}
-	prog, err := seccompProgram()
+	prog, err := seccompFilter()
 	if err != nil {
 		return fail(err)
 	}

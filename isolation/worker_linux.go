@@ -44,6 +44,9 @@ func EnterWorker() error {
 		return ErrNotWorker
 	}
 	contained := os.Getenv(EnvContain) == "1"
+	if contained {
+		go seccompFilter() // ends once assembled; Contain's loadSeccomp waits for it
+	}
 	if s := os.Getenv(EnvExecFD); s != "" {
 		if fd, err := strconv.Atoi(s); err == nil && fd >= FirstExtraFD {
 			_ = unix.Close(fd)

@@ -23,6 +23,12 @@ _STARTED = time.time()  # the engine's first line runs: python's own start-up is
 
 import os  # noqa: E402
 import sys  # noqa: E402
+
+# pylance imports numpy, whose OpenBLAS starts a thread per CPU that spins after its work; this
+# engine does no BLAS work (Lance's index builds are its Rust code), and the spinning was 12% of
+# a bare process's CPU for a BTREE on 10k rows (docs/PERFORMANCE.md §6.6). Before any import of
+# numpy; an operator's own setting wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import traceback  # noqa: E402
 import uuid  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
