@@ -52,6 +52,15 @@ func BenchmarkLanceDispatch(b *testing.B) {
 	if err := d.AddSidecar("n1", sc.Client); err != nil {
 		b.Fatal(err)
 	}
+	// The dispatcher runs as a host runs it: Run starts a round at a submit and at an answer
+	// (and every Interval); the benchmark only reads its jobs.
+	runCtx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(runCtx) }()
+	b.Cleanup(func() {
+		stop()
+		<-ran
+	})
 	root := testenv.GuestDir(b)
 	half := 0
 	copies := func() []string {
@@ -131,14 +140,11 @@ func viaDispatchOne(ctx context.Context, d *Dispatcher, root, path string) (Job,
 	return j, driveUntilSettled(ctx, d, []string{j.ID})
 }
 
-// driveUntilSettled runs rounds until every job of ids is COMMITTED and d has nothing in flight;
-// a job that settles otherwise is an error.
+// driveUntilSettled waits until every job of ids is COMMITTED and d has nothing in flight for
+// it, while d.Run drives the rounds; any other settled state fails.
 func driveUntilSettled(ctx context.Context, d *Dispatcher, ids []string) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		if _, err := d.Round(ctx); err != nil {
-			return err
-		}
 		done := 0
 		for _, id := range ids {
 			j, err := d.Get(id)
@@ -158,6 +164,10 @@ func driveUntilSettled(ctx context.Context, d *Dispatcher, ids []string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("jobs not settled after 5 minutes")
 		}
-		time.Sleep(5 * time.Millisecond) // the answers are journaled by the senders meanwhile
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
