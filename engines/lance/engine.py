@@ -408,11 +408,9 @@ def main():
     mark("imported")
     kind, req = ch.request()
     mark("request")
-    if kind == "settle":
-        # The sidecar decides outcomes from its gateway's record and storage; an engine settles
-        # nothing (ENGINE.md §5).
-        ch.settled("UNKNOWN", int(req.get("pinned_version") or 0) + 1, False, "the lance engine does not settle", {})
-        return 0
+    if kind != "mutate":
+        # The sidecar sends mutations only (ENGINE.md §5: settle requests are gone).
+        raise se.ProtocolError(f"request of kind {kind!r}")
     try:
         mutate(ch, req)
         raise native(se.INTERNAL, "the engine returned without an answer")

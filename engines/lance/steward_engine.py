@@ -97,7 +97,7 @@ class Channel:
         self.send({"t": "hello", "pid": os.getpid(), "engine": dict(engine, protocol=PROTOCOL)})
 
     def request(self):
-        """The one request frame: ("mutate", params) or ("settle", params)."""
+        """The one request frame: (its kind, params); the sidecar sends kind "mutate" only."""
         f = self.recv()
         if f["t"] != "request" or not isinstance(f.get("request"), dict):
             raise ProtocolError(f"want a request frame, got {f['t']!r}")
@@ -136,11 +136,3 @@ class Channel:
         res = {"phase": phase, "code": code, "message": message[:1024]}
         res.update({k: v for k, v in fields.items() if v not in (None, "")})
         self.send({"t": "result", "result": res})
-
-    def settled(self, outcome, version, fenced, reason="", holder=None):
-        if self._answered:
-            raise ProtocolError("second answer")
-        self._answered = True
-        self.send({"t": "settled", "settled": {"outcome": outcome, "version": version,
-                                               "fenced": fenced, "reason": reason[:1024],
-                                               "holder": holder or {}}})

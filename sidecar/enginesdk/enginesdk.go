@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cba1309c/steward/rpc"
 	"github.com/cba1309c/steward/sidecar/workerproto"
 )
 
@@ -41,12 +40,11 @@ var (
 	ErrAnswered = errors.New("enginesdk: already answered")
 )
 
-// Engine is what an engine implements: one mutation, or one settle, per process.
+// Engine is what an engine implements: one mutation per process. (An engine's Settle method, for
+// the settle requests of older sidecars, is never called: ENGINE.md §5.)
 type Engine interface {
-	// Mutate runs one mutation and returns its result. It reserves through c before it writes.
+	// Mutate runs one mutation and returns its result. It writes through its request's gateway.
 	Mutate(ctx context.Context, c *Conn, req *workerproto.MutateRequest) *workerproto.Result
-	// Settle settles one invocation's slot pinned+1.
-	Settle(ctx context.Context, c *Conn, req *workerproto.SettleRequest) *workerproto.Settled
 }
 
 // Conn is an engine's end of the protocol. Progress and Reserve may be called from several
@@ -171,15 +169,6 @@ func (c *Conn) Result(r *workerproto.Result) error {
 	return c.send(&workerproto.Frame{T: workerproto.TypeResult, Result: r})
 }
 
-// Settled sends the settle's one answer.
-func (c *Conn) Settled(s *workerproto.Settled) error {
-	if err := c.answer(); err != nil {
-		return err
-	}
-	s.Reason = c.clean(s.Reason)
-	return c.send(&workerproto.Frame{T: workerproto.TypeSettled, Settled: s})
-}
-
 func (c *Conn) answer() error {
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
@@ -227,31 +216,16 @@ func Serve(ctx context.Context, c *Conn, decl workerproto.Engine, e Engine) int 
 
 // Answer serves an already read request frame f (for engines that look at the request first).
 func Answer(ctx context.Context, c *Conn, f *workerproto.Frame, e Engine) int {
-	var creds *rpc.Credentials
-	var answer func() error
-	if f.Kind == workerproto.KindSettle {
-		req, err := f.Settle()
-		if err != nil {
-			return badRequest(err)
-		}
-		creds, answer = req.Credentials, func() error { return c.Settled(e.Settle(ctx, c, req)) }
-	} else {
-		req, err := f.Mutate()
-		if err != nil {
-			return badRequest(err)
-		}
-		creds, answer = req.Credentials, func() error { return c.Result(e.Mutate(ctx, c, req)) }
+	req, err := f.Mutate()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		return 4
 	}
-	if creds != nil {
+	if creds := req.Credentials; creds != nil {
 		c.Redact(creds.SecretKey, creds.AccessKey, creds.SessionToken)
 	}
-	if answer() != nil {
+	if c.Result(e.Mutate(ctx, c, req)) != nil {
 		return 5
 	}
 	return 0
-}
-
-func badRequest(err error) int {
-	fmt.Fprintln(os.Stderr, "engine:", err)
-	return 4
 }

@@ -22,10 +22,6 @@ func (e *echo) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.M
 	return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeIO, Message: "key " + req.Credentials.SecretKey + " " + strings.Repeat("x", 2000)}
 }
 
-func (e *echo) Settle(context.Context, *enginesdk.Conn, *workerproto.SettleRequest) *workerproto.Settled {
-	return &workerproto.Settled{Outcome: rpc.OutcomeUnknown}
-}
-
 // sidecarSide plays the sidecar: it reads hello, writes the request, refuses the reservation and
 // collects the frames up to the answer.
 func sidecarSide(t *testing.T, toEngine io.Writer, fromEngine io.Reader, kind string, body any) []*workerproto.Frame {
@@ -47,7 +43,7 @@ func sidecarSide(t *testing.T, toEngine io.Writer, fromEngine io.Reader, kind st
 		switch f.T {
 		case workerproto.TypeReserve:
 			_ = workerproto.Write(toEngine, &workerproto.Frame{T: workerproto.TypeReserved, Seq: f.Seq, Error: "no"}, workerproto.MaxRequestFrame)
-		case workerproto.TypeResult, workerproto.TypeSettled:
+		case workerproto.TypeResult:
 			return got
 		}
 	}
@@ -78,13 +74,28 @@ func TestServe(t *testing.T) {
 	}
 }
 
-func TestServeSettle(t *testing.T) {
+// TestServeRefusesASettleRequest: the sidecar sends no settle request any more (ENGINE.md §5);
+// one is a malformed request, answered by nothing and exit code 4.
+func TestServeRefusesASettleRequest(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	go enginesdk.Serve(context.Background(), enginesdk.New(inR, outW),
-		workerproto.Engine{Name: "echo", IndexTypes: []string{"X"}, Settle: workerproto.SettleNone}, &echo{})
-	frames := sidecarSide(t, inW, outR, workerproto.KindSettle, &workerproto.SettleRequest{InvocationID: "i", PinnedVersion: 1})
-	if len(frames) != 1 || frames[0].Settled.Outcome != rpc.OutcomeUnknown {
-		t.Fatalf("frames %+v", frames)
+	done := make(chan int, 1)
+	go func() {
+		done <- enginesdk.Serve(context.Background(), enginesdk.New(inR, outW),
+			workerproto.Engine{Name: "echo", IndexTypes: []string{"X"}, Settle: workerproto.SettleNone}, &echo{})
+		outW.Close()
+	}()
+	if f, err := workerproto.Read(outR, workerproto.MaxWorkerFrame); err != nil || f.T != workerproto.TypeHello {
+		t.Fatalf("first frame %+v, %v: want hello", f, err)
+	}
+	if err := workerproto.Write(inW, &workerproto.Frame{T: workerproto.TypeRequest, Kind: "settle", Request: []byte(`{"invocation_id":"i"}`)},
+		workerproto.MaxRequestFrame); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := workerproto.Read(outR, workerproto.MaxWorkerFrame); err == nil {
+		t.Errorf("the engine answered a settle request: %+v", f)
+	}
+	if code := <-done; code != 4 {
+		t.Errorf("exit code %d, want 4 (a malformed request)", code)
 	}
 }

@@ -17,10 +17,6 @@ func (noop) Mutate(context.Context, *enginesdk.Conn, *workerproto.MutateRequest)
 	return &workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeNotSupported, Message: "noop builds nothing"}
 }
 
-func (noop) Settle(_ context.Context, _ *enginesdk.Conn, r *workerproto.SettleRequest) *workerproto.Settled {
-	return &workerproto.Settled{Outcome: rpc.OutcomeUnknown, Version: r.PinnedVersion + 1, Reason: "noop cannot fence"}
-}
-
 // An engine's main: open the pipes steward gave it, declare itself, serve one request.
 func Example() {
 	c, err := enginesdk.Open()

@@ -118,37 +118,3 @@ func (builtin) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.M
 	}
 	return res
 }
-
-// Settle fences the invocation's slot pinned+1 (or finds what holds it), exactly as the
-// sidecar's index.resolve does for this engine's datasets.
-func (builtin) Settle(ctx context.Context, _ *enginesdk.Conn, req *workerproto.SettleRequest) *workerproto.Settled {
-	out := &workerproto.Settled{Outcome: rpc.OutcomeUnknown, Version: req.PinnedVersion + 1}
-	cfg, err := storecfg.FromSpec(req.Dataset.Store, req.Credentials)
-	if err != nil {
-		out.Reason = "store: " + err.Error()
-		return out
-	}
-	store, err := storage.OpenStore(ctx, cfg)
-	if err != nil {
-		out.Reason = "storage unreachable: " + err.Error()
-		return out
-	}
-	slot, err := dataset.ResolveSlot(ctx, store, req.Dataset.Path, req.PinnedVersion, req.InvocationID)
-	if err != nil {
-		out.Reason = "resolve: " + err.Error()
-		return out
-	}
-	out.Version = slot.Version
-	out.Holder = workerproto.Holder{Kind: "commit", Invocation: slot.Holder}
-	if slot.Op == dataset.OpFence {
-		out.Holder.Kind = "fence"
-	}
-	out.Fenced = slot.FenceWritten || (slot.Op == dataset.OpFence && slot.Holder == req.InvocationID)
-	if slot.Committed {
-		out.Outcome, out.Reason = rpc.OutcomeCommitted, "the slot holds this invocation's commit"
-		return out
-	}
-	out.Outcome = rpc.OutcomeNotCommitted
-	out.Reason = fmt.Sprintf("slot %d holds %s by %q", slot.Version, slot.Op, slot.Holder)
-	return out
-}

@@ -3,8 +3,7 @@
 // reads anything, and then speaks engine protocol v1 through sidecar/enginesdk like any other
 // engine: it declares itself (builtin: BTREE and BITMAP, settle by fence), reads exactly one
 // request, and for a mutation runs the prechecks on the pinned snapshot, makes exactly one call
-// into the engine (storage/dataset) and writes exactly one result; for a settle it fences the
-// slot as index.resolve does.
+// into the engine (storage/dataset) and writes exactly one result.
 //
 // The worker never imports the host side (host, plugin); it knows the sidecar only through its
 // own pipes. Credentials arrive in the request frame and live only in memory.
@@ -72,7 +71,7 @@ func Main() int {
 // cold, they were ≈0.27 ms of a no-op's answer path. Marshaling a zero value builds the field
 // caches of every type it reaches, which decoding shares.
 func warmDecoders() {
-	for _, v := range []any{&workerproto.MutateRequest{}, &workerproto.SettleRequest{}, &dataset.Manifest{}} {
+	for _, v := range []any{&workerproto.MutateRequest{}, &dataset.Manifest{}} {
 		_, _ = json.Marshal(v)
 	}
 }
@@ -87,16 +86,14 @@ func Run(ctx context.Context, c *enginesdk.Conn) int {
 		fmt.Fprintln(os.Stderr, "steward worker:", err)
 		return 4
 	}
-	if f.Kind != workerproto.KindSettle {
-		if req, err := f.Mutate(); err == nil {
-			if req.Fault == workerproto.FaultClaimCommit {
-				_ = c.Result(&workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeOK, CompletionReason: rpc.CompletionCommitted,
-					CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1})
-				return 0
-			}
-			if exit, stop := earlyFault(c, req.Fault); stop {
-				return exit
-			}
+	if req, err := f.Mutate(); err == nil {
+		if req.Fault == workerproto.FaultClaimCommit {
+			_ = c.Result(&workerproto.Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeOK, CompletionReason: rpc.CompletionCommitted,
+				CommittedVersion: req.PinnedVersion + 1, ObservedLatest: req.PinnedVersion + 1})
+			return 0
+		}
+		if exit, stop := earlyFault(c, req.Fault); stop {
+			return exit
 		}
 	}
 	return enginesdk.Answer(ctx, c, f, builtin{})

@@ -5,9 +5,9 @@
 //
 //	engine → sidecar: hello (first, before the engine reads anything; its declaration), progress,
 //	                  reserve (custody of object keys and prefixes before writing them), and
-//	                  exactly one answer: result (mutate) or settled (settle)
-//	sidecar → engine: request (exactly one, after hello; kind mutate or settle; the only place
-//	                  per-call credentials travel), reserved (the answer to a reserve)
+//	                  exactly one answer: result
+//	sidecar → engine: request (exactly one, after hello; kind mutate; the only place per-call
+//	                  credentials travel), reserved (the answer to a reserve)
 //
 // Both directions are bounded; a malformed, oversized or out-of-order frame is a protocol
 // violation for which the sidecar kills the domain. The package owns the frame shapes and their
@@ -43,7 +43,6 @@ const (
 	TypeProgress = "progress"
 	TypeReserve  = "reserve"
 	TypeResult   = "result"
-	TypeSettled  = "settled"
 	TypeRequest  = "request"
 	TypeReserved = "reserved"
 )
@@ -51,7 +50,6 @@ const (
 // Request kinds.
 const (
 	KindMutate = "mutate"
-	KindSettle = "settle"
 )
 
 // Settle guarantees an engine declares (docs/ENGINE.md §3.1), the same values hello reports.
@@ -86,8 +84,8 @@ type Frame struct {
 	Pid    int     `json:"pid,omitempty"`
 	Engine *Engine `json:"engine,omitempty"`
 
-	// request: Kind ("" = mutate) and its body, a MutateRequest or a SettleRequest (decode it
-	// with Mutate or Settle).
+	// request: Kind ("" = mutate) and its body, a MutateRequest (decode it with Mutate). The
+	// sidecar sends no other kind: the settle requests of older sidecars are gone (ENGINE.md §5).
 	Kind    string          `json:"kind,omitempty"`
 	Request json.RawMessage `json:"request,omitempty"`
 
@@ -104,9 +102,8 @@ type Frame struct {
 	// Refusal classifies a refused reservation (reserved with Error): one of the Refusal* values.
 	Refusal string `json:"refusal,omitempty"`
 
-	// result / settled
-	Result  *Result  `json:"result,omitempty"`
-	Settled *Settled `json:"settled,omitempty"`
+	// result
+	Result *Result `json:"result,omitempty"`
 }
 
 // Engine is an engine's declaration in its hello (docs/ENGINE.md §3.1).
@@ -169,18 +166,6 @@ func NewMutateRequest(p rpc.MutateParams, dataset rpc.DatasetRef, creds *rpc.Cre
 	}
 }
 
-// SettleRequest is the body of a settle request: settle the invocation's slot pinned+1.
-type SettleRequest struct {
-	InvocationID  string           `json:"invocation_id"`
-	Dataset       rpc.DatasetRef   `json:"dataset"`
-	PinnedVersion int64            `json:"pinned_version"`
-	Credentials   *rpc.Credentials `json:"credentials,omitempty"`
-	// DomainReaped: the sidecar itself reaped the invocation's domain, so it can no longer write.
-	DomainReaped bool `json:"domain_reaped,omitempty"`
-	// TempDir is the settle domain's own private directory.
-	TempDir string `json:"temp_dir,omitempty"`
-}
-
 // Result is the engine's account of its single mutation.
 type Result struct {
 	Phase            string   `json:"phase"` // PRE_INVOCATION_REJECTED or NATIVE_RETURN
@@ -191,21 +176,6 @@ type Result struct {
 	Message          string   `json:"message,omitempty"`
 	IndexUUID        string   `json:"index_uuid,omitempty"`
 	Created          []string `json:"created,omitempty"` // object keys the call wrote (store-relative)
-}
-
-// Settled is the engine's answer to a settle request.
-type Settled struct {
-	Outcome string `json:"outcome"` // rpc.OutcomeCommitted, OutcomeNotCommitted or OutcomeUnknown
-	Version int64  `json:"version"`
-	Fenced  bool   `json:"fenced"`
-	Reason  string `json:"reason,omitempty"`
-	Holder  Holder `json:"holder"`
-}
-
-// Holder says what occupies a slot.
-type Holder struct {
-	Kind       string `json:"kind,omitempty"` // commit, fence, foreign or claim
-	Invocation string `json:"invocation,omitempty"`
 }
 
 // Mutate decodes a mutate request's body.
@@ -220,19 +190,7 @@ func (f *Frame) Mutate() (*MutateRequest, error) {
 	return &r, nil
 }
 
-// Settle decodes a settle request's body.
-func (f *Frame) Settle() (*SettleRequest, error) {
-	if f.T != TypeRequest || f.Kind != KindSettle {
-		return nil, fmt.Errorf("%w: %q frame of kind %q is not a settle request", ErrMalformed, f.T, f.Kind)
-	}
-	var r SettleRequest
-	if err := json.Unmarshal(f.Request, &r); err != nil {
-		return nil, fmt.Errorf("%w: settle request: %v", ErrMalformed, err)
-	}
-	return &r, nil
-}
-
-// NewRequest builds a request frame of kind with body (a *MutateRequest or *SettleRequest).
+// NewRequest builds a request frame of kind with body (a *MutateRequest).
 func NewRequest(kind string, body any) (*Frame, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -252,7 +210,7 @@ func (f *Frame) Validate() error {
 			return fmt.Errorf("%w: hello without the engine declaration", ErrMalformed)
 		}
 	case TypeRequest:
-		if f.Kind != "" && f.Kind != KindMutate && f.Kind != KindSettle {
+		if f.Kind != "" && f.Kind != KindMutate {
 			return fmt.Errorf("%w: request kind %q", ErrMalformed, f.Kind)
 		}
 		if len(f.Request) == 0 || f.Request[0] != '{' {
@@ -267,15 +225,6 @@ func (f *Frame) Validate() error {
 	case TypeReserved:
 	case TypeResult:
 		return f.validateResult()
-	case TypeSettled:
-		if f.Settled == nil {
-			return fmt.Errorf("%w: settled without body", ErrMalformed)
-		}
-		switch f.Settled.Outcome {
-		case rpc.OutcomeCommitted, rpc.OutcomeNotCommitted, rpc.OutcomeUnknown:
-		default:
-			return fmt.Errorf("%w: settled outcome %q", ErrMalformed, f.Settled.Outcome)
-		}
 	default:
 		return fmt.Errorf("%w: unknown frame type %q", ErrMalformed, f.T)
 	}

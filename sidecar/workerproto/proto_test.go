@@ -18,7 +18,6 @@ func TestRoundTripAndBounds(t *testing.T) {
 		{T: TypeProgress, Stage: "build", Done: 1, Total: 2},
 		{T: TypeReserve, Seq: 1, Keys: []string{"a"}},
 		{T: TypeReserve, Seq: 2, Prefixes: []string{"ds/_indices/u/"}},
-		{T: TypeSettled, Settled: &Settled{Outcome: rpc.OutcomeNotCommitted, Version: 3, Fenced: true, Holder: Holder{Kind: "fence", Invocation: "i"}}},
 		{T: TypeResult, Result: &Result{Phase: rpc.PhaseNativeReturn, Code: 8, ObservedLatest: 3}},
 	}
 	for _, f := range frames {
@@ -40,17 +39,18 @@ func TestRoundTripAndBounds(t *testing.T) {
 		t.Fatalf("oversized write: %v", err)
 	}
 	for name, raw := range map[string][]byte{
-		"oversized header":     {0xff, 0xff, 0xff, 0xff},
-		"zero length":          {0, 0, 0, 0},
-		"truncated body":       {0, 0, 0, 9, '{'},
-		"bad json":             append([]byte{0, 0, 0, 3}, "{x}"...),
-		"unknown type":         append([]byte{0, 0, 0, 10}, `{"t":"zz"}`...),
-		"hello without engine": append([]byte{0, 0, 0, 21}, `{"t":"hello","pid":1}`...),
-		"prefix without slash": append([]byte{0, 0, 0, 38}, `{"t":"reserve","seq":1,"prefixes":["a"]}`[:38]...),
-		"key ending in slash":  append([]byte{0, 0, 0, 36}, `{"t":"reserve","seq":1,"keys":["a/"]}`[:36]...),
-		"settled outcome":      append([]byte{0, 0, 0, 38}, `{"t":"settled","settled":{"outcome":"X"}}`[:38]...),
-		"request kind":         append([]byte{0, 0, 0, 37}, `{"t":"request","kind":"x","request":{}}`[:37]...),
-		"native < 0":           append([]byte{0, 0, 0, 50}, `{"t":"result","result":{"phase":"NATIVE_RETURN","code":-1}}`[:50]...),
+		"oversized header":      {0xff, 0xff, 0xff, 0xff},
+		"zero length":           {0, 0, 0, 0},
+		"truncated body":        {0, 0, 0, 9, '{'},
+		"bad json":              append([]byte{0, 0, 0, 3}, "{x}"...),
+		"unknown type":          append([]byte{0, 0, 0, 10}, `{"t":"zz"}`...),
+		"hello without engine":  append([]byte{0, 0, 0, 21}, `{"t":"hello","pid":1}`...),
+		"prefix without slash":  append([]byte{0, 0, 0, 38}, `{"t":"reserve","seq":1,"prefixes":["a"]}`[:38]...),
+		"key ending in slash":   append([]byte{0, 0, 0, 36}, `{"t":"reserve","seq":1,"keys":["a/"]}`[:36]...),
+		"settled (gone)":        append([]byte{0, 0, 0, 38}, `{"t":"settled","settled":{"outcome":"X"}}`[:38]...),
+		"settle request (gone)": append([]byte{0, 0, 0, 42}, `{"t":"request","kind":"settle","request":{}}`[:42]...),
+		"request kind":          append([]byte{0, 0, 0, 37}, `{"t":"request","kind":"x","request":{}}`[:37]...),
+		"native < 0":            append([]byte{0, 0, 0, 50}, `{"t":"result","result":{"phase":"NATIVE_RETURN","code":-1}}`[:50]...),
 	} {
 		_, err := Read(bytes.NewReader(raw), MaxWorkerFrame)
 		if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrFrameTooLarge) {
@@ -79,12 +79,9 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded frame fails validation: %v", err)
 		}
 		if fr.T == TypeRequest {
-			// A request body that validated decodes as its kind, or fails with a typed error.
+			// A request body that validated decodes as a mutation, or fails with a typed error.
 			if _, err := fr.Mutate(); err != nil && !errors.Is(err, ErrMalformed) {
 				t.Fatalf("untyped mutate error %v", err)
-			}
-			if _, err := fr.Settle(); err != nil && !errors.Is(err, ErrMalformed) {
-				t.Fatalf("untyped settle error %v", err)
 			}
 		}
 		if fr.Engine != nil {
@@ -118,29 +115,26 @@ func TestEngineCheck(t *testing.T) {
 }
 
 func TestRequestKinds(t *testing.T) {
-	f, err := NewRequest(KindSettle, &SettleRequest{InvocationID: "i", PinnedVersion: 2, DomainReaped: true})
-	if err != nil {
-		t.Fatal(err)
+	for _, kind := range []string{"", KindMutate} {
+		f, err := NewRequest(kind, &MutateRequest{InvocationID: "m", TempDir: "/tmp/x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := Write(&buf, f, MaxRequestFrame); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Read(&buf, MaxRequestFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr, err := got.Mutate()
+		if err != nil || mr.InvocationID != "m" || mr.TempDir != "/tmp/x" {
+			t.Errorf("kind %q: mutate %+v %v", kind, mr, err)
+		}
 	}
-	var buf bytes.Buffer
-	if err := Write(&buf, f, MaxRequestFrame); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Read(&buf, MaxRequestFrame)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := got.Mutate(); !errors.Is(err, ErrMalformed) {
+	if _, err := (&Frame{T: TypeRequest, Kind: "settle", Request: []byte(`{}`)}).Mutate(); !errors.Is(err, ErrMalformed) {
 		t.Errorf("a settle request decoded as mutate: %v", err)
-	}
-	s, err := got.Settle()
-	if err != nil || s.InvocationID != "i" || !s.DomainReaped {
-		t.Errorf("settle %+v %v", s, err)
-	}
-	m, _ := NewRequest("", &MutateRequest{InvocationID: "m", TempDir: "/tmp/x"})
-	mr, err := m.Mutate()
-	if err != nil || mr.InvocationID != "m" || mr.TempDir != "/tmp/x" {
-		t.Errorf("mutate %+v %v", mr, err)
 	}
 }
 

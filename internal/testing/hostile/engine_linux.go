@@ -90,13 +90,6 @@ func (engine) Mutate(ctx context.Context, c *enginesdk.Conn, req *workerproto.Mu
 		Message: "the hostile engine committed nothing"}
 }
 
-// Settle is never asked for any more (the sidecar decides outcomes from its gateway's record and
-// storage); should it be, it answers what is true: the hostile engine never commits.
-func (engine) Settle(_ context.Context, _ *enginesdk.Conn, req *workerproto.SettleRequest) *workerproto.Settled {
-	return &workerproto.Settled{Outcome: rpc.OutcomeNotCommitted, Version: req.PinnedVersion + 1,
-		Reason: "the hostile engine never commits"}
-}
-
 // run is one mutation's attack session.
 type run struct {
 	c      *enginesdk.Conn

@@ -282,12 +282,6 @@ func (g *gateway) putMany(ctx context.Context, req *workerproto.MutateRequest, n
 	return fmt.Sprintf("written=%d refusal=none", total)
 }
 
-// Settle is never called any more (the sidecar decides every outcome from its gateway's record
-// and storage); the SDK still asks for it.
-func (toy) Settle(_ context.Context, _ *enginesdk.Conn, req *workerproto.SettleRequest) *workerproto.Settled {
-	return &workerproto.Settled{Outcome: rpc.OutcomeUnknown, Version: req.PinnedVersion + 1, Reason: "the toy engine does not settle"}
-}
-
 func main() {
 	settle := flag.String("settle", workerproto.SettleFence, "the settle guarantee to declare")
 	flag.Parse()
