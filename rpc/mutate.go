@@ -370,19 +370,24 @@ func validateSlot(inv string, d DatasetRef, pinned int64, c *Credentials) error 
 	if !ValidID(inv) {
 		return errors.New("invocation_id must be 1-128 characters of [A-Za-z0-9._:-]")
 	}
-	if err := d.Store.Validate(); err != nil {
-		return err
-	}
-	if err := d.validatePath(); err != nil {
-		return err
-	}
-	if err := c.validate(); err != nil {
+	if err := validateDataset(d, c); err != nil {
 		return err
 	}
 	if pinned < 1 {
 		return errors.New("pinned_version must be ≥ 1")
 	}
 	return nil
+}
+
+// validateDataset checks a dataset's store, path and the credentials to reach it with.
+func validateDataset(d DatasetRef, c *Credentials) error {
+	if err := d.Store.Validate(); err != nil {
+		return err
+	}
+	if err := d.validatePath(); err != nil {
+		return err
+	}
+	return c.validate()
 }
 
 // Resolution outcomes.

@@ -164,8 +164,11 @@ type PlanParams struct {
 
 // Validate implements Validator.
 func (p PlanParams) Validate() error {
-	if err := validateSlot("plan", p.Dataset, p.Version, p.Credentials); err != nil {
+	if err := validateDataset(p.Dataset, p.Credentials); err != nil {
 		return err
+	}
+	if p.Version < 1 {
+		return errors.New("version must be ≥ 1")
 	}
 	if (p.Segments > 0) == (p.MaxRowsPerSegment > 0) || p.Segments < 0 || p.Segments > MaxSegments || p.MaxRowsPerSegment < 0 {
 		return fmt.Errorf("set exactly one of segments (1-%d) and max_rows_per_segment (> 0)", MaxSegments)

@@ -54,4 +54,16 @@ func TestPlanValidate(t *testing.T) {
 			t.Errorf("segments=%d max_rows=%d: %v", tc.k, tc.rows, err)
 		}
 	}
+	p.Segments, p.MaxRowsPerSegment = 2, 0
+	for name, edit := range map[string]func(*PlanParams){
+		"version 0":   func(p *PlanParams) { p.Version = 0 },
+		"no store":    func(p *PlanParams) { p.Dataset.Store.URL = "" },
+		"path escape": func(p *PlanParams) { p.Dataset.Path = "../ds" },
+	} {
+		q := p
+		edit(&q)
+		if err := q.Validate(); err == nil {
+			t.Errorf("%s: validated", name)
+		}
+	}
 }
