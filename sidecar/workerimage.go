@@ -12,39 +12,24 @@ import (
 
 // The worker image is a file in the sidecar's temp dir which the built-in engine's workers and
 // the engine-exec trampoline are started from instead of /proc/self/exe: the worker executable
-// the build embedded (Config.WorkerExecutable, cmd/steward-worker: the worker modes alone, ~22
-// MB, whose workers start in 2.3–2.9 ms of package initializers instead of 5.8–8.6), or else a
-// copy of this sidecar's own executable. What follows holds for both.
+// the build embedded (Config.WorkerExecutable, cmd/steward-worker: the worker modes alone), or
+// else a copy of this sidecar's own executable.
 //
-// Why: a worker maps the executable's text from the page cache, and tearing its address space
-// down at exit (on every answer's path: the answer waits for the domain to be dead) costs one
-// reference drop per page-cache folio it mapped. How the cache holds a file depends on who put
-// it there: the Go linker writes its output through a mapping, and an executable evicted and
-// faulted back in by its workers was as slow here, so a freshly built or freshly booted binary
-// sits in 4 KiB folios, while a file written with large write(2)s on a file system with large
-// folios (XFS; ext4 on recent kernels) sits in folios of up to a few MiB (here: 10,289 pages in
-// 42 folios, against none in a large folio for the linker's output). Measured on this project's
-// 2-vCPU VM with the static build (ftrace, 100 prestarted no-op mutations each): the worker's
-// exit_mmap 1.21 ms median from /proc/self/exe against 0.68 ms from the image; interleaved, 6
-// rounds of 150, the round trip 3.81 against 3.56 ms (median; paired, 8% less). The sidecar
-// cannot re-lay its own running executable (pages it maps stay as they are), but it can write
-// the copy its workers run.
+// Why a copy: a worker's exit (on every answer's path) drops one reference per page-cache folio
+// of the text it mapped, and a binary written by the linker, or evicted and faulted back in,
+// sits in 4 KiB folios. A file written with large aligned write(2)s sits in large folios where
+// the file system has them (XFS; ext4 on recent kernels), and the Go linker lays text out at the
+// same offset from 2 MiB boundaries as in the file, so a worker maps it 2 MiB a page-table entry.
+// The sidecar cannot re-lay its own running executable, but it can write the copy its workers
+// run: once per sidecar, in reads and writes of 2 MiB at 2 MiB offsets (never copy_file_range,
+// which may leave small folios). Figures: docs/PERFORMANCE.md §2.3.
 //
-// The image is written once per sidecar process with reads and writes of 2 MiB at offsets that
-// are multiples of 2 MiB (never copy_file_range, which may leave the destination in small
-// folios): the page cache then holds it in PMD-sized folios where the file system allows, and
-// a worker's text and read-only data, whose addresses lie at the same offset from 2 MiB
-// boundaries as their file offsets (the Go linker's layout), are mapped 2 MiB a page-table
-// entry. `steward serve` started from a copy made in 1 MiB writes (folios of at most 1 MiB)
-// mapped them in 4 KiB entries: FilePmdMapped 0 of 29.8 MB RssFile, VmPTE 248 kB; from one
-// made in 2 MiB writes 22.5 of 29.2 MB PMD-mapped, VmPTE 204 kB; a prestarted worker 24.6 of
-// 27.2 MB, VmPTE 148 -> 96 kB (ext4, kernel 6.18). The image is read-only (0555, in the
-// 0711 temp dir: guests can execute it and change nothing), goes with the temp dir at Close, and
-// a dead sidecar's is swept with its temp dir. Before any worker depends on it, it is started
-// once as a worker probe (isolation.ProbeExecutable): if it does not run, workers stay on
-// /proc/self/exe. It is skipped where it cannot help or cannot run: a temp dir on tmpfs (the
-// image would be 22–40 MB of unswappable memory, in small pages unless tmpfs is mounted with
-// huge pages), one mounted noexec, or a build whose workers do not re-execute this binary.
+// The image is read-only (0555, in the 0711 temp dir: guests can execute it and change nothing),
+// goes with the temp dir at Close, and a dead sidecar's is swept with its temp dir. Before any
+// worker depends on it, it is started once as a worker probe (isolation.ProbeExecutable): if it
+// does not run, workers stay on /proc/self/exe. It is skipped where it cannot help or cannot
+// run: a temp dir on tmpfs (22–40 MB of unswappable memory, in small pages unless tmpfs has huge
+// pages), one mounted noexec, or a build whose workers do not re-execute this binary.
 
 // workerImageName is the image's name in the sidecar's temp dir.
 const workerImageName = "worker-image"
