@@ -315,9 +315,13 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	switch classifyStep(c) {
 	case stepDone:
 		// The commit ended the build on its sidecar; what a step of a vanished node wrote after
-		// its resolve, or a resolved commit left held, is ended here (a no-op otherwise).
+		// its resolve, or a resolved commit left held, is ended here (a no-op otherwise). The job
+		// settles only once that is done, as a failed one does: settled with a plan sidecar
+		// restarting, it left the build's custody there for good (the segment campaign found a
+		// COMMITTED build holding 3 tickets on a sidecar killed around its commit).
 		if err := d.abandonBuild(ctx, sp); err != nil {
-			d.log.Warn("committed; the build's leftover custody stays held", "job", p.ID, "error", err)
+			d.log.Warn("committed; the build's leftover custody is ended first", "job", p.ID, "error", err)
+			return nil
 		}
 		res := c.Result
 		if res == nil || res.CommittedVersion == 0 {

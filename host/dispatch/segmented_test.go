@@ -118,7 +118,7 @@ func buildHeld(t *testing.T, sc *counted, b string) int {
 
 // boltSegmented is a dispatcher on a fresh bbolt journal driving sidecars as n1, n2, …, one send
 // in flight per sidecar (so that segments spread).
-func boltSegmented(t *testing.T, refresh func(context.Context, Job) error, sidecars ...*counted) (*Dispatcher, Store) {
+func boltSegmented(t *testing.T, refresh func(context.Context, Job) error, sidecars ...Sidecar) (*Dispatcher, Store) {
 	t.Helper()
 	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
 	if err != nil {
@@ -171,6 +171,21 @@ func (r *lanceRig) readBack(path, name string, k int, j Job, sidecars ...*counte
 		}
 	}
 	return segs
+}
+
+// submitBTree makes dataset path of rows in k fragments, runs d for at most 50 s (the context
+// returned) and submits a segmented BTREE of k segments over it.
+func (r *lanceRig) submitBTree(d *Dispatcher, path string, rows, k int) (context.Context, rpc.DatasetRef, int64, Job) {
+	r.t.Helper()
+	ref, pinned := r.create(path, rows, k)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	r.t.Cleanup(cancel)
+	go d.Run(ctx)
+	j, err := d.SubmitSegmented(ctx, segmentedReq(ref, pinned, k))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return ctx, ref, pinned, j
 }
 
 func segmentedReq(ref rpc.DatasetRef, v int64, k int) SegmentedRequest {
@@ -240,14 +255,8 @@ func TestSegmentedLanceAcrossSidecars(t *testing.T) {
 		return nil
 	}, a, b)
 	const path, k = "events", 4
-	ref, pinned := r.create(path, 8000, k)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	go d.Run(ctx)
-	j, err := d.SubmitSegmented(ctx, segmentedReq(ref, pinned, k))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, ref, pinned, j := r.submitBTree(d, path, 8000, k)
+	var err error
 	if len(j.Segmented.Runs) != k || !slices.Equal(j.Segmented.Sidecars, []string{"n1", "n2"}) {
 		t.Fatalf("plan %+v", j.Segmented)
 	}
@@ -572,4 +581,57 @@ func TestSegmentedLanceIndeterminateRebuilt(t *testing.T) {
 	segs := r.readBack(path, "idx_id", k, j, a, b)
 	t.Logf("%d segments crashed after Lance wrote them (INDETERMINATE), resolved NOT_COMMITTED, rebuilt with new uuids; committed v%d, Lance: num_segments=%d, 0 unindexed rows",
 		crashed, pinned+1, segs.NumSegments)
+}
+
+// abandonGate is a real sidecar whose objects.abandon fails while the gate is shut: a plan
+// sidecar that cannot be reached when the build is to be ended (restarting, say).
+type abandonGate struct {
+	*counted
+	open    atomic.Bool
+	refused atomic.Int64
+}
+
+func (g *abandonGate) Call(ctx context.Context, method string, params, result any) error {
+	if method == rpc.MethodObjectsAbandon && !g.open.Load() {
+		g.refused.Add(1)
+		return fmt.Errorf("%w: objects.abandon refused by the test's gate", ErrNoSidecar)
+	}
+	return g.counted.Call(ctx, method, params, result)
+}
+
+// TestSegmentedLanceCommittedEndsBuildFirst: a COMMITTED commit settles its job only once every
+// plan sidecar has ended the build's custody (objects.abandon): while one cannot, the job stays
+// RUNNING and the abandon is retried each round; once it can, the job is COMMITTED and no sidecar
+// holds anything of the build. (Settled at once, a build whose commit was resolved kept its
+// custody for good on a sidecar restarting at that moment: found by the segment campaign.)
+func TestSegmentedLanceCommittedEndsBuildFirst(t *testing.T) {
+	r := newLanceRig(t)
+	a := r.sidecar()
+	b := &abandonGate{counted: r.sidecar()}
+	d, store := boltSegmented(t, nil, a, b)
+	const path, k = "events", 2
+	ctx, _, pinned, j := r.submitBTree(d, path, 4000, k)
+	var err error
+	for b.refused.Load() < 3 { // three rounds found the commit done and could not end the build
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("objects.abandon refused %d times: %v", b.refused.Load(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if j, err = d.Get(j.ID); err != nil || j.State.Settled() {
+		t.Fatalf("job %s (%v) while its build could not be ended on n2", j.State, err)
+	}
+	steps, err := Steps(store, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := steps[slices.IndexFunc(steps, func(s Job) bool { return s.Op == rpc.OpCommitSegments })]; c.State != StateCommitted {
+		t.Fatalf("commit step %s", c.State)
+	}
+	b.open.Store(true)
+	if j, err = d.Wait(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	checkSegmented(t, r, store, j, path, pinned, k, a, b.counted)
+	t.Logf("commit COMMITTED; job RUNNING through %d refused abandons, COMMITTED once n2 answered", b.refused.Load())
 }
