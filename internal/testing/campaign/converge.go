@@ -137,7 +137,7 @@ func (r *run) remedy(ctx context.Context, jobs []dispatch.Job) {
 			// Custody that outlives its job is a defect of the sidecar, not noise: it fails the
 			// campaign. The remedy still runs so that the later checks see a drained ledger.
 			r.violate("custody", j.ID, fmt.Sprintf("(%s, %s via %s, sent to %s) left %d tickets held on %s after it was settled; re-resolved there: %s %v",
-				r.plan[j.ID].kind, j.State, via, j.Sidecar, st.Owner.Held, n.name, res.Outcome, errOrNil(err)))
+				r.kindOf(j), j.State, via, j.Sidecar, st.Owner.Held, n.name, res.Outcome, errOrNil(err)))
 			r.mu.Lock()
 			r.rep.Remedied++
 			r.mu.Unlock()
@@ -170,4 +170,12 @@ func (r *run) remedyBuild(ctx context.Context, n *node, s *sidecar, j dispatch.J
 	r.mu.Lock()
 	r.rep.Remedied++
 	r.mu.Unlock()
+}
+
+// kindOf is the fault kind of job j's plan (of its parent's, for a step of a segmented job).
+func (r *run) kindOf(j dispatch.Job) string {
+	if j.Parent != "" {
+		return r.plan[j.Parent].kind
+	}
+	return r.plan[j.ID].kind
 }
