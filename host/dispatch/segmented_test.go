@@ -120,13 +120,21 @@ func buildHeld(t *testing.T, sc *counted, b string) int {
 // in flight per sidecar (so that segments spread).
 func boltSegmented(t *testing.T, refresh func(context.Context, Job) error, sidecars ...Sidecar) (*Dispatcher, Store) {
 	t.Helper()
+	return boltSegmentedWith(t, func(c *Config) { c.Refresh = refresh }, sidecars...)
+}
+
+// boltSegmentedWith is boltSegmented with the dispatcher's config set by with.
+func boltSegmentedWith(t *testing.T, with func(*Config), sidecars ...Sidecar) (*Dispatcher, Store) {
+	t.Helper()
 	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1,
-		ExecuteDeadline: 2 * time.Minute, Refresh: refresh, Logger: quietLog()})
+	cfg := Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1,
+		ExecuteDeadline: 2 * time.Minute, Logger: quietLog()}
+	with(&cfg)
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,8 +526,24 @@ func TestSegmentedLanceCancel(t *testing.T) {
 func TestSegmentedLanceIVFPQ(t *testing.T) {
 	r := newLanceRig(t)
 	a, b := r.sidecar(), r.sidecar()
+	const k = 3
+	j, steps, pinned := r.runIVFPQ(k, a, b)
+	if j.State != StateCommitted || len(steps) != k+2 || steps[len(steps)-1].Op != rpc.OpTrain {
+		logSteps(t, steps)
+		t.Fatalf("job %s (%s): %d steps", j.State, j.Segmented.Failed, len(steps))
+	}
+	segs := r.readBack("vectors", "idx_vec", k, j, a, b)
+	t.Logf("IVF_PQ: TRAIN + %d segments over 2 sidecars, adopted %v, committed v%d; Lance: num_segments=%d, 0 unindexed rows",
+		k, j.Segmented.Adopted, pinned+1, segs.NumSegments)
+}
+
+// runIVFPQ runs a segmented IVF_PQ job of k segments over a new 6-fragment dataset "vectors" on
+// sidecars a and b, and returns the settled job, its steps and its pinned version.
+func (r *lanceRig) runIVFPQ(k int, a, b Sidecar) (Job, []Job, int64) {
+	t := r.t
+	t.Helper()
 	d, store := boltSegmented(t, nil, a, b)
-	const path, k = "vectors", 3
+	const path = "vectors"
 	var created struct {
 		Version int64 `json:"version"`
 	}
@@ -532,25 +556,82 @@ func TestSegmentedLanceIVFPQ(t *testing.T) {
 	req.Index = rpc.IndexSpec{Name: "idx_vec", Columns: []string{"vec"}, Type: "IVF_PQ",
 		Params: map[string]string{"num_partitions": "4", "num_sub_vectors": "16", "sample_rate": "16"}}
 	j, steps := runSegmented(ctx, t, d, store, req)
-	if j.State != StateCommitted || len(steps) != k+2 || steps[len(steps)-1].Op != rpc.OpTrain {
-		for _, s := range steps {
-			t.Logf("step %s %s %s: %s", s.ID, s.Op, s.State, stepWhy(s))
-		}
-		t.Fatalf("job %s (%s): %d steps", j.State, j.Segmented.Failed, len(steps))
+	return j, steps, created.Version
+}
+
+func logSteps(t *testing.T, steps []Job) {
+	for _, s := range steps {
+		t.Logf("step %s %s %s: %s", s.ID, s.Op, s.State, stepWhy(s))
 	}
-	segs := r.readBack(path, "idx_vec", k, j, a, b)
-	t.Logf("IVF_PQ: TRAIN + %d segments over 2 sidecars, adopted %v, committed v%d; Lance: num_segments=%d, 0 unindexed rows",
-		k, j.Segmented.Adopted, created.Version+1, segs.NumSegments)
+}
+
+// trainCrash is a real sidecar whose first TRAIN is sent with the engine's test fault
+// crash_after_build: it dies right after writing its training.
+type trainCrash struct {
+	*counted
+	crashed atomic.Bool
+}
+
+func (c *trainCrash) Mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResult, error) {
+	if p.Op == rpc.OpTrain && c.crashed.CompareAndSwap(false, true) {
+		p.Fault = "crash_after_build"
+	}
+	return c.counted.Mutate(ctx, p)
+}
+
+// TestSegmentedLanceTrainRebuilt: a TRAIN that dies after writing its training (INDETERMINATE)
+// is settled by index.resolve (NOT_COMMITTED: custody deletes the training) and sent again as a
+// new step, "<job>.train.a2"; its models serve every segment and the job commits. (An OOM-killed
+// TRAIN is not retried: TestClassifyStep.)
+func TestSegmentedLanceTrainRebuilt(t *testing.T) {
+	r := newLanceRig(t)
+	a, b := &trainCrash{counted: r.sidecar()}, r.sidecar()
+	const k = 2
+	j, steps, pinned := r.runIVFPQ(k, a, b)
+	byID := map[string]Job{}
+	for _, s := range steps {
+		byID[s.ID] = s
+	}
+	first, again := byID[StepID(j.ID, stepTrain, 0, 1)], byID[StepID(j.ID, stepTrain, 0, 2)]
+	if j.State != StateCommitted || len(steps) != k+3 || j.Segmented.TrainAttempts != 2 ||
+		first.State != StateNotCommitted || first.Resolution == nil || first.Result == nil || first.Result.Phase != rpc.PhaseIndeterminate ||
+		again.State != StateCommitted || again.Result == nil || again.Result.IndexUUID == "" {
+		logSteps(t, steps)
+		t.Fatalf("job %s (%s): %d steps, %d TRAIN attempts", j.State, j.Segmented.Failed, len(steps), j.Segmented.TrainAttempts)
+	}
+	for _, s := range steps {
+		if s.Op == rpc.OpSegment && s.Segment.TrainUUID != again.Result.IndexUUID {
+			t.Fatalf("segment %s used training %s, not the rebuilt %s", s.ID, s.Segment.TrainUUID, again.Result.IndexUUID)
+		}
+	}
+	segs := r.readBack("vectors", "idx_vec", k, j, a.counted, b)
+	t.Logf("TRAIN crashed after writing its training, resolved NOT_COMMITTED, trained again as %s; committed v%d, Lance: num_segments=%d",
+		again.ID, pinned+1, segs.NumSegments)
 }
 
 // TestSegmentedLanceIndeterminateRebuilt: every segment's first build crashes right after Lance
 // wrote it (test fault crash_after_build: INDETERMINATE); each is settled by index.resolve
-// (NOT_COMMITTED), built again as a new step with a new uuid, and the job commits.
+// (NOT_COMMITTED), built again as a new step with a new uuid, and the job commits. Its progress
+// (Config.Progress, SegmentedPlan.Done) counts the written segments only: rising to 3/3 through
+// the crashes and rebuilds, each report journaled before it is made, all before the outcome.
 func TestSegmentedLanceIndeterminateRebuilt(t *testing.T) {
 	r := newLanceRig(t)
 	a, b := r.sidecar(), r.sidecar()
-	d, store := boltSegmented(t, nil, a, b)
-	const path, k = "events", 2
+	var mu sync.Mutex
+	var reports []JobProgress
+	var store Store
+	d, store := boltSegmentedWith(t, func(c *Config) {
+		c.Progress = func(p JobProgress) {
+			j, err := Get(store, p.Job) // durable before it is reported; the job not settled yet
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || j.Segmented.Done != p.Done || j.State.Settled() {
+				t.Errorf("progress %+v reported with the job %s, journaled done %d (%v)", p, j.State, j.Segmented.Done, err)
+			}
+			reports = append(reports, p)
+		}
+	}, a, b)
+	const path, k = "events", 3
 	ref, pinned := r.create(path, 4000, k)
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
 	defer cancel()
@@ -579,8 +660,18 @@ func TestSegmentedLanceIndeterminateRebuilt(t *testing.T) {
 		t.Fatalf("job %s (%s): %d crashed, %d rebuilt", j.State, j.Segmented.Failed, crashed, rebuilt)
 	}
 	segs := r.readBack(path, "idx_id", k, j, a, b)
-	t.Logf("%d segments crashed after Lance wrote them (INDETERMINATE), resolved NOT_COMMITTED, rebuilt with new uuids; committed v%d, Lance: num_segments=%d, 0 unindexed rows",
-		crashed, pinned+1, segs.NumSegments)
+	mu.Lock()
+	defer mu.Unlock()
+	for i, p := range reports {
+		if p.Job != j.ID || p.Total != k || p.Done < 1 || (i > 0 && p.Done <= reports[i-1].Done) {
+			t.Fatalf("progress %+v: not rising to %d/%d", reports, k, k)
+		}
+	}
+	if len(reports) == 0 || reports[len(reports)-1].Done != k || j.Segmented.Done != k {
+		t.Fatalf("progress %+v, journaled done %d: want it to end at %d/%d", reports, j.Segmented.Done, k, k)
+	}
+	t.Logf("%d segments crashed after Lance wrote them (INDETERMINATE), resolved NOT_COMMITTED, rebuilt with new uuids; committed v%d, Lance: num_segments=%d, 0 unindexed rows; progress %v",
+		crashed, pinned+1, segs.NumSegments, reports)
 }
 
 // abandonGate is a real sidecar whose objects.abandon fails while the gate is shut: a plan
