@@ -244,6 +244,8 @@ var segcheckPy string
 //     as the segments its COMMIT_SEGMENTS listed, whose fragment bitmaps cover every fragment of
 //     the dataset exactly once (segment-coverage);
 //   - a NOT_COMMITTED job's index appears in no version (segment-published);
+//   - the job's journaled segments done (its progress) is all of them when it is COMMITTED,
+//     and never more than the plan's (segments-done);
 //   - a TRAIN or SEGMENT step committed no version (step-committed);
 //   - no object of any build is left under `_steward/builds/` (build-leftover); an unreferenced
 //     `_indices/<uuid>/` object is an orphan of checkObjects like any other.
@@ -291,6 +293,9 @@ func (r *run) checkSegmentedJob(j dispatch.Job, steps []dispatch.Job, c *chain, 
 			first = v.Version
 			break
 		}
+	}
+	if sp := j.Segmented; sp.Done > len(sp.Runs) || (j.State == dispatch.StateCommitted && sp.Done != len(sp.Runs)) {
+		r.violate("segments-done", j.ID, fmt.Sprintf("%s with %d of %d segments done", j.State, sp.Done, len(sp.Runs)))
 	}
 	switch j.State {
 	case dispatch.StateNotCommitted:
