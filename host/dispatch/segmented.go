@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cba1309c/steward/rpc"
 )
@@ -238,6 +239,20 @@ func classifyStep(s Job) stepState {
 	return stepRetry
 }
 
+// RetryBackoff is how long after a step refused for now (at receive, or before its worker ran)
+// its next attempt is created: doubled per attempt (2 s, 4 s), so that the attempts span an
+// outage of the store or a sidecar's restart instead of meeting it three times in a row.
+const RetryBackoff = 2 * time.Second
+
+// retryAt is when the next attempt of step s, attempt a, may be created: at once unless s was
+// refused for now.
+func retryAt(s Job, a int) time.Time {
+	if r := s.Result; r != nil && (r.ErrorClass == ErrorRefused || r.Phase == rpc.PhasePreInvocationRejected) {
+		return s.Updated.Add(RetryBackoff << (max(a, 1) - 1))
+	}
+	return time.Time{}
+}
+
 // transientRejection: a PRE_INVOCATION_REJECTED reason that a later send may not get.
 func transientRejection(c int) bool {
 	switch c {
@@ -289,6 +304,7 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	var want []Job // steps to create
 	fail := ""
 	trainUUID := ""
+	now := d.cfg.Now()
 	if sp.Train {
 		a := attempts(sp.TrainAttempts, byID, StepID(p.ID, stepTrain, 0, 0))
 		s, ok := byID[StepID(p.ID, stepTrain, 0, a)]
@@ -299,6 +315,7 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 			return nil // created by the transaction that counted it; another node's commit pending
 		case st == stepDone && s.Result != nil:
 			trainUUID = s.Result.IndexUUID
+		case st == stepRetry && a < MaxSegmentAttempts && now.Before(retryAt(s, a)):
 		case st == stepRetry && a < MaxSegmentAttempts:
 			want = append(want, d.step(p, rpc.OpTrain, stepTrain, -1, a+1, sp.Committer, nil, ""))
 		case st != stepBusy:
@@ -324,7 +341,8 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 			refs = append(refs, rpc.SegmentRef{UUID: s.Result.IndexUUID, FragmentIDs: run})
 			builders[s.Sidecar] = true
 		case st == stepRetry && a >= MaxSegmentAttempts:
-			fail = fmt.Sprintf("segment %d: %d attempts never answered", i, a)
+			fail = fmt.Sprintf("segment %d: %d attempts never answered (last: %s)", i, a, stepWhy(s))
+		case st == stepRetry && ok && now.Before(retryAt(s, a)):
 		case st == stepRetry:
 			target := sp.Sidecars[(i+a)%len(sp.Sidecars)]
 			want = append(want, d.step(p, rpc.OpSegment, rpc.OpSegment, i, a+1, target, run, trainUUID))
@@ -368,10 +386,10 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 		return d.createSteps(p, []Job{cs}, "")
 	}
 	switch st := classifyStep(c); {
-	case a == 0, ok && st == stepRetry && a < MaxSegmentAttempts:
+	case a == 0, ok && st == stepRetry && a < MaxSegmentAttempts && !now.Before(retryAt(c, a)):
 		return newCommit()
-	case !ok:
-		return nil // created by the transaction that counted it; another node's commit pending
+	case !ok, st == stepRetry && a < MaxSegmentAttempts:
+		return nil // created by another node's transaction, not committed yet; or a retry's wait
 	case st == stepDone:
 		// The commit ended the build on its sidecar; what a step of a vanished node wrote after
 		// its resolve, or a resolved commit left held, is ended here (a no-op otherwise). The job

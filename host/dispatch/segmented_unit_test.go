@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"testing"
+	"time"
 
 	"github.com/cba1309c/steward/rpc"
 )
@@ -78,6 +79,30 @@ func TestStepIDAttempts(t *testing.T) {
 		err := countAttempt(sp, "j", Job{ID: StepID("j", stepCommit, 0, tc.next), Op: rpc.OpCommitSegments})
 		if err != tc.err || sp.CommitAttempts != tc.want {
 			t.Errorf("%s: counted %d, error %v; want %d, %v", tc.name, sp.CommitAttempts, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestRetryAt: a step refused for now waits RetryBackoff, doubled per attempt, before its next
+// attempt; any other step to build again is rebuilt at once.
+func TestRetryAt(t *testing.T) {
+	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	refused := Job{Updated: at, Result: &Result{ErrorClass: ErrorRefused, ErrorCode: int64(rpc.CodeStorageUnavailable)}}
+	rejected := Job{Updated: at, Result: &Result{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonDatasetUnavailable}}
+	lost := Job{Updated: at, Result: &Result{Phase: rpc.PhaseIndeterminate}}
+	for _, tc := range []struct {
+		name string
+		s    Job
+		a    int
+		want time.Time
+	}{
+		{"refused, first attempt", refused, 1, at.Add(RetryBackoff)},
+		{"rejected, second attempt", rejected, 2, at.Add(2 * RetryBackoff)},
+		{"indeterminate", lost, 1, time.Time{}},
+		{"unsent", Job{Updated: at}, 1, time.Time{}},
+	} {
+		if got := retryAt(tc.s, tc.a); !got.Equal(tc.want) {
+			t.Errorf("%s: retry at %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }
