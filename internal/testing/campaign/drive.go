@@ -170,14 +170,15 @@ func (r *run) request(p planned, ds int, col column, pinned int64) dispatch.Requ
 
 // onSend runs in the dispatcher's send path, once per job (per step of a segmented job:
 // onStepSend): it records the deadline kinds as injected and schedules the sidecar kills and
-// MinIO outages.
-func (r *run) onSend(s *sidecar, p rpc.MutateParams) rpc.MutateParams {
+// MinIO outages. The kind it returns is a step fault carried by the params, counted once the
+// answer shows the step ran (stepAnswered).
+func (r *run) onSend(s *sidecar, p rpc.MutateParams) (rpc.MutateParams, string) {
 	if p.Segment != nil {
 		return r.onStepSend(s, p)
 	}
 	pl, ok := r.plan[p.JobID]
 	if !ok {
-		return p
+		return p, ""
 	}
 	switch pl.kind {
 	case KindDeadlineUnfundable, KindDeadlineTight:
@@ -189,7 +190,7 @@ func (r *run) onSend(s *sidecar, p rpc.MutateParams) rpc.MutateParams {
 	default:
 		r.inject(pl.kind, true, false)
 	}
-	return p
+	return p, ""
 }
 
 // scheduleKill SIGKILLs s pl.delay from now (and starts its successor), counting the fault.

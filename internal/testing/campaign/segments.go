@@ -18,7 +18,9 @@ import (
 // (host/dispatch/segmented.go), injected on the wire by the campaign's sidecar wrapper when that
 // step is sent: a lowered memory limit (a real OOM kill) or an engine test fault
 // (engines/lance/segments.py) in its params, or a sidecar SIGKILL or MinIO outage scheduled from
-// its send. A SEGMENT kind hits the first build of the job's first run only, so its rebuild runs.
+// its send. A SEGMENT kind hits a build of the job's first run; each kind hits one send of the
+// job, so a rebuild or a retry after it runs clean (a fault whose step was refused before it ran
+// is re-armed for the next attempt: stepAnswered).
 const (
 	KindTrainOOM      = "train_oom"            // TRAIN OOM-killed: the job fails, NOT_COMMITTED
 	KindTrainCrash    = "train_crash"          // TRAIN dies after writing its training (crash_after_build)
@@ -182,10 +184,10 @@ func parentOf(p rpc.MutateParams) string {
 
 // onStepSend injects the fault of a step's parent job when this send is the step it acts on,
 // once per job (a rebuild or a step of another kind is sent clean).
-func (r *run) onStepSend(s *sidecar, p rpc.MutateParams) rpc.MutateParams {
+func (r *run) onStepSend(s *sidecar, p rpc.MutateParams) (rpc.MutateParams, string) {
 	pl, ok := r.plan[parentOf(p)]
 	if !ok || pl.kind == KindClean {
-		return p
+		return p, ""
 	}
 	want := pl.step
 	if f, ok := segmentStepFault[pl.kind]; ok {
@@ -194,30 +196,45 @@ func (r *run) onStepSend(s *sidecar, p rpc.MutateParams) rpc.MutateParams {
 	if want == rpc.OpTrain && !strings.HasPrefix(segmentColumns[pl.column].indexType(pl.coin), "IVF") {
 		want = rpc.OpSegment // no TRAIN in this job: its first segment instead
 	}
-	if p.Op != want || (p.Op == rpc.OpSegment && !strings.HasSuffix(p.JobID, ".seg0.a1")) {
-		return p
+	if p.Op != want || (p.Op == rpc.OpSegment && !strings.Contains(p.JobID, ".seg0.a")) {
+		return p, ""
 	}
 	r.mu.Lock()
 	first := !r.stepHit[pl.id()]
 	r.stepHit[pl.id()] = true
 	r.mu.Unlock()
 	if !first {
-		return p
+		return p, ""
 	}
 	r.log.Info("step fault", "job", pl.id(), "step", p.JobID, "kind", pl.kind)
 	switch f, ok := segmentStepFault[pl.kind]; {
 	case ok && f.fault == "":
 		p.Limits = &rpc.WorkerLimits{MemoryBytes: lanceOOMLimit}
-		r.inject(pl.kind, true, false)
+		return p, pl.kind
 	case ok:
 		p.Fault = f.fault
-		r.inject(pl.kind, true, false)
+		return p, pl.kind
 	case pl.kind == KindSidecarKill:
 		r.scheduleKill(s, pl)
 	case pl.kind == KindMinIOOutage:
 		r.scheduleOutage(s, pl)
 	}
-	return p
+	return p, ""
+}
+
+// stepAnswered counts a step fault the answer shows was acted out, or re-arms it for the job's
+// next attempt of the step when the step never ran (refused at receive or before its worker:
+// another job's outage or kill got there first), so that every such job meets its fault.
+func (r *run) stepAnswered(p rpc.MutateParams, kind string, res rpc.MutateResult, err error) {
+	var rpcErr *rpc.Error
+	if errors.As(err, &rpcErr) || (err == nil && res.Phase == rpc.PhasePreInvocationRejected) {
+		r.mu.Lock()
+		delete(r.stepHit, parentOf(p))
+		r.mu.Unlock()
+		r.log.Info("step fault not acted out: re-armed", "step", p.JobID, "kind", kind)
+		return
+	}
+	r.inject(kind, true, false)
 }
 
 // lanceIndexes is what segcheck.py prints: the latest version's fragments and every index with
@@ -316,7 +333,7 @@ func (r *run) checkSegmentedJob(j dispatch.Job, steps []dispatch.Job, c *chain, 
 	}
 	var listed []string
 	for _, s := range steps {
-		if s.Op == rpc.OpCommitSegments && s.Segment != nil {
+		if s.Op == rpc.OpCommitSegments && s.Segment != nil && s.State == dispatch.StateCommitted { // the commit that landed, of its attempts
 			for _, ref := range s.Segment.Segments {
 				listed = append(listed, ref.UUID)
 			}
