@@ -235,6 +235,14 @@ func (s *Server) takeSegments(j *job) *rpc.MutateResult {
 	if err == nil {
 		err = s.moveTickets(ctx, buildOwner(j.p.Segment.BuildID), custody.Owner(j.p.InvocationID), ts)
 	}
+	if err == nil {
+		// A reservation of nothing gives the tickets the invocation's record (the owner's note),
+		// which a transfer does not carry: without it a sidecar killed while the commit runs
+		// restarts holding them with no record to decide them by, until a host resolves the
+		// invocation on this very sidecar. The campaign found that (TestSegmentCampaign's
+		// sidecar_kill): its hosts resolve on whichever sidecar is live.
+		err = s.custody.Reserve(ctx, invocationOf(j), nil, nil)
+	}
 	if err != nil {
 		j.outcome = slot.NotCommitted
 		return &rpc.MutateResult{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonInvalidRequest,

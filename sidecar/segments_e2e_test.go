@@ -380,37 +380,8 @@ func TestLanceSegmentSidecarKilled(t *testing.T) {
 		_, err := l.c.Mutate(context.Background(), killed)
 		errs <- err
 	}()
-	// Killed once the engine reports its segment under way (its $/progress).
-	building := func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return slices.ContainsFunc(l.progress, func(p rpc.ProgressParams) bool {
-			return p.InvocationID == killed.InvocationID && p.Stage == "segment"
-		})
-	}
-	for deadline := time.Now().Add(time.Minute); !building(); {
-		if time.Now().After(deadline) {
-			t.Fatal("the segment did not start within a minute")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	sigkill(t, l.c)
-	if err := <-errs; err == nil {
-		t.Log("the segment answered before the kill: its answer is lost to the host all the same")
-	}
-	l.c.Close()
-	// The killed sidecar's domain dies with it (PDEATHSIG). Its orphans re-parent to the nearest
-	// child subreaper: init, or this test process once another test of the package made it one
-	// (an in-process isolation.Supervisor), which must then reap them itself. The successor is
-	// started once they are gone, so that what the harness finds at the end is its own.
-	for deadline := time.Now().Add(time.Minute); len(testsidecar.ProcessesIn(l.sc.Parent)) > 0; time.Sleep(50 * time.Millisecond) {
-		reapOurZombies(testsidecar.ProcessesIn(l.sc.Parent))
-		if time.Now().After(deadline) {
-			t.Fatalf("the killed sidecar's processes outlived it by a minute: %v", procStates(testsidecar.ProcessesIn(l.sc.Parent)))
-		}
-	}
-	l.sc.Restart()
-	l.c = l.sc.Client
+	l.waitProgress(killed.InvocationID, "segment") // killed once the engine reports its segment under way
+	l.killAndRestart(errs)
 
 	// Recovery settles the killed invocation: only the build's tickets (and, had the killed
 	// segment answered in time, its own, now the build's) remain.
@@ -442,6 +413,90 @@ func TestLanceSegmentSidecarKilled(t *testing.T) {
 	}
 	l.nothingLeft(path)
 	t.Logf("sidecar killed mid-segment; after restart the build held %d tickets (%d before the killed segment), the segment was rebuilt and the build committed at v%d", after, held, pinned+1)
+}
+
+// killAndRestart SIGKILLs the sidecar while the call that errs answers runs, and starts its
+// successor on the same state directory.
+func (l *lanceSidecar) killAndRestart(errs <-chan error) {
+	t := l.t
+	t.Helper()
+	sigkill(t, l.c)
+	if err := <-errs; err == nil {
+		t.Log("the call answered before the kill: its answer is lost to the host all the same")
+	}
+	l.c.Close()
+	// The killed sidecar's domain dies with it (PDEATHSIG). Its orphans re-parent to the nearest
+	// child subreaper: init, or this test process once another test of the package made it one
+	// (an in-process isolation.Supervisor), which must then reap them itself. The successor is
+	// started once they are gone, so that what the harness finds at the end is its own.
+	for deadline := time.Now().Add(time.Minute); len(testsidecar.ProcessesIn(l.sc.Parent)) > 0; time.Sleep(50 * time.Millisecond) {
+		reapOurZombies(testsidecar.ProcessesIn(l.sc.Parent))
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed sidecar's processes outlived it by a minute: %v", procStates(testsidecar.ProcessesIn(l.sc.Parent)))
+		}
+	}
+	l.sc.Restart()
+	l.c = l.sc.Client
+}
+
+// waitProgress waits up to a minute for a $/progress of inv at stage.
+func (l *lanceSidecar) waitProgress(inv, stage string) {
+	l.t.Helper()
+	at := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return slices.ContainsFunc(l.progress, func(p rpc.ProgressParams) bool { return p.InvocationID == inv && p.Stage == stage })
+	}
+	for deadline := time.Now().Add(time.Minute); !at(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			l.t.Fatalf("no %s progress of %s within a minute", stage, inv)
+		}
+	}
+}
+
+// TestLanceCommitSidecarKilled: the sidecar is SIGKILLed while a COMMIT_SEGMENTS runs, after it
+// took the build's segments into the commit's custody. Its successor settles the commit's
+// tickets by itself, from the invocation's record, as for any mutation (before the record came
+// with the segments, they stayed held with "no record of invocation" until a host resolved the
+// invocation on this very sidecar: found by the segment campaign). The host's index.resolve then
+// agrees with storage, and once it abandons the build nothing is left.
+func TestLanceCommitSidecarKilled(t *testing.T) {
+	l := newLanceSidecar(t, false, "--state-dir", t.TempDir(), "--executors", "1")
+	const path = "events"
+	pinned := l.createFragments(path, 8000, 4)
+	plan := l.plan(path, pinned, 2)
+	build := randID("b-")
+	p := l.segParams(rpc.OpCommitSegments, build, path, pinned, "idx_id", "id", "BTREE", nil)
+	p.Segment.Segments = l.btreeSegments(build, path, pinned, plan.Segments)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := l.c.Mutate(context.Background(), p)
+		errs <- err
+	}()
+	l.waitProgress(p.InvocationID, "commit")
+	l.killAndRestart(errs)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var st rpc.ObjectsStatusResult
+		owner := rpc.ObjectOwner{Kind: rpc.OwnerInvocation, ID: p.InvocationID}
+		if err := l.c.Call(context.Background(), rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{Owner: &owner}, &st); err != nil {
+			t.Fatal(err)
+		}
+		if (st.Owner == nil || st.Owner.Held == 0) && st.Ledger.Unsettled == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted sidecar did not settle the killed commit by itself: %+v %+v", st.Owner, st.Ledger)
+		}
+	}
+	r := l.resolveLance(p.InvocationID, path, pinned)
+	l.abandonBuild(build)
+	var segs lanceSegments
+	l.ctl(&segs, "segments", l.uri(path), "idx_id")
+	if want := map[string]int{rpc.OutcomeCommitted: 2}[r.Outcome]; r.Outcome == rpc.OutcomeUnknown || segs.NumSegments != want {
+		t.Fatalf("resolve %+v; Lance describes %+v, want %d segments", r, segs, want)
+	}
+	l.nothingLeft(path)
+	t.Logf("sidecar killed mid-commit; its successor settled the commit's custody by itself; resolved %s, Lance describes %d segments", r.Outcome, segs.NumSegments)
 }
 
 // adoptBuild moves build b's custody from sidecar from to sidecar to, by the host, with the

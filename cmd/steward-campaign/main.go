@@ -3,6 +3,7 @@
 // violation (internal/testing/campaign). It is a test tool: the steward binary links none of it.
 //
 //	steward-campaign [flags]              sidecars of --steward, one in-process dispatcher
+//	steward-campaign --engine lance --segments [flags]   segmented index builds, faults in their steps
 //	steward-campaign --failover [flags]   host processes on a shared 3-member etcd journal
 //	steward-campaign node                 one failover host process, started by the campaign
 //
@@ -68,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	engine := fs.String("engine", campaign.EngineBuiltin, "engine of every mutation: builtin, or lance (the Lance engine, registered in every sidecar; the checker reads Lance's version chain)")
 	lancePython := fs.String("lance-python", envOr("STEWARD_LANCE_PYTHON", filepath.Join(tools, "lance", "bin", "python")), "with --engine lance: the Lance venv's python (scripts/lance.sh install)")
 	lanceDir := fs.String("lance-dir", envOr("STEWARD_LANCE_DIR", filepath.Join("engines", "lance")), "with --engine lance: engines/lance (engine.py, lancectl.py)")
+	segments := fs.Bool("segments", false, "with --engine lance: every mutation a segmented index build (TRAIN, SEGMENTs, COMMIT_SEGMENTS through the dispatcher), faults in its steps: "+strings.Join(campaign.SegmentKinds(), ","))
 	failover := fs.Bool("failover", false, "the failover campaign: host processes on a shared etcd journal, killed and stopped")
 	hosts := fs.Int("hosts", 3, "with --failover: host processes, each with its own sidecar")
 	etcdBin := fs.String("etcd-bin", filepath.Join(tools, "etcd"), "with --failover: etcd executable (scripts/etcd.sh install builds it)")
@@ -85,7 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := campaign.Config{
 		Steward: *steward, Node: self, MinIOBinary: *minioBin, WorkDir: *workDir, Keep: *keep, Mutations: *mutations,
 		Seed: *seed, Datasets: *datasets, Rows: *rows, Sidecars: *sidecars, ExecuteDeadline: *deadline,
-		Progress: progressPrinter(stderr),
+		Segments: *segments, Progress: progressPrinter(stderr),
 	}
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
@@ -105,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.Hosts, cfg.EtcdBinary, start = *hosts, *etcdBin, campaign.RunFailover
 		fmt.Fprintf(stderr, "steward-campaign --failover: %d mutations, seed %d, %d hosts, MinIO %s, etcd %s\n", *mutations, *seed, *hosts, *minioBin, *etcdBin)
 	} else {
-		fmt.Fprintf(stderr, "steward-campaign: engine %s, %d mutations, seed %d, %d sidecars, MinIO %s\n", *engine, *mutations, *seed, *sidecars, *minioBin)
+		fmt.Fprintf(stderr, "steward-campaign: engine %s, %d mutations (segmented: %t), seed %d, %d sidecars, MinIO %s\n", *engine, *mutations, *segments, *seed, *sidecars, *minioBin)
 	}
 	rep, err := start(ctx, cfg)
 	if rep.Jobs > 0 || len(rep.Violations) > 0 {

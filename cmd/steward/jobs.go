@@ -374,6 +374,7 @@ func printJob(w io.Writer, j dispatch.Job) error {
 	if sp := j.Segmented; sp != nil {
 		kv("segmented", fmt.Sprintf("build %s: %d segments over %d fragments, sidecars %s, committer %s, adopted from %s",
 			sp.BuildID, len(sp.Runs), len(sp.Fragments), strings.Join(sp.Sidecars, ","), sp.Committer, jobsDash(strings.Join(sp.Adopted, ","))))
+		kv("segments done", fmt.Sprintf("%d/%d", sp.Done, len(sp.Runs)))
 		if sp.Failed != "" {
 			kv("failing", sp.Failed)
 		}

@@ -384,8 +384,9 @@ func TestJobsCancelRunning(t *testing.T) {
 	}
 }
 
-// TestJobsShowSegmented: `jobs show` of a segmented job lists its steps from the journal (state,
-// sidecar, fragment range, peak memory of the answer); a step names its parent.
+// TestJobsShowSegmented: `jobs show` of a segmented job shows its segments done of total and
+// lists its steps from the journal (state, sidecar, fragment range, peak memory of the answer);
+// a step names its parent.
 func TestJobsShowSegmented(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "jobs.db")
 	s, err := dispatch.OpenBolt(path, dispatch.BoltOptions{})
@@ -401,7 +402,7 @@ func TestJobsShowSegmented(t *testing.T) {
 	parent := rec("seg", dispatch.StateRunning)
 	parent.SlotHeld = true
 	parent.Segmented = &dispatch.SegmentedPlan{BuildID: "seg", Fragments: []uint64{0, 1, 2, 3, 4}, Runs: [][]uint64{{0, 1, 2}, {3, 4}},
-		Sidecars: []string{"n1", "n2"}, Committer: "n1", Attempts: []int{1, 1}, Adopted: []string{"n2"}}
+		Sidecars: []string{"n1", "n2"}, Committer: "n1", Attempts: []int{1, 1}, Adopted: []string{"n2"}, Done: 1}
 	steps := []dispatch.Job{rec(dispatch.StepID("seg", rpc.OpSegment, 0, 1), dispatch.StateCommitted),
 		rec(dispatch.StepID("seg", rpc.OpSegment, 1, 1), dispatch.StateRunning)}
 	for i, run := range parent.Segmented.Runs {
@@ -426,7 +427,8 @@ func TestJobsShowSegmented(t *testing.T) {
 	code, out, errOut := runJ(t, "show", "--store", path, "seg")
 	row := regexp.MustCompile(`(?m)^seg\.seg0\.a1\s+SEGMENT\s+COMMITTED\s+n1\s+0-2\s+7\.0\s+812\s+0b5e6d3a-`)
 	if code != 0 || !row.MatchString(out) || !strings.Contains(out, "2 segments over 5 fragments, sidecars n1,n2, committer n1, adopted from n2") ||
-		!regexp.MustCompile(`(?m)^seg\.seg1\.a1\s+SEGMENT\s+RUNNING\s+n2\s+3-4\s+-\s+-\s+-`).MatchString(out) || !strings.Contains(out, "2 step(s)") {
+		!regexp.MustCompile(`(?m)^seg\.seg1\.a1\s+SEGMENT\s+RUNNING\s+n2\s+3-4\s+-\s+-\s+-`).MatchString(out) || !strings.Contains(out, "2 step(s)") ||
+		!regexp.MustCompile(`(?m)^segments done\s+1/2$`).MatchString(out) {
 		t.Fatalf("exit %d (%s):\n%s", code, errOut, out)
 	}
 	if code, out, _ := runJ(t, "show", "--store", path, steps[1].ID); code != 0 || !regexp.MustCompile(`(?m)^step of\s+seg$`).MatchString(out) ||

@@ -82,6 +82,8 @@ def train(c, ch):
             pq.save(where + "pq.lance", storage_options=c.opts)
     except Exception as e:
         raise c.native(se.IO, f"write the training: {e}", index_uuid=tuuid)
+    if c.req.get("fault") == "crash_after_build":
+        se.kill_self()
     ch.progress("train", 2, 2, last=True)
     raise c.native(se.OK, "", completion_reason="TRAINED", index_uuid=tuuid)
 
@@ -120,6 +122,8 @@ def segment(c, ch):
     if c.itype not in ("BTREE", "LABEL_LIST"):  # Lance names these segments itself
         seg_uuid = kwargs["index_uuid"] = str(uuid.uuid4())
     ch.progress("segment", 0, 1, last=True)
+    if c.req.get("fault") == "crash_before_commit":  # a segment's write is its commit into the build
+        se.kill_self()
     try:
         s = c.ds.create_index_uncommitted(c.column, c.itype, name=c.name, fragment_ids=frags, replace=True, **kwargs)
         if c.itype == "INVERTED":
@@ -137,6 +141,8 @@ def segment(c, ch):
         write_record(c, s)
     except Exception as e:
         raise c.native(se.IO, f"record the segment: {e}", index_uuid=s.uuid)
+    if c.req.get("fault") == "crash_after_commit":
+        se.kill_self()
     ch.progress("segment", 1, 1, last=True)
     raise c.native(se.OK, "", completion_reason="SEGMENT_WRITTEN", index_uuid=s.uuid)
 

@@ -69,6 +69,11 @@ type Config struct {
 	Refresh RefreshFunc
 	// Credentials supplies per-call storage credentials. Nil: none.
 	Credentials CredentialsFunc
+	// Progress receives a segmented job's progress each time this dispatcher journals a change
+	// of it (SegmentedPlan.Done): the job's own $/progress, where the wire's reports one
+	// invocation's (PROTOCOL.md §5). It is called outside any store transaction, after the
+	// change is durable, and must not block. Nil: none.
+	Progress func(JobProgress)
 	// Logger receives the dispatcher's log lines. Default: hclog at info, named "dispatch".
 	Logger hclog.Logger
 	// Now is the clock of deadlines and history. Default time.Now.

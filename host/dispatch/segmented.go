@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cba1309c/steward/rpc"
 )
@@ -36,6 +37,14 @@ type SegmentedPlan struct {
 	Committer string   `json:"committer"`
 	// Attempts counts the steps created per run (the rebuilds of run i are attempts > 1).
 	Attempts []int `json:"attempts"`
+	// TrainAttempts and CommitAttempts count the TRAIN and COMMIT_SEGMENTS steps created (0 in
+	// a plan journaled before they were counted, whose one step is attempt 1).
+	TrainAttempts  int `json:"train_attempts,omitempty"`
+	CommitAttempts int `json:"commit_attempts,omitempty"`
+	// Done counts the runs with a segment written (an answered SEGMENT_WRITTEN), of len(Runs):
+	// it never decreases (a written segment is never rebuilt) and reaches len(Runs) before the
+	// commit is sent.
+	Done int `json:"done,omitempty"`
 	// Adopted are the builder sidecars whose custody the committer has adopted.
 	Adopted []string `json:"adopted,omitempty"`
 	// Failed says why the job is being failed; once set no step is created, and the job ends
@@ -43,7 +52,15 @@ type SegmentedPlan struct {
 	Failed string `json:"failed,omitempty"`
 }
 
-// MaxSegmentAttempts bounds the builds of one run (the first and its rebuilds).
+// JobProgress is a segmented job's progress as Config.Progress reports it: Done of Total
+// segments written. Done never decreases; the job's outcome follows Done == Total.
+type JobProgress struct {
+	Job         string
+	Done, Total int
+}
+
+// MaxSegmentAttempts bounds the builds of one run (the first and its rebuilds), and the sends of
+// a job's TRAIN and of its COMMIT_SEGMENTS.
 const MaxSegmentAttempts = 3
 
 // Step kinds, as step ids name them.
@@ -52,10 +69,14 @@ const (
 	stepCommit = "commit"
 )
 
-// StepID is the id of a step of parent: "<parent>.train", "<parent>.seg<i>.a<n>", "<parent>.commit".
+// StepID is the id of a step of parent: "<parent>.train", "<parent>.seg<i>.a<n>", "<parent>.commit";
+// a TRAIN's or COMMIT_SEGMENTS's attempt n > 1 is "<parent>.train.a<n>", "<parent>.commit.a<n>".
 func StepID(parent, kind string, run, attempt int) string {
-	if kind == rpc.OpSegment {
+	switch {
+	case kind == rpc.OpSegment:
 		return fmt.Sprintf("%s.seg%d.a%d", parent, run, attempt)
+	case attempt > 1:
+		return fmt.Sprintf("%s.%s.a%d", parent, kind, attempt)
 	}
 	return parent + "." + kind
 }
@@ -192,16 +213,53 @@ func classifyStep(s Job) stepState {
 		return stepFailed
 	case !s.State.Settled():
 		return stepBusy
-	case r == nil || r.OOMKilled:
-		return stepRetry // journaled and never sent, or killed at its memory limit: build it again
-	case r.ErrorClass == ErrorRefused && s.Op == rpc.OpSegment && transientRefusal(rpc.Code(r.ErrorCode)):
-		return stepRetry // refused at receive for now (never ran): a new step, after a round
+	case r == nil:
+		return stepRetry // journaled and never sent: nothing ran
+	case r.OOMKilled && s.Op != rpc.OpSegment:
+		// The same limit kills a TRAIN (its sample and models) or a COMMIT_SEGMENTS (its
+		// manifest) again: only a SEGMENT, which the issue's custody rules rebuild after any
+		// failure, is built again at it.
+		return stepFailed
+	case r.OOMKilled:
+		return stepRetry
+	case r.ErrorClass == ErrorRefused && transientRefusal(rpc.Code(r.ErrorCode)),
+		r.Phase == rpc.PhasePreInvocationRejected && transientRejection(r.Code):
+		// Refused at receive, or before its worker ran, for now: nothing ran, and a commit's
+		// segments are still (or again) the build's. A new step, after a round.
+		return stepRetry
 	case r.ErrorClass == ErrorRefused || r.Phase == rpc.PhasePreInvocationRejected || (native && r.Code != rpc.NativeOK):
 		return stepFailed // refused, or the engine failed: building again would fail again
+	case s.Op == rpc.OpCommitSegments:
+		// INDETERMINATE or no answer, settled NOT_COMMITTED: the commit had taken the segments
+		// into its custody, which deleted them with it. Nothing is left to commit.
+		return stepFailed
 	}
 	// INDETERMINATE or no answer, settled by index.resolve: the step left nothing the build
 	// can use (a segment whose uuid no answer named is abandoned with the build). Build again.
 	return stepRetry
+}
+
+// RetryBackoff is how long after a step refused for now (at receive, or before its worker ran)
+// its next attempt is created: doubled per attempt (2 s, 4 s), so that the attempts span an
+// outage of the store or a sidecar's restart instead of meeting it three times in a row.
+const RetryBackoff = 2 * time.Second
+
+// retryAt is when the next attempt of step s, attempt a, may be created: at once unless s was
+// refused for now.
+func retryAt(s Job, a int) time.Time {
+	if r := s.Result; r != nil && (r.ErrorClass == ErrorRefused || r.Phase == rpc.PhasePreInvocationRejected) {
+		return s.Updated.Add(RetryBackoff << (max(a, 1) - 1))
+	}
+	return time.Time{}
+}
+
+// transientRejection: a PRE_INVOCATION_REJECTED reason that a later send may not get.
+func transientRejection(c int) bool {
+	switch c {
+	case rpc.ReasonDeadlineLapsed, rpc.ReasonLaunchFailed, rpc.ReasonDatasetUnavailable, rpc.ReasonShuttingDown:
+		return true
+	}
+	return false
 }
 
 // transientRefusal: a refusal at receive that a later send may not get (docs/PROTOCOL.md §7).
@@ -232,7 +290,8 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	for _, s := range steps {
 		busy = busy || classifyStep(s) == stepBusy
 	}
-	if c, ok := byID[StepID(p.ID, stepCommit, 0, 0)]; sp.Failed != "" && !(ok && classifyStep(c) == stepDone) {
+	committed := slices.ContainsFunc(steps, func(s Job) bool { return s.Op == rpc.OpCommitSegments && classifyStep(s) == stepDone })
+	if sp.Failed != "" && !committed {
 		if busy {
 			return nil // wait until no step can still write into the build
 		}
@@ -245,15 +304,22 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	var want []Job // steps to create
 	fail := ""
 	trainUUID := ""
+	now := d.cfg.Now()
 	if sp.Train {
-		s, ok := byID[StepID(p.ID, stepTrain, 0, 0)]
-		switch {
+		a := attempts(sp.TrainAttempts, byID, StepID(p.ID, stepTrain, 0, 0))
+		s, ok := byID[StepID(p.ID, stepTrain, 0, a)]
+		switch st := classifyStep(s); {
+		case a == 0:
+			want = append(want, d.step(p, rpc.OpTrain, stepTrain, -1, 1, sp.Committer, nil, ""))
 		case !ok:
-			want = append(want, d.step(p, rpc.OpTrain, stepTrain, -1, 0, sp.Committer, nil, ""))
-		case classifyStep(s) == stepDone && s.Result != nil:
+			return nil // created by the transaction that counted it; another node's commit pending
+		case st == stepDone && s.Result != nil:
 			trainUUID = s.Result.IndexUUID
-		case classifyStep(s) != stepBusy:
-			fail = "TRAIN " + s.ID + " " + string(s.State)
+		case st == stepRetry && a < MaxSegmentAttempts && now.Before(retryAt(s, a)):
+		case st == stepRetry && a < MaxSegmentAttempts:
+			want = append(want, d.step(p, rpc.OpTrain, stepTrain, -1, a+1, sp.Committer, nil, ""))
+		case st != stepBusy:
+			fail = fmt.Sprintf("TRAIN %s (attempt %d) %s", s.ID, a, stepWhy(s))
 		}
 		if trainUUID == "" {
 			return d.createSteps(p, want, fail)
@@ -275,12 +341,18 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 			refs = append(refs, rpc.SegmentRef{UUID: s.Result.IndexUUID, FragmentIDs: run})
 			builders[s.Sidecar] = true
 		case st == stepRetry && a >= MaxSegmentAttempts:
-			fail = fmt.Sprintf("segment %d: %d attempts never answered", i, a)
+			fail = fmt.Sprintf("segment %d: %d attempts never answered (last: %s)", i, a, stepWhy(s))
+		case st == stepRetry && ok && now.Before(retryAt(s, a)):
 		case st == stepRetry:
 			target := sp.Sidecars[(i+a)%len(sp.Sidecars)]
 			want = append(want, d.step(p, rpc.OpSegment, rpc.OpSegment, i, a+1, target, run, trainUUID))
 		case st == stepFailed:
 			fail = fmt.Sprintf("segment %d (%s) %s", i, s.ID, stepWhy(s))
+		}
+	}
+	if sp.Done < len(refs) {
+		if err := d.segmentsDone(p.ID, len(refs), len(sp.Runs)); err != nil {
+			return err
 		}
 	}
 	if fail != "" || len(want) > 0 || len(refs) < len(sp.Runs) {
@@ -306,35 +378,69 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 			return err
 		}
 	}
-	c, ok := byID[StepID(p.ID, stepCommit, 0, 0)]
-	if !ok {
-		cs := d.step(p, rpc.OpCommitSegments, stepCommit, -1, 0, sp.Committer, nil, "")
+	a := attempts(sp.CommitAttempts, byID, StepID(p.ID, stepCommit, 0, 0))
+	c, ok := byID[StepID(p.ID, stepCommit, 0, a)]
+	newCommit := func() error {
+		cs := d.step(p, rpc.OpCommitSegments, stepCommit, -1, a+1, sp.Committer, nil, "")
 		cs.Segment.Segments = refs
 		return d.createSteps(p, []Job{cs}, "")
 	}
-	switch classifyStep(c) {
-	case stepDone:
+	switch st := classifyStep(c); {
+	case a == 0, ok && st == stepRetry && a < MaxSegmentAttempts && !now.Before(retryAt(c, a)):
+		return newCommit()
+	case !ok, st == stepRetry && a < MaxSegmentAttempts:
+		return nil // created by another node's transaction, not committed yet; or a retry's wait
+	case st == stepDone:
 		// The commit ended the build on its sidecar; what a step of a vanished node wrote after
-		// its resolve, or a resolved commit left held, is ended here (a no-op otherwise).
+		// its resolve, or a resolved commit left held, is ended here (a no-op otherwise). The job
+		// settles only once that is done, as a failed one does: settled with a plan sidecar
+		// restarting, it left the build's custody there for good (the segment campaign found a
+		// COMMITTED build holding 3 tickets on a sidecar killed around its commit).
 		if err := d.abandonBuild(ctx, sp); err != nil {
-			d.log.Warn("committed; the build's leftover custody stays held", "job", p.ID, "error", err)
+			d.log.Warn("committed; the build's leftover custody is ended first", "job", p.ID, "error", err)
+			return nil
 		}
 		res := c.Result
 		if res == nil || res.CommittedVersion == 0 {
 			res = &Result{At: d.cfg.Now(), CommittedVersion: p.AdmittedVersion + 1, CompletionReason: rpc.CompletionCommitted}
 		}
 		return d.settleParent(p.ID, StateCommitted, res, "COMMIT_SEGMENTS "+c.ID+" committed")
-	case stepRetry, stepFailed:
+	case st == stepRetry, st == stepFailed:
 		_, _, err := d.modify(p.ID, func(x *Job) bool {
 			if x.Segmented == nil || x.Segmented.Failed != "" {
 				return false
 			}
-			x.Segmented.Failed = "COMMIT_SEGMENTS " + c.ID + " " + stepWhy(c)
+			x.Segmented.Failed = fmt.Sprintf("COMMIT_SEGMENTS %s (attempt %d) %s", c.ID, a, stepWhy(c))
 			return true
 		})
 		return err
 	}
 	return nil
+}
+
+// segmentsDone journals that done of total segments of job id are written, when that is news,
+// and reports it to Config.Progress.
+func (d *Dispatcher) segmentsDone(id string, done, total int) error {
+	_, changed, err := d.modify(id, func(x *Job) bool {
+		if x.Segmented == nil || x.Segmented.Done >= done {
+			return false
+		}
+		x.Segmented.Done = done
+		return true
+	})
+	if changed && d.cfg.Progress != nil {
+		d.cfg.Progress(JobProgress{Job: id, Done: done, Total: total})
+	}
+	return err
+}
+
+// attempts is how many steps of a TRAIN or COMMIT_SEGMENTS were created: counted, or 1 in a
+// plan journaled before they were counted whose first step exists.
+func attempts(counted int, byID map[string]Job, first string) int {
+	if _, ok := byID[first]; ok && counted == 0 {
+		return 1
+	}
+	return counted
 }
 
 // cancelSteps turns a journaled cancel of segmented job p into its failure, and journals a cancel
@@ -429,15 +535,8 @@ func (d *Dispatcher) createSteps(p Job, want []Job, fail string) error {
 			} else if !errors.Is(err, ErrNotFound) {
 				return err
 			}
-			if s.Op == rpc.OpSegment {
-				var run, attempt int
-				if _, err := fmt.Sscanf(strings.TrimPrefix(s.ID, p.ID+"."), "seg%d.a%d", &run, &attempt); err != nil {
-					return err
-				}
-				if x.Segmented.Attempts[run] != attempt-1 {
-					return errNoChange
-				}
-				x.Segmented.Attempts[run] = attempt
+			if err := countAttempt(x.Segmented, p.ID, s); err != nil {
+				return err
 			}
 			if err := tx.Put(&s); err != nil {
 				return err
@@ -459,6 +558,41 @@ func (d *Dispatcher) createSteps(p Job, want []Job, fail string) error {
 		d.kickRound()
 	}
 	return err
+}
+
+// countAttempt counts step s in plan sp, or says errNoChange when sp's count is not the one
+// before s (another round or node created a step in between).
+func countAttempt(sp *SegmentedPlan, parent string, s Job) error {
+	rest := strings.TrimPrefix(s.ID, parent+".")
+	count := &sp.TrainAttempts
+	switch s.Op {
+	case rpc.OpSegment:
+		var run, attempt int
+		if _, err := fmt.Sscanf(rest, "seg%d.a%d", &run, &attempt); err != nil {
+			return err
+		}
+		if sp.Attempts[run] != attempt-1 {
+			return errNoChange
+		}
+		sp.Attempts[run] = attempt
+		return nil
+	case rpc.OpCommitSegments:
+		count = &sp.CommitAttempts
+	}
+	attempt := 1
+	if _, tail, ok := strings.Cut(rest, ".a"); ok {
+		if _, err := fmt.Sscanf(tail, "%d", &attempt); err != nil {
+			return err
+		}
+	}
+	if *count == 0 && attempt > 1 {
+		*count = 1 // journaled before attempts were counted: its first step exists
+	}
+	if *count != attempt-1 {
+		return errNoChange
+	}
+	*count = attempt
+	return nil
 }
 
 // settleParent ends segmented job id with the outcome of its commit (or NOT_COMMITTED).

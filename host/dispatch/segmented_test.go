@@ -118,15 +118,23 @@ func buildHeld(t *testing.T, sc *counted, b string) int {
 
 // boltSegmented is a dispatcher on a fresh bbolt journal driving sidecars as n1, n2, …, one send
 // in flight per sidecar (so that segments spread).
-func boltSegmented(t *testing.T, refresh func(context.Context, Job) error, sidecars ...*counted) (*Dispatcher, Store) {
+func boltSegmented(t *testing.T, refresh func(context.Context, Job) error, sidecars ...Sidecar) (*Dispatcher, Store) {
+	t.Helper()
+	return boltSegmentedWith(t, func(c *Config) { c.Refresh = refresh }, sidecars...)
+}
+
+// boltSegmentedWith is boltSegmented with the dispatcher's config set by with.
+func boltSegmentedWith(t *testing.T, with func(*Config), sidecars ...Sidecar) (*Dispatcher, Store) {
 	t.Helper()
 	store, err := OpenBolt(filepath.Join(t.TempDir(), "jobs.db"), BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	d, err := New(Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1,
-		ExecuteDeadline: 2 * time.Minute, Refresh: refresh, Logger: quietLog()})
+	cfg := Config{Store: store, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 1,
+		ExecuteDeadline: 2 * time.Minute, Logger: quietLog()}
+	with(&cfg)
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +179,21 @@ func (r *lanceRig) readBack(path, name string, k int, j Job, sidecars ...*counte
 		}
 	}
 	return segs
+}
+
+// submitBTree makes dataset path of rows in k fragments, runs d for at most 50 s (the context
+// returned) and submits a segmented BTREE of k segments over it.
+func (r *lanceRig) submitBTree(d *Dispatcher, path string, rows, k int) (context.Context, rpc.DatasetRef, int64, Job) {
+	r.t.Helper()
+	ref, pinned := r.create(path, rows, k)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	r.t.Cleanup(cancel)
+	go d.Run(ctx)
+	j, err := d.SubmitSegmented(ctx, segmentedReq(ref, pinned, k))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return ctx, ref, pinned, j
 }
 
 func segmentedReq(ref rpc.DatasetRef, v int64, k int) SegmentedRequest {
@@ -240,14 +263,8 @@ func TestSegmentedLanceAcrossSidecars(t *testing.T) {
 		return nil
 	}, a, b)
 	const path, k = "events", 4
-	ref, pinned := r.create(path, 8000, k)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	go d.Run(ctx)
-	j, err := d.SubmitSegmented(ctx, segmentedReq(ref, pinned, k))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, ref, pinned, j := r.submitBTree(d, path, 8000, k)
+	var err error
 	if len(j.Segmented.Runs) != k || !slices.Equal(j.Segmented.Sidecars, []string{"n1", "n2"}) {
 		t.Fatalf("plan %+v", j.Segmented)
 	}
@@ -509,8 +526,24 @@ func TestSegmentedLanceCancel(t *testing.T) {
 func TestSegmentedLanceIVFPQ(t *testing.T) {
 	r := newLanceRig(t)
 	a, b := r.sidecar(), r.sidecar()
+	const k = 3
+	j, steps, pinned := r.runIVFPQ(k, a, b)
+	if j.State != StateCommitted || len(steps) != k+2 || steps[len(steps)-1].Op != rpc.OpTrain {
+		logSteps(t, steps)
+		t.Fatalf("job %s (%s): %d steps", j.State, j.Segmented.Failed, len(steps))
+	}
+	segs := r.readBack("vectors", "idx_vec", k, j, a, b)
+	t.Logf("IVF_PQ: TRAIN + %d segments over 2 sidecars, adopted %v, committed v%d; Lance: num_segments=%d, 0 unindexed rows",
+		k, j.Segmented.Adopted, pinned+1, segs.NumSegments)
+}
+
+// runIVFPQ runs a segmented IVF_PQ job of k segments over a new 6-fragment dataset "vectors" on
+// sidecars a and b, and returns the settled job, its steps and its pinned version.
+func (r *lanceRig) runIVFPQ(k int, a, b Sidecar) (Job, []Job, int64) {
+	t := r.t
+	t.Helper()
 	d, store := boltSegmented(t, nil, a, b)
-	const path, k = "vectors", 3
+	const path = "vectors"
 	var created struct {
 		Version int64 `json:"version"`
 	}
@@ -523,25 +556,82 @@ func TestSegmentedLanceIVFPQ(t *testing.T) {
 	req.Index = rpc.IndexSpec{Name: "idx_vec", Columns: []string{"vec"}, Type: "IVF_PQ",
 		Params: map[string]string{"num_partitions": "4", "num_sub_vectors": "16", "sample_rate": "16"}}
 	j, steps := runSegmented(ctx, t, d, store, req)
-	if j.State != StateCommitted || len(steps) != k+2 || steps[len(steps)-1].Op != rpc.OpTrain {
-		for _, s := range steps {
-			t.Logf("step %s %s %s: %s", s.ID, s.Op, s.State, stepWhy(s))
-		}
-		t.Fatalf("job %s (%s): %d steps", j.State, j.Segmented.Failed, len(steps))
+	return j, steps, created.Version
+}
+
+func logSteps(t *testing.T, steps []Job) {
+	for _, s := range steps {
+		t.Logf("step %s %s %s: %s", s.ID, s.Op, s.State, stepWhy(s))
 	}
-	segs := r.readBack(path, "idx_vec", k, j, a, b)
-	t.Logf("IVF_PQ: TRAIN + %d segments over 2 sidecars, adopted %v, committed v%d; Lance: num_segments=%d, 0 unindexed rows",
-		k, j.Segmented.Adopted, created.Version+1, segs.NumSegments)
+}
+
+// trainCrash is a real sidecar whose first TRAIN is sent with the engine's test fault
+// crash_after_build: it dies right after writing its training.
+type trainCrash struct {
+	*counted
+	crashed atomic.Bool
+}
+
+func (c *trainCrash) Mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResult, error) {
+	if p.Op == rpc.OpTrain && c.crashed.CompareAndSwap(false, true) {
+		p.Fault = "crash_after_build"
+	}
+	return c.counted.Mutate(ctx, p)
+}
+
+// TestSegmentedLanceTrainRebuilt: a TRAIN that dies after writing its training (INDETERMINATE)
+// is settled by index.resolve (NOT_COMMITTED: custody deletes the training) and sent again as a
+// new step, "<job>.train.a2"; its models serve every segment and the job commits. (An OOM-killed
+// TRAIN is not retried: TestClassifyStep.)
+func TestSegmentedLanceTrainRebuilt(t *testing.T) {
+	r := newLanceRig(t)
+	a, b := &trainCrash{counted: r.sidecar()}, r.sidecar()
+	const k = 2
+	j, steps, pinned := r.runIVFPQ(k, a, b)
+	byID := map[string]Job{}
+	for _, s := range steps {
+		byID[s.ID] = s
+	}
+	first, again := byID[StepID(j.ID, stepTrain, 0, 1)], byID[StepID(j.ID, stepTrain, 0, 2)]
+	if j.State != StateCommitted || len(steps) != k+3 || j.Segmented.TrainAttempts != 2 ||
+		first.State != StateNotCommitted || first.Resolution == nil || first.Result == nil || first.Result.Phase != rpc.PhaseIndeterminate ||
+		again.State != StateCommitted || again.Result == nil || again.Result.IndexUUID == "" {
+		logSteps(t, steps)
+		t.Fatalf("job %s (%s): %d steps, %d TRAIN attempts", j.State, j.Segmented.Failed, len(steps), j.Segmented.TrainAttempts)
+	}
+	for _, s := range steps {
+		if s.Op == rpc.OpSegment && s.Segment.TrainUUID != again.Result.IndexUUID {
+			t.Fatalf("segment %s used training %s, not the rebuilt %s", s.ID, s.Segment.TrainUUID, again.Result.IndexUUID)
+		}
+	}
+	segs := r.readBack("vectors", "idx_vec", k, j, a.counted, b)
+	t.Logf("TRAIN crashed after writing its training, resolved NOT_COMMITTED, trained again as %s; committed v%d, Lance: num_segments=%d",
+		again.ID, pinned+1, segs.NumSegments)
 }
 
 // TestSegmentedLanceIndeterminateRebuilt: every segment's first build crashes right after Lance
 // wrote it (test fault crash_after_build: INDETERMINATE); each is settled by index.resolve
-// (NOT_COMMITTED), built again as a new step with a new uuid, and the job commits.
+// (NOT_COMMITTED), built again as a new step with a new uuid, and the job commits. Its progress
+// (Config.Progress, SegmentedPlan.Done) counts the written segments only: rising to 3/3 through
+// the crashes and rebuilds, each report journaled before it is made, all before the outcome.
 func TestSegmentedLanceIndeterminateRebuilt(t *testing.T) {
 	r := newLanceRig(t)
 	a, b := r.sidecar(), r.sidecar()
-	d, store := boltSegmented(t, nil, a, b)
-	const path, k = "events", 2
+	var mu sync.Mutex
+	var reports []JobProgress
+	var store Store
+	d, store := boltSegmentedWith(t, func(c *Config) {
+		c.Progress = func(p JobProgress) {
+			j, err := Get(store, p.Job) // durable before it is reported; the job not settled yet
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || j.Segmented.Done != p.Done || j.State.Settled() {
+				t.Errorf("progress %+v reported with the job %s, journaled done %d (%v)", p, j.State, j.Segmented.Done, err)
+			}
+			reports = append(reports, p)
+		}
+	}, a, b)
+	const path, k = "events", 3
 	ref, pinned := r.create(path, 4000, k)
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
 	defer cancel()
@@ -570,6 +660,69 @@ func TestSegmentedLanceIndeterminateRebuilt(t *testing.T) {
 		t.Fatalf("job %s (%s): %d crashed, %d rebuilt", j.State, j.Segmented.Failed, crashed, rebuilt)
 	}
 	segs := r.readBack(path, "idx_id", k, j, a, b)
-	t.Logf("%d segments crashed after Lance wrote them (INDETERMINATE), resolved NOT_COMMITTED, rebuilt with new uuids; committed v%d, Lance: num_segments=%d, 0 unindexed rows",
-		crashed, pinned+1, segs.NumSegments)
+	mu.Lock()
+	defer mu.Unlock()
+	for i, p := range reports {
+		if p.Job != j.ID || p.Total != k || p.Done < 1 || (i > 0 && p.Done <= reports[i-1].Done) {
+			t.Fatalf("progress %+v: not rising to %d/%d", reports, k, k)
+		}
+	}
+	if len(reports) == 0 || reports[len(reports)-1].Done != k || j.Segmented.Done != k {
+		t.Fatalf("progress %+v, journaled done %d: want it to end at %d/%d", reports, j.Segmented.Done, k, k)
+	}
+	t.Logf("%d segments crashed after Lance wrote them (INDETERMINATE), resolved NOT_COMMITTED, rebuilt with new uuids; committed v%d, Lance: num_segments=%d, 0 unindexed rows; progress %v",
+		crashed, pinned+1, segs.NumSegments, reports)
+}
+
+// abandonGate is a real sidecar whose objects.abandon fails while the gate is shut: a plan
+// sidecar that cannot be reached when the build is to be ended (restarting, say).
+type abandonGate struct {
+	*counted
+	open    atomic.Bool
+	refused atomic.Int64
+}
+
+func (g *abandonGate) Call(ctx context.Context, method string, params, result any) error {
+	if method == rpc.MethodObjectsAbandon && !g.open.Load() {
+		g.refused.Add(1)
+		return fmt.Errorf("%w: objects.abandon refused by the test's gate", ErrNoSidecar)
+	}
+	return g.counted.Call(ctx, method, params, result)
+}
+
+// TestSegmentedLanceCommittedEndsBuildFirst: a COMMITTED commit settles its job only once every
+// plan sidecar has ended the build's custody (objects.abandon): while one cannot, the job stays
+// RUNNING and the abandon is retried each round; once it can, the job is COMMITTED and no sidecar
+// holds anything of the build. (Settled at once, a build whose commit was resolved kept its
+// custody for good on a sidecar restarting at that moment: found by the segment campaign.)
+func TestSegmentedLanceCommittedEndsBuildFirst(t *testing.T) {
+	r := newLanceRig(t)
+	a := r.sidecar()
+	b := &abandonGate{counted: r.sidecar()}
+	d, store := boltSegmented(t, nil, a, b)
+	const path, k = "events", 2
+	ctx, _, pinned, j := r.submitBTree(d, path, 4000, k)
+	var err error
+	for b.refused.Load() < 3 { // three rounds found the commit done and could not end the build
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("objects.abandon refused %d times: %v", b.refused.Load(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if j, err = d.Get(j.ID); err != nil || j.State.Settled() {
+		t.Fatalf("job %s (%v) while its build could not be ended on n2", j.State, err)
+	}
+	steps, err := Steps(store, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := steps[slices.IndexFunc(steps, func(s Job) bool { return s.Op == rpc.OpCommitSegments })]; c.State != StateCommitted {
+		t.Fatalf("commit step %s", c.State)
+	}
+	b.open.Store(true)
+	if j, err = d.Wait(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	checkSegmented(t, r, store, j, path, pinned, k, a, b.counted)
+	t.Logf("commit COMMITTED; job RUNNING through %d refused abandons, COMMITTED once n2 answered", b.refused.Load())
 }

@@ -49,6 +49,7 @@ type run struct {
 	plan                   map[string]planned // job id → plan
 	fo                     *failover          // a failover campaign's etcd and host processes; nil for Run
 
+	stepHit  map[string]bool // segmented job → its step fault was injected (under mu)
 	ctx      context.Context // the campaign's context, for fault goroutines
 	faults   sync.WaitGroup
 	outageMu sync.Mutex
@@ -68,10 +69,14 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 	kinds := Kinds()
-	if cfg.Engine == EngineLance {
+	switch {
+	case cfg.Segments:
+		kinds = SegmentKinds()
+	case cfg.Engine == EngineLance:
 		kinds = LanceKinds()
 	}
-	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, kinds), plan: map[string]planned{}, setupVersions: map[string]int64{}}
+	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, kinds), plan: map[string]planned{}, setupVersions: map[string]int64{},
+		stepHit: map[string]bool{}}
 	return r.execute(ctx, r.setup)
 }
 
@@ -204,8 +209,12 @@ func (r *run) setupCommon(ctx context.Context) error {
 		if err := os.Mkdir(tmp, 0o700); err != nil {
 			return fmt.Errorf("%w: %w", ErrSetup, err)
 		}
-		r.format = &lanceFormat{tools: r.cfg.Lance, store: r.store, bucket: bucket, endpoint: r.minio.Endpoint,
-			creds: r.minioCredentials(), rows: r.cfg.Rows, workDir: tmp}
+		f := &lanceFormat{tools: r.cfg.Lance, store: r.store, bucket: bucket, endpoint: r.minio.Endpoint,
+			creds: r.minioCredentials(), rows: r.cfg.Rows, workDir: tmp, fragments: 2}
+		if r.cfg.Segments {
+			f.fragments = segmentFragments
+		}
+		r.format = f
 	}
 	if err := r.makeDatasets(ctx); err != nil {
 		return err
@@ -218,6 +227,9 @@ func (r *run) setupCommon(ctx context.Context) error {
 
 // makePlan draws the run's plan from its seed.
 func (r *run) makePlan() []planned {
+	if r.cfg.Segments {
+		return makeSegmentPlan(r.cfg.Seed, r.cfg.Mutations, r.cfg.Datasets, r.cfg.Kinds)
+	}
 	pc := builtinPace
 	if r.cfg.Engine == EngineLance {
 		pc = lancePace

@@ -76,13 +76,20 @@ func (r *run) check(ctx context.Context) {
 	}
 	byInv := map[string]dispatch.Job{}
 	for _, j := range jobs {
-		r.tally(j)
+		if j.Parent == "" {
+			r.tally(j, jobs)
+		}
 		if j.InvocationID != "" {
 			byInv[j.InvocationID] = j
 		}
-		if c := chains[j.Dataset.Path]; c != nil {
+		// A segmented job is checked by checkSegmented, and of its steps only the commit is a
+		// mutation of the chain: a TRAIN or SEGMENT is COMMITTED with no version.
+		if c := chains[j.Dataset.Path]; c != nil && j.Segmented == nil && (j.Parent == "" || j.Op == rpc.OpCommitSegments) {
 			r.checkJob(j, c)
 		}
+	}
+	if r.cfg.Segments {
+		r.checkSegmented(ctx, jobs, chains)
 	}
 	for _, c := range chains {
 		r.checkClaims(c, byInv)
@@ -168,6 +175,17 @@ func findIndex(m *version, name string) *indexRef {
 	return nil
 }
 
+// hasSegment reports whether m holds a segment uuid of the index whose name folds to name (a
+// segmented index has several).
+func hasSegment(m *version, name, uuid string) bool {
+	for _, ix := range m.Indices {
+		if dispatch.FoldName(ix.Name) == dispatch.FoldName(name) && ix.UUID == uuid {
+			return true
+		}
+	}
+	return false
+}
+
 // checkCommit checks version v, committed by job j, against the pinned version before it: the
 // operation is the one the format records for the job's, and the index is new at v (CREATE,
 // REPLACE) or gone (DROP, which needs it at the pinned version).
@@ -184,7 +202,7 @@ func (r *run) checkCommit(j dispatch.Job, c *chain, v int64) {
 		r.violate("index-missing", j.ID, fmt.Sprintf("%q absent at version %d", j.Index.Name, v))
 	case j.Op != rpc.OpDrop && before != nil && before.UUID == after.UUID:
 		r.violate("index-not-rebuilt", j.ID, fmt.Sprintf("%q at version %d is the pinned version's index %s", j.Index.Name, v, after.UUID))
-	case j.Op != rpc.OpDrop && j.Result != nil && j.Result.IndexUUID != "" && after.UUID != j.Result.IndexUUID:
+	case j.Op != rpc.OpDrop && j.Result != nil && j.Result.IndexUUID != "" && !hasSegment(m, j.Index.Name, j.Result.IndexUUID):
 		r.violate("index-mismatch", j.ID, fmt.Sprintf("answer says index %s, version %d holds %s", j.Result.IndexUUID, v, after.UUID))
 	}
 }
@@ -247,8 +265,8 @@ func (r *run) checkNoop(j dispatch.Job, c *chain, committed bool, v int64) {
 	}
 }
 
-// tally counts the job in the outcome table.
-func (r *run) tally(j dispatch.Job) {
+// tally counts the job in the outcome table (a segmented job's steps are in jobs).
+func (r *run) tally(j dispatch.Job, jobs []dispatch.Job) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := r.rep.kind(r.plan[j.ID].kind)
@@ -262,14 +280,31 @@ func (r *run) tally(j dispatch.Job) {
 	default:
 		k.Open++
 	}
-	if j.Resolution != nil {
-		k.Resolved++
+	resolved := j.Resolution != nil
+	for _, s := range jobs {
+		resolved = resolved || (j.Segmented != nil && s.Parent == j.ID && s.Resolution != nil)
+	}
+	if resolved {
+		k.Resolved++ // a segmented job: one of its steps was settled by index.resolve
 	}
 	if j.Result != nil && j.Result.CompletionReason != "" && j.Result.CompletionReason != rpc.CompletionCommitted {
 		k.Noop++
 	}
 	r.rep.Jobs++
-	r.rep.JobLines = append(r.rep.JobLines, jobLine(j, r.plan[j.ID].kind))
+	line := jobLine(j, r.plan[j.ID].kind)
+	if j.Segmented != nil {
+		var steps []dispatch.Job
+		for _, s := range jobs {
+			if s.Parent == j.ID {
+				steps = append(steps, s)
+			}
+		}
+		line += fmt.Sprintf(" [%d runs; steps %s]", len(j.Segmented.Runs), stepsLine(steps))
+		if j.Segmented.Failed != "" {
+			line += " failed: " + j.Segmented.Failed
+		}
+	}
+	r.rep.JobLines = append(r.rep.JobLines, line)
 }
 
 // jobLine describes a job's path to its final state in one line.

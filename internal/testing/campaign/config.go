@@ -39,6 +39,10 @@ type Config struct {
 	Engine string
 	// Lance locates the Lance engine. Required when Engine is EngineLance.
 	Lance LanceTools
+	// Segments makes every mutation a segmented index build (host/dispatch SubmitSegmented:
+	// TRAIN for IVF_PQ, 2 or 3 SEGMENTs, one COMMIT_SEGMENTS) of a new index, one build per
+	// dataset at a time, drawing SegmentKinds. Lance only.
+	Segments bool
 
 	// Mutations is the number of mutations to submit. Default 200.
 	Mutations int
@@ -52,7 +56,7 @@ type Config struct {
 	// Datasets is the number of datasets mutations spread over. Default 3.
 	Datasets int
 	// Rows is the number of generated rows of each dataset. Default 20,000 (built-in), 5,000
-	// (Lance).
+	// (Lance), 8,000 in 4 fragments (Segments).
 	Rows int64
 	// Sidecars is the number of sidecars the dispatcher chooses from. Default 2. RunFailover
 	// sets it to Hosts (one sidecar per host process).
@@ -67,7 +71,7 @@ type Config struct {
 	// Default 2.
 	Executors int
 	// Outstanding caps the jobs submitted and not yet answered (PENDING or RUNNING). Default
-	// Sidecars*Executors + 2.
+	// Sidecars*Executors + 2; with Segments, Datasets (one build per dataset at a time).
 	Outstanding int
 	// ExecuteDeadline is the dispatcher's execute deadline for every job. It must fund the
 	// sidecars' kill budget (KillBudget) plus a runnable window long enough for a real build.
@@ -134,7 +138,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, err
 		}
 		kinds = LanceKinds()
-		if c.Rows == 0 {
+		if c.Rows == 0 && !c.Segments {
 			c.Rows = 5000
 		}
 		if c.ExecuteDeadline == 0 {
@@ -142,6 +146,17 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	default:
 		return c, fmt.Errorf("%w: unknown engine %q (want %s or %s)", ErrConfig, c.Engine, EngineBuiltin, EngineLance)
+	}
+	if c.Segments {
+		if c.Engine != EngineLance {
+			return c, fmt.Errorf("%w: segmented builds run on the %s engine (engine %q)", ErrConfig, EngineLance, c.Engine)
+		}
+		kinds = SegmentKinds()
+		if c.Rows == 0 {
+			c.Rows = 8000
+		}
+		def(&c.Datasets, 3)
+		def(&c.Outstanding, c.Datasets)
 	}
 	def(&c.Mutations, 200)
 	def(&c.Datasets, 3)
@@ -176,8 +191,8 @@ func (c Config) withDefaults() (Config, error) {
 		if !knownKind(k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 		}
-		if c.Engine == EngineLance && !slices.Contains(kinds, k) {
-			return c, fmt.Errorf("%w: fault kind %q does not apply to the Lance engine (it applies: %s)", ErrConfig, k, strings.Join(kinds, ","))
+		if !slices.Contains(kinds, k) && (c.Engine == EngineLance || !slices.Contains(FailoverKinds(), k)) {
+			return c, fmt.Errorf("%w: fault kind %q does not apply to this campaign (these do: %s)", ErrConfig, k, strings.Join(kinds, ","))
 		}
 	}
 	return c, nil

@@ -115,6 +115,9 @@ func (r *run) remedy(ctx context.Context, jobs []dispatch.Job) {
 	for _, n := range r.nodes {
 		s := n.current()
 		for _, j := range jobs {
+			if j.Segmented != nil {
+				r.remedyBuild(ctx, n, s, j)
+			}
 			if j.InvocationID == "" {
 				continue
 			}
@@ -134,7 +137,7 @@ func (r *run) remedy(ctx context.Context, jobs []dispatch.Job) {
 			// Custody that outlives its job is a defect of the sidecar, not noise: it fails the
 			// campaign. The remedy still runs so that the later checks see a drained ledger.
 			r.violate("custody", j.ID, fmt.Sprintf("(%s, %s via %s, sent to %s) left %d tickets held on %s after it was settled; re-resolved there: %s %v",
-				r.plan[j.ID].kind, j.State, via, j.Sidecar, st.Owner.Held, n.name, res.Outcome, errOrNil(err)))
+				r.kindOf(j), j.State, via, j.Sidecar, st.Owner.Held, n.name, res.Outcome, errOrNil(err)))
 			r.mu.Lock()
 			r.rep.Remedied++
 			r.mu.Unlock()
@@ -147,4 +150,32 @@ func errOrNil(err error) string {
 		return ""
 	}
 	return "(error: " + err.Error() + ")"
+}
+
+// remedyBuild ends, on sidecar s, the custody a settled segmented job's build still holds there
+// (objects.abandon of its owner, what the dispatcher sends when it settles the job): a
+// "custody" violation each.
+func (r *run) remedyBuild(ctx context.Context, n *node, s *sidecar, j dispatch.Job) {
+	owner := rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(j.Segmented.BuildID)}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var st rpc.ObjectsStatusResult
+	if err := s.Call(ctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{Owner: &owner}, &st); err != nil || st.Owner == nil || st.Owner.Held == 0 {
+		return
+	}
+	var res rpc.ObjectsOwnerStatus
+	err := s.Call(ctx, rpc.MethodObjectsAbandon, rpc.ObjectsReleaseParams{Owner: owner, All: true}, &res)
+	r.violate("custody", j.ID, fmt.Sprintf("(%s, %s) its build %s left %d tickets held on %s after it was settled; abandoned there %v",
+		r.plan[j.ID].kind, j.State, j.Segmented.BuildID, st.Owner.Held, n.name, errOrNil(err)))
+	r.mu.Lock()
+	r.rep.Remedied++
+	r.mu.Unlock()
+}
+
+// kindOf is the fault kind of job j's plan (of its parent's, for a step of a segmented job).
+func (r *run) kindOf(j dispatch.Job) string {
+	if j.Parent != "" {
+		return r.plan[j.Parent].kind
+	}
+	return r.plan[j.ID].kind
 }

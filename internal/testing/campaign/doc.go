@@ -26,6 +26,14 @@
 // limit), and the checker reads Lance's own version chain (lancectl.py chain); lanceFormat.read
 // documents what a Lance version references.
 //
+// With Config.Segments (Lance only) every mutation is a segmented build of a new index through
+// dispatch.SubmitSegmented (a TRAIN for IVF_PQ, 2 or 3 SEGMENTs, one COMMIT_SEGMENTS), one build
+// per dataset at a time, with a fault in one of its steps (SegmentKinds), injected on the wire
+// when that step is sent; the checker adds, from Lance's own describe_indices (segcheck.py), that
+// every COMMITTED job's index is exactly the segments its commit listed and covers every fragment
+// once, that no NOT_COMMITTED job's index is in any version, that no TRAIN or SEGMENT committed,
+// and that nothing is left under `_steward/builds/` (checkSegmented).
+//
 // For either engine the checker also reads the commit-slot claims the sidecars' storage gateways
 // and outcome decisions wrote (storage/slot, `<dataset>/_steward/claims/<v>/<invocation>.json`):
 // every version a job committed holds the manifest its claim names, every claim is a job's at its

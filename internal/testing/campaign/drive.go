@@ -44,7 +44,11 @@ func (r *run) drive(ctx context.Context) error {
 		if err := r.waitOutstanding(ctx); err != nil {
 			return err
 		}
-		if err := r.submit(ctx, p); err != nil {
+		submit := r.submit
+		if r.cfg.Segments {
+			submit = r.submitSegmented
+		}
+		if err := submit(ctx, p); err != nil {
 			return fmt.Errorf("submit %s: %w", p.id(), err)
 		}
 		r.progress(Progress{Phase: "drive", Submitted: i + 1, Total: len(plan)})
@@ -65,7 +69,7 @@ func (r *run) waitOutstanding(ctx context.Context) error {
 		}
 		n := 0
 		for _, j := range jobs {
-			if j.State == dispatch.StatePending || j.State == dispatch.StateRunning {
+			if j.Parent == "" && (j.State == dispatch.StatePending || j.State == dispatch.StateRunning) { // a step is no submission
 				n++
 			}
 		}
@@ -89,15 +93,9 @@ func (r *run) submit(ctx context.Context, p planned) error {
 		for k := range pairs {
 			ds := (p.dataset + k/len(columns)) % r.cfg.Datasets
 			col := columns[(p.column+k)%len(columns)]
-			var pinned int64
-			err := retry(ctx, time.Minute, func() (err error) {
-				if pinned, err = r.format.latest(ctx, r.datasets[ds]); err != nil {
-					r.reviveMinIO()
-				}
-				return err
-			})
+			pinned, err := r.latest(ctx, ds)
 			if err != nil {
-				return fmt.Errorf("latest version of %s: %w", r.datasets[ds], err)
+				return err
 			}
 			err = r.admit(ctx, r.request(p, ds, col, pinned))
 			if errors.Is(err, dispatch.ErrNameBusy) {
@@ -111,6 +109,21 @@ func (r *run) submit(ctx context.Context, p planned) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// latest is dataset ds's latest version, read for a minute while MinIO is down.
+func (r *run) latest(ctx context.Context, ds int) (int64, error) {
+	var pinned int64
+	err := retry(ctx, time.Minute, func() (err error) {
+		if pinned, err = r.format.latest(ctx, r.datasets[ds]); err != nil {
+			r.reviveMinIO()
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("latest version of %s: %w", r.datasets[ds], err)
+	}
+	return pinned, nil
 }
 
 // admit submits req. A failure of the shared journal (an etcd member just killed) is retried for
@@ -155,39 +168,54 @@ func (r *run) request(p planned, ds int, col column, pinned int64) dispatch.Requ
 	return req
 }
 
-// onSend runs in the dispatcher's send path, once per job: it records the deadline kinds as
-// injected and schedules the sidecar kills and MinIO outages.
-func (r *run) onSend(s *sidecar, p rpc.MutateParams) rpc.MutateParams {
+// onSend runs in the dispatcher's send path, once per job (per step of a segmented job:
+// onStepSend): it records the deadline kinds as injected and schedules the sidecar kills and
+// MinIO outages. The kind it returns is a step fault carried by the params, counted once the
+// answer shows the step ran (stepAnswered).
+func (r *run) onSend(s *sidecar, p rpc.MutateParams) (rpc.MutateParams, string) {
+	if p.Segment != nil {
+		return r.onStepSend(s, p)
+	}
 	pl, ok := r.plan[p.JobID]
 	if !ok {
-		return p
+		return p, ""
 	}
 	switch pl.kind {
 	case KindDeadlineUnfundable, KindDeadlineTight:
 		r.inject(pl.kind, true, false)
 	case KindSidecarKill:
-		r.faults.Add(1)
-		go func() {
-			defer r.faults.Done()
-			time.Sleep(pl.delay)
-			delivered, busy, err := s.node.kill(r.ctx, s)
-			if err != nil {
-				r.violate("sidecar-restart", pl.id(), err.Error())
-			}
-			r.inject(pl.kind, delivered, busy)
-			r.log.Info("sidecar killed", "node", s.node.name, "job", pl.id(), "delivered", delivered, "busy", busy)
-		}()
+		r.scheduleKill(s, pl)
 	case KindMinIOOutage:
-		r.faults.Add(1)
-		go func() {
-			defer r.faults.Done()
-			time.Sleep(pl.delay)
-			r.inject(pl.kind, r.outage(pl.outage), s.inflight.Load() > 0)
-		}()
+		r.scheduleOutage(s, pl)
 	default:
 		r.inject(pl.kind, true, false)
 	}
-	return p
+	return p, ""
+}
+
+// scheduleKill SIGKILLs s pl.delay from now (and starts its successor), counting the fault.
+func (r *run) scheduleKill(s *sidecar, pl planned) {
+	r.faults.Add(1)
+	go func() {
+		defer r.faults.Done()
+		time.Sleep(pl.delay)
+		delivered, busy, err := s.node.kill(r.ctx, s)
+		if err != nil {
+			r.violate("sidecar-restart", pl.id(), err.Error())
+		}
+		r.inject(pl.kind, delivered, busy)
+		r.log.Info("sidecar killed", "node", s.node.name, "job", pl.id(), "delivered", delivered, "busy", busy)
+	}()
+}
+
+// scheduleOutage stops MinIO pl.delay from now for pl.outage, counting the fault.
+func (r *run) scheduleOutage(s *sidecar, pl planned) {
+	r.faults.Add(1)
+	go func() {
+		defer r.faults.Done()
+		time.Sleep(pl.delay)
+		r.inject(pl.kind, r.outage(pl.outage), s.inflight.Load() > 0)
+	}()
 }
 
 // outage stops MinIO for d and starts it again. Outages do not overlap: a second one while the

@@ -52,7 +52,7 @@ func Kinds() []string {
 }
 
 func knownKind(k string) bool {
-	return slices.Contains(Kinds(), k) || slices.Contains(FailoverKinds(), k)
+	return slices.Contains(Kinds(), k) || slices.Contains(FailoverKinds(), k) || slices.Contains(SegmentKinds(), k)
 }
 
 func isWorkerFault(k string) bool { return slices.Contains(workerFaults, k) }
@@ -95,6 +95,7 @@ type planned struct {
 	outage      time.Duration // minio_outage, etcd_kill: how long it stays down; host_stop: stopped
 	member      int           // etcd_kill: the member killed
 	deadline    time.Duration // deadline kinds: the deadline sent, from the send
+	step        string        // segment campaigns' sidecar_kill, minio_outage: the step op whose send times it
 }
 
 // id is the job id: sequence and fault kind, readable in `steward jobs list`.

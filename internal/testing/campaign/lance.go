@@ -81,14 +81,15 @@ func LanceKinds() []string {
 // lanceFormat is the Lance engine's side: datasets made and read with Lance's own library
 // (lancectl.py through the venv's Python), latest versions from the `_versions/` listing.
 type lanceFormat struct {
-	tools    LanceTools
-	store    storage.Store // the campaign's view of the bucket
-	bucket   string
-	endpoint string
-	creds    *rpc.Credentials
-	rows     int64
-	workDir  string           // TMPDIR of lancectl runs
-	setup    map[string]int64 // path → versions made by create
+	tools     LanceTools
+	store     storage.Store // the campaign's view of the bucket
+	bucket    string
+	endpoint  string
+	creds     *rpc.Credentials
+	rows      int64
+	workDir   string           // TMPDIR of lancectl runs
+	fragments int              // the fragments create writes
+	setup     map[string]int64 // path → versions made by create
 }
 
 func (f *lanceFormat) engine() string    { return EngineLance }
@@ -96,18 +97,34 @@ func (f *lanceFormat) columns() []column { return lanceColumns }
 
 // ctl runs lancectl.py with the S3 settings in an allow-listed environment and decodes its JSON.
 func (f *lanceFormat) ctl(ctx context.Context, out any, args ...string) error {
+	return f.python(ctx, out, append([]string{filepath.Join(f.tools.Dir, "lancectl.py")}, args...)...)
+}
+
+// script runs the Python program src (with lancectl.py's S3 settings in its environment) on args
+// and decodes its JSON.
+func (f *lanceFormat) script(ctx context.Context, out any, src string, args ...string) error {
+	return f.python(ctx, out, append([]string{"-c", src}, args...)...)
+}
+
+func (f *lanceFormat) python(ctx context.Context, out any, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, f.tools.Python, append([]string{"-B", "-s", "-E", filepath.Join(f.tools.Dir, "lancectl.py")}, args...)...)
+	cmd := exec.CommandContext(ctx, f.tools.Python, append([]string{"-B", "-s", "-E"}, args...)...)
+	what := args[0]
+	if what == "-c" {
+		what = "script"
+	} else if len(args) > 1 {
+		what = filepath.Base(what) + " " + args[1]
+	}
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + f.workDir, "HOME=" + f.workDir,
 		"STEWARD_S3_ENDPOINT=" + f.endpoint, "STEWARD_S3_ACCESS_KEY=" + f.creds.AccessKey, "STEWARD_S3_SECRET_KEY=" + f.creds.SecretKey}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("lancectl %s: %w: %s", args[0], err, lastLines(stderr.String(), 5))
+		return fmt.Errorf("%s: %w: %s", what, err, lastLines(stderr.String(), 5))
 	}
 	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
-		return fmt.Errorf("lancectl %s: %w", args[0], err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -119,14 +136,15 @@ func lastLines(s string, n int) string {
 
 func (f *lanceFormat) uri(path string) string { return "s3://" + f.bucket + "/" + path }
 
-// create writes two fragments (versions 1 and 2) with lancectl, and commits a BITMAP index on
-// category the plain pylance way (version 3), so that the first DROPs and REPLACEs find an index.
+// create writes f.fragments fragments (one version each) with lancectl, and commits a BITMAP index
+// on category the plain pylance way (the next version), so that the first DROPs and REPLACEs find
+// an index.
 func (f *lanceFormat) create(ctx context.Context, path string, seed uint64) (int64, error) {
 	var out struct {
 		Version int64 `json:"version"`
 	}
 	err := f.ctl(ctx, &out, "create", f.uri(path), "--rows", strconv.FormatInt(f.rows, 10), "--seed", strconv.FormatUint(seed, 10),
-		"--fragments", "2", "--dim", strconv.Itoa(lanceDim))
+		"--fragments", strconv.Itoa(f.fragments), "--dim", strconv.Itoa(lanceDim))
 	if err == nil {
 		col := lanceColumns[1]
 		err = f.ctl(ctx, &out, "index", f.uri(path), col.name, rpc.IndexBitmap, col.index)

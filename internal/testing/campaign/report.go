@@ -22,6 +22,10 @@ type Report struct {
 	// Objects in the run's prefix of the bucket, Referenced keys of all manifests, Owned objects
 	// held by a ticket, Orphans objects neither referenced nor owned.
 	Objects, Referenced, Owned, Orphans int
+	// Segment campaigns only: Steps are the segmented jobs' step jobs; IndexesChecked the
+	// COMMITTED jobs' indexes read back with Lance's describe_indices, SegmentsChecked their
+	// segments.
+	Steps, IndexesChecked, SegmentsChecked int
 	// Remedied counts invocations re-resolved on the sidecar holding their tickets after their
 	// job settled; each is also a "custody" Violation.
 	Remedied int
@@ -38,8 +42,9 @@ type Report struct {
 	// LeftoverProcesses and LeftoverCgroups after teardown; LeftoverTemp worker temp dirs (or
 	// other entries) left in the sidecars' TMPDIR (Lance campaigns), each a violation.
 	LeftoverProcesses, LeftoverCgroups, LeftoverTemp int
-	// Engine is the engine the mutations ran on.
-	Engine string
+	// Engine is the engine the mutations ran on; Segmented says they were segmented builds.
+	Engine    string
+	Segmented bool
 	// Findings are product issues the campaign saw and worked around the way a host could.
 	Findings []string
 	// Violations are what the checker refuses. A passing campaign has none.
@@ -60,7 +65,8 @@ type KindCounts struct {
 	Sent, Delivered, Busy int
 	// Final job states.
 	Committed, NotCommitted, Unknown, Open int
-	// Resolved counts jobs settled by index.resolve; Noop IF-condition no-ops (COMMITTED).
+	// Resolved counts jobs settled by index.resolve (segmented: with a step settled so); Noop
+	// IF-condition no-ops (COMMITTED).
 	Resolved, Noop int
 }
 
@@ -112,7 +118,7 @@ func (r *Report) Faulted() int {
 
 // newReport has one row per kind of kinds, in that order.
 func newReport(cfg Config, kinds []string) *Report {
-	r := &Report{Seed: cfg.Seed, Mutations: cfg.Mutations, Engine: cfg.Engine}
+	r := &Report{Seed: cfg.Seed, Mutations: cfg.Mutations, Engine: cfg.Engine, Segmented: cfg.Segments}
 	for _, k := range kinds {
 		r.Kinds = append(r.Kinds, &KindCounts{Kind: k})
 	}
@@ -139,7 +145,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "steward failover campaign — seed %d, %d mutations (%d faulted), %d host processes, 3 etcd members\n\n",
 			r.Seed, r.Mutations, r.Faulted(), r.Hosts)
 	} else {
-		fmt.Fprintf(&b, "steward fault campaign — engine %s, seed %d, %d mutations (%d faulted)\n\n", r.Engine, r.Seed, r.Mutations, r.Faulted())
+		what := "mutations"
+		if r.Segmented {
+			what = "segmented builds"
+		}
+		fmt.Fprintf(&b, "steward fault campaign — engine %s, seed %d, %d %s (%d faulted)\n\n", r.Engine, r.Seed, r.Mutations, what, r.Faulted())
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fault kind\tjobs\tCOMMITTED\tNOT_COMMITTED\tUNKNOWN\topen\tvia resolve\tIF no-op\tdelivered\t")
@@ -164,6 +174,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw.Flush()
 	fmt.Fprintf(&b, "\nstorage    %d manifests (%d committed by jobs), %d slot claims (%d fences), %d objects: %d referenced, %d owned by tickets, %d orphans\n",
 		r.Versions, r.Commits, r.Claims, r.Fences, r.Objects, r.Objects-r.Owned-r.Orphans, r.Owned, r.Orphans)
+	if r.Steps > 0 {
+		fmt.Fprintf(&b, "segments   %d steps; %d COMMITTED indexes read back with Lance's describe_indices: %d segments, every fragment in exactly one\n",
+			r.Steps, r.IndexesChecked, r.SegmentsChecked)
+	}
 	if r.Hosts > 0 {
 		fmt.Fprintf(&b, "sends      %d invocations left a host, max %d SEND per invocation; %d reached a worker (%d sidecar logs), max %d per invocation\n",
 			r.Sent, r.MaxSends, r.Assigned, r.SidecarLogs, r.MaxAssigned)

@@ -41,10 +41,14 @@ var _ dispatch.Sidecar = (*sidecar)(nil)
 
 // Mutate injects the job's send-side fault, then sends.
 func (s *sidecar) Mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResult, error) {
-	p = s.node.r.onSend(s, p)
+	p, stepFault := s.node.r.onSend(s, p)
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
-	return s.Client.Mutate(ctx, p)
+	res, err := s.Client.Mutate(ctx, p)
+	if stepFault != "" {
+		s.node.r.stepAnswered(p, stepFault, res, err)
+	}
+	return res, err
 }
 
 // sidecarArgs are the flags of every campaign sidecar: faults on, a short kill ladder, a small
