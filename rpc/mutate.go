@@ -210,10 +210,7 @@ func (p MutateParams) Mutation() Mutation {
 
 // Validate checks every field of the mutation as MutateParams.Validate does.
 func (p Mutation) Validate() error {
-	if err := p.Dataset.Store.Validate(); err != nil {
-		return err
-	}
-	if err := p.Dataset.validatePath(); err != nil {
+	if err := validateDataset(p.Dataset, nil); err != nil {
 		return err
 	}
 	if p.PinnedVersion < 1 {
@@ -364,8 +361,8 @@ func validFieldType(t string) bool {
 	return true
 }
 
-// validateSlot checks what index.resolve and index.plan share: the invocation, the dataset, the
-// pinned version whose successor is the commit slot, and the credentials.
+// validateSlot checks index.resolve's invocation, dataset, pinned version (whose successor is the
+// commit slot) and credentials.
 func validateSlot(inv string, d DatasetRef, pinned int64, c *Credentials) error {
 	if !ValidID(inv) {
 		return errors.New("invocation_id must be 1-128 characters of [A-Za-z0-9._:-]")
