@@ -225,7 +225,7 @@ func (s *Server) settleCancelled(j *job, rec gateway.Record, v slot.Verdict, err
 	if err == nil && rec.Slot == gateway.SlotNone {
 		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
 		defer cancel()
-		st, oerr := s.openParsed(ctx, j.store, j.creds)
+		st, oerr := s.openStore(ctx, j.store, j.creds)
 		if oerr == nil {
 			fv, ferr := custody.Decide(ctx, st, j.p.Dataset.Path, j.p.PinnedVersion, j.p.InvocationID, j.eng.builtin(), false)
 			if ferr == nil {

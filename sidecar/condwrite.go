@@ -170,25 +170,15 @@ func (s *Server) requireCondWrites(ctx context.Context, p rpc.ParsedStore, creds
 		if st != nil {
 			return st, nil
 		}
-		return s.openParsed(ctx, p, creds)
+		return s.openStore(ctx, p, creds)
 	})
 }
 
-// admitStore is index.mutate's admission check of its store, at receive: a refusal is a JSON-RPC
+// admitStore is the admission check of a call's store, at receive: a refusal is a JSON-RPC
 // error (never executed). A store that ignores conditional writes is -32015; one that could not
-// be probed (unreachable, access denied) -32013, and the next call probes again.
-func (s *Server) admitStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) error {
-	p, err := spec.Parse()
-	if err != nil {
-		return err
-	}
-	_, err = s.admitReach(ctx, p, creds)
-	return err
-}
-
-// admitReach is admitStore of a parsed store; it returns the credentials the sidecar reaches
-// the store with (credsFor).
-func (s *Server) admitReach(ctx context.Context, p rpc.ParsedStore, creds *rpc.Credentials) (*rpc.Credentials, error) {
+// be probed (unreachable, access denied) -32013, and the next call probes again. It returns the
+// credentials the sidecar reaches the store with (credsFor).
+func (s *Server) admitStore(ctx context.Context, p rpc.ParsedStore, creds *rpc.Credentials) (*rpc.Credentials, error) {
 	// Before the probe, whose verdict may be cached from a call that brought credentials: a call
 	// without them on a store off the allow-list is refused (-32016), whatever the probe says.
 	reach, err := s.credsFor(p, creds)
@@ -239,7 +229,7 @@ func admitLocal(p rpc.ParsedStore) error {
 // openFencingStore opens a store for custody's fences and slot reads: only once its conditional
 // writes are verified.
 func (s *Server) openFencingStore(ctx context.Context, p rpc.ParsedStore, creds *rpc.Credentials) (storage.Store, error) {
-	st, err := s.openParsed(ctx, p, creds)
+	st, err := s.openStore(ctx, p, creds)
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ type invocationGateway struct {
 func (s *Server) openGateway(j *job, dom *isolation.Domain) (_ *invocationGateway, retErr error) {
 	ctx, cancel := context.WithTimeout(context.Background(), gatewayOpenTimeout)
 	defer cancel()
-	up, err := s.openParsed(ctx, j.store, j.creds)
+	up, err := s.openStore(ctx, j.store, j.creds)
 	if err != nil {
 		return nil, fmt.Errorf("open the dataset's store: %w", err)
 	}
@@ -192,7 +192,7 @@ func (s *Server) decide(j *job, rec gateway.Record) (slot.Verdict, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
 	defer cancel()
-	st, err := s.openParsed(ctx, j.store, j.creds)
+	st, err := s.openStore(ctx, j.store, j.creds)
 	if err != nil {
 		return slot.Verdict{}, err
 	}

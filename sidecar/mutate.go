@@ -92,11 +92,11 @@ func (s *Server) mutate(ctx context.Context, p rpc.MutateParams) (rpc.MutateResu
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, fmt.Errorf("%w: %w", rpc.ErrInvalidParams, err)
 	}
-	if a.creds, err = s.admitReach(ctx, a.store, p.Credentials); err != nil {
+	if a.creds, err = s.admitStore(ctx, a.store, p.Credentials); err != nil {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err
 	}
-	if err := s.admitSegments(ctx, &p, eng); err != nil {
+	if err := s.admitSegments(ctx, &p, a); err != nil {
 		s.metrics.outcome("rejected_at_receive")
 		return rpc.MutateResult{}, err
 	}

@@ -35,7 +35,7 @@ func (s *Server) resolve(ctx context.Context, p rpc.ResolveParams) (rpc.ResolveR
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
 	res := rpc.ResolveResult{InvocationID: p.InvocationID, Version: p.PinnedVersion + 1, Outcome: rpc.OutcomeUnknown}
-	st, err := s.openParsed(ctx, store, p.Credentials)
+	st, err := s.openStore(ctx, store, p.Credentials)
 	if err != nil {
 		if errors.Is(err, storage.ErrUnavailable) {
 			res.Reason = "storage unreachable: " + s.sanitizeCreds(p.Credentials, err.Error())

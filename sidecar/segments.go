@@ -114,15 +114,15 @@ func planSegments(frags []lancemanifest.Fragment, k int, maxRows int64) [][]uint
 	return out
 }
 
-// readManifest reads version v of the call's dataset with the call's authority.
-func (s *Server) readManifest(ctx context.Context, d rpc.DatasetRef, creds *rpc.Credentials, v int64) (lancemanifest.Manifest, error) {
+// readManifest reads version v of the dataset at path in store with the call's authority.
+func (s *Server) readManifest(ctx context.Context, store rpc.ParsedStore, path string, creds *rpc.Credentials, v int64) (lancemanifest.Manifest, error) {
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
-	st, err := s.openStore(ctx, d.Store, creds)
+	st, err := s.openStore(ctx, store, creds)
 	if err != nil {
 		return lancemanifest.Manifest{}, err
 	}
-	m, err := lancemanifest.Read(ctx, st, d.Path, v)
+	m, err := lancemanifest.Read(ctx, st, path, v)
 	switch {
 	case errors.Is(err, lancemanifest.ErrNotFound):
 		return m, fmt.Errorf("%w: %w", rpc.ErrNotFound, err)
@@ -138,10 +138,14 @@ func (s *Server) readManifest(ctx context.Context, d rpc.DatasetRef, creds *rpc.
 
 // plan answers index.plan.
 func (s *Server) plan(ctx context.Context, p rpc.PlanParams) (rpc.PlanResult, error) {
-	if err := s.admitStore(ctx, p.Dataset.Store, p.Credentials); err != nil {
+	store, err := p.Dataset.Store.Parse()
+	if err != nil {
+		return rpc.PlanResult{}, fmt.Errorf("%w: %w", rpc.ErrInvalidParams, err)
+	}
+	if _, err := s.admitStore(ctx, store, p.Credentials); err != nil {
 		return rpc.PlanResult{}, err
 	}
-	m, err := s.readManifest(ctx, p.Dataset, p.Credentials, p.Version)
+	m, err := s.readManifest(ctx, store, p.Dataset.Path, p.Credentials, p.Version)
 	if err != nil {
 		return rpc.PlanResult{}, err
 	}
@@ -155,11 +159,11 @@ func (s *Server) plan(ctx context.Context, p rpc.PlanParams) (rpc.PlanResult, er
 
 // admitSegments checks a COMMIT_SEGMENTS at receive: its segments cover the pinned version
 // exactly once (read from storage), and the build's custody here holds each of them.
-func (s *Server) admitSegments(ctx context.Context, p *rpc.MutateParams, eng *engine) error {
-	if p.Op != rpc.OpCommitSegments || eng.builtin() {
+func (s *Server) admitSegments(ctx context.Context, p *rpc.MutateParams, a admitted) error {
+	if p.Op != rpc.OpCommitSegments || a.eng.builtin() {
 		return nil
 	}
-	m, err := s.readManifest(ctx, p.Dataset, p.Credentials, p.PinnedVersion)
+	m, err := s.readManifest(ctx, a.store, p.Dataset.Path, p.Credentials, p.PinnedVersion)
 	if err != nil {
 		return err
 	}
@@ -343,7 +347,7 @@ func (s *Server) endBuild(ctx context.Context, j *job) {
 	case slot.Unknown:
 		return
 	case slot.Committed:
-		m, err := s.readManifest(ctx, j.p.Dataset, j.p.Credentials, j.p.PinnedVersion+1)
+		m, err := s.readManifest(ctx, j.store, j.p.Dataset.Path, j.p.Credentials, j.p.PinnedVersion+1)
 		if err != nil {
 			s.jobLog(j).Error("the committed version could not be read back: the build's other objects stay in custody", "error", err)
 			return
@@ -387,7 +391,7 @@ func abandonIf(ctx context.Context, l *ledger.Ledger, o ledger.Owner, store stri
 // verifyPublished compares the committed index's segments, read from storage, with the listed
 // ones: the same uuids, each with exactly its fragments. "" when they agree.
 func (s *Server) verifyPublished(ctx context.Context, j *job) string {
-	m, err := s.readManifest(ctx, j.p.Dataset, j.p.Credentials, j.p.PinnedVersion+1)
+	m, err := s.readManifest(ctx, j.store, j.p.Dataset.Path, j.p.Credentials, j.p.PinnedVersion+1)
 	if err != nil {
 		return "the committed version could not be read back: " + err.Error()
 	}

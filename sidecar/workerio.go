@@ -302,16 +302,7 @@ const sidecarRequestTimeout = 5 * time.Second
 
 // openStore opens the store with the call's credentials, or the sidecar's own where credsFor
 // allows (a *StoreNotAllowedError otherwise).
-func (s *Server) openStore(ctx context.Context, spec rpc.StoreSpec, creds *rpc.Credentials) (storage.Store, error) {
-	p, err := spec.Parse()
-	if err != nil {
-		return nil, err
-	}
-	return s.openParsed(ctx, p, creds)
-}
-
-// openParsed is openStore of a parsed store.
-func (s *Server) openParsed(ctx context.Context, p rpc.ParsedStore, creds *rpc.Credentials) (storage.Store, error) {
+func (s *Server) openStore(ctx context.Context, p rpc.ParsedStore, creds *rpc.Credentials) (storage.Store, error) {
 	creds, err := s.credsFor(p, creds)
 	if err != nil {
 		return nil, err
@@ -329,7 +320,7 @@ func (s *Server) openParsed(ctx context.Context, p rpc.ParsedStore, creds *rpc.C
 func (s *Server) observeLatest(j *job) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	st, err := s.openParsed(ctx, j.store, j.creds)
+	st, err := s.openStore(ctx, j.store, j.creds)
 	if err != nil {
 		return 0
 	}
