@@ -62,6 +62,10 @@ type SegmentRef struct {
 	FragmentIDs []uint64 `json:"fragment_ids"`
 }
 
+// BuildArea is the dataset-relative folder of build's own objects (its training and segment
+// records); a segment's index files are under _indices/<uuid>/ (docs/PROTOCOL.md §3.13).
+func BuildArea(build string) string { return "_steward/builds/" + build + "/" }
+
 // BuildOwner is the ledger owner id (kind host_txn) that holds a build's objects between its
 // invocations.
 func BuildOwner(build string) string { return "build:" + build }

@@ -40,7 +40,7 @@ import (
 var errCoverage = errors.New("segments do not cover the pinned version exactly")
 
 // buildArea is the dataset-relative folder of build b's own objects (training, segment records).
-func buildArea(b string) string { return "_steward/builds/" + b + "/" }
+func buildArea(b string) string { return rpc.BuildArea(b) }
 
 // buildOwner is the ledger owner holding build b's objects between its invocations.
 func buildOwner(b string) ledger.Owner {

@@ -375,6 +375,10 @@ func printJob(w io.Writer, j dispatch.Job) error {
 		kv("segmented", fmt.Sprintf("build %s: %d segments over %d fragments, sidecars %s, committer %s, adopted from %s",
 			sp.BuildID, len(sp.Runs), len(sp.Fragments), strings.Join(sp.Sidecars, ","), sp.Committer, jobsDash(strings.Join(sp.Adopted, ","))))
 		kv("segments done", fmt.Sprintf("%d/%d", sp.Done, len(sp.Runs)))
+		if len(sp.Gone) > 0 {
+			kv("sidecars gone", fmt.Sprintf("%s (no node announces them; taken over from storage: %s)",
+				strings.Join(sp.Gone, ","), jobsDash(strings.Join(sp.Stranded, ","))))
+		}
 		if sp.Failed != "" {
 			kv("failing", sp.Failed)
 		}

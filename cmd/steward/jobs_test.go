@@ -402,7 +402,8 @@ func TestJobsShowSegmented(t *testing.T) {
 	parent := rec("seg", dispatch.StateRunning)
 	parent.SlotHeld = true
 	parent.Segmented = &dispatch.SegmentedPlan{BuildID: "seg", Fragments: []uint64{0, 1, 2, 3, 4}, Runs: [][]uint64{{0, 1, 2}, {3, 4}},
-		Sidecars: []string{"n1", "n2"}, Committer: "n1", Attempts: []int{1, 1}, Adopted: []string{"n2"}, Done: 1}
+		Sidecars: []string{"n1", "n2"}, Committer: "n1", Attempts: []int{1, 1}, Adopted: []string{"n2"}, Done: 1,
+		Gone: []string{"n0"}, Stranded: []string{"n0"}}
 	steps := []dispatch.Job{rec(dispatch.StepID("seg", rpc.OpSegment, 0, 1), dispatch.StateCommitted),
 		rec(dispatch.StepID("seg", rpc.OpSegment, 1, 1), dispatch.StateRunning)}
 	for i, run := range parent.Segmented.Runs {
@@ -428,7 +429,8 @@ func TestJobsShowSegmented(t *testing.T) {
 	row := regexp.MustCompile(`(?m)^seg\.seg0\.a1\s+SEGMENT\s+COMMITTED\s+n1\s+0-2\s+7\.0\s+812\s+0b5e6d3a-`)
 	if code != 0 || !row.MatchString(out) || !strings.Contains(out, "2 segments over 5 fragments, sidecars n1,n2, committer n1, adopted from n2") ||
 		!regexp.MustCompile(`(?m)^seg\.seg1\.a1\s+SEGMENT\s+RUNNING\s+n2\s+3-4\s+-\s+-\s+-`).MatchString(out) || !strings.Contains(out, "2 step(s)") ||
-		!regexp.MustCompile(`(?m)^segments done\s+1/2$`).MatchString(out) {
+		!regexp.MustCompile(`(?m)^segments done\s+1/2$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^sidecars gone\s+n0 \(no node announces them; taken over from storage: n0\)$`).MatchString(out) {
 		t.Fatalf("exit %d (%s):\n%s", code, errOut, out)
 	}
 	if code, out, _ := runJ(t, "show", "--store", path, steps[1].ID); code != 0 || !regexp.MustCompile(`(?m)^step of\s+seg$`).MatchString(out) ||

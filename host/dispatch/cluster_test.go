@@ -2,7 +2,9 @@ package dispatch
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -29,6 +31,12 @@ const (
 	clusterHelperEnv = "STEWARD_DISPATCH_CLUSTER_NODE"
 	clusterEndpoints = "STEWARD_DISPATCH_ETCD"
 	clusterPrefix    = "STEWARD_DISPATCH_ETCD_PREFIX"
+	// Optional: the node's sidecar name (default "sidecar", the same on every node), extra
+	// flags for its `steward serve` (a JSON array), and a SegmentedRequest (JSON) the node
+	// submits once ready, printing "JOB <id>", with two sends in flight per sidecar.
+	clusterSidecarName = "STEWARD_DISPATCH_SIDECAR_NAME"
+	clusterSidecarArgs = "STEWARD_DISPATCH_SIDECAR_ARGS"
+	clusterSegmented   = "STEWARD_DISPATCH_SEGMENTED"
 )
 
 // logged is a real sidecar that reports each send on stdout before making it.
@@ -54,20 +62,43 @@ func clusterHelperMain() int {
 	if err != nil {
 		return fail(err)
 	}
-	sc, err := startSidecar(os.Getenv(helperBin), os.Getenv(helperParent), hclog.NewNullLogger())
+	var extra []string
+	if a := os.Getenv(clusterSidecarArgs); a != "" {
+		if err := json.Unmarshal([]byte(a), &extra); err != nil {
+			return fail(err)
+		}
+	}
+	sc, err := startSidecar(os.Getenv(helperBin), os.Getenv(helperParent), hclog.NewNullLogger(), extra...)
 	if err != nil {
 		return fail(err)
 	}
-	d, err := New(Config{Store: s, Interval: 50 * time.Millisecond, ExecuteDeadline: 6 * time.Second,
+	segmented := os.Getenv(clusterSegmented)
+	cfg := Config{Store: s, Interval: 50 * time.Millisecond, ExecuteDeadline: 6 * time.Second,
 		AnswerGrace: 5 * time.Second, ResolveRetryInterval: 500 * time.Millisecond, MaxPerRound: 4,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: node, Level: hclog.Warn, Output: os.Stderr})})
+		Logger: hclog.New(&hclog.LoggerOptions{Name: node, Level: hclog.Warn, Output: os.Stderr})}
+	if segmented != "" {
+		cfg.MaxInFlightPerSidecar = 2
+	}
+	d, err := New(cfg)
 	if err != nil {
 		return fail(err)
 	}
-	if err := d.AddSidecar("sidecar", &logged{Client: sc}); err != nil { // the same name on every node
+	name := cmp.Or(os.Getenv(clusterSidecarName), "sidecar")
+	if err := d.AddSidecar(name, &logged{Client: sc}); err != nil {
 		return fail(err)
 	}
 	fmt.Println("READY", sc.Epoch())
+	if segmented != "" {
+		var req SegmentedRequest
+		if err := json.Unmarshal([]byte(segmented), &req); err != nil {
+			return fail(err)
+		}
+		j, err := d.SubmitSegmented(context.Background(), req)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Println("JOB", j.ID)
+	}
 	return fail(d.Run(context.Background()))
 }
 
@@ -77,17 +108,19 @@ type clusterNode struct {
 	cmd    *exec.Cmd
 	parent string
 	ready  chan struct{}
+	job    chan string // the id of the segmented job it submitted
 	mu     sync.Mutex
 	sends  []string // invocation ids, in order
 }
 
-func startClusterNode(t *testing.T, c *testetcd.Cluster, prefix, name string) *clusterNode {
+// startClusterNode starts the helper as node name, with env added to its environment.
+func startClusterNode(t *testing.T, c *testetcd.Cluster, prefix, name string, env ...string) *clusterNode {
 	t.Helper()
-	n := &clusterNode{name: name, parent: randID("steward-dispatch-test-"), ready: make(chan struct{})}
+	n := &clusterNode{name: name, parent: randID("steward-dispatch-test-"), ready: make(chan struct{}), job: make(chan string, 1)}
 	t.Cleanup(func() { testsidecar.CheckLeftovers(t, n.parent) })
 	n.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	n.cmd.Env = append(os.Environ(), clusterHelperEnv+"="+name, clusterEndpoints+"="+strings.Join(c.Endpoints, ","),
-		clusterPrefix+"="+prefix, helperBin+"="+testbin.Steward(t), helperParent+"="+n.parent)
+	n.cmd.Env = append(append(os.Environ(), clusterHelperEnv+"="+name, clusterEndpoints+"="+strings.Join(c.Endpoints, ","),
+		clusterPrefix+"="+prefix, helperBin+"="+testbin.Steward(t), helperParent+"="+n.parent), env...)
 	n.cmd.Stderr = os.Stderr
 	out, err := n.cmd.StdoutPipe()
 	if err != nil {
@@ -110,6 +143,8 @@ func startClusterNode(t *testing.T, c *testetcd.Cluster, prefix, name string) *c
 			switch {
 			case len(f) > 0 && f[0] == "READY":
 				close(n.ready)
+			case len(f) == 2 && f[0] == "JOB":
+				n.job <- f[1]
 			case len(f) == 3 && f[0] == "SEND":
 				n.mu.Lock()
 				n.sends = append(n.sends, f[1])

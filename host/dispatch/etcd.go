@@ -276,6 +276,24 @@ func (s *EtcdStore) EpochLive(epoch string) (bool, error) {
 	return resp.Count > 0, nil
 }
 
+// SidecarLive implements Cluster: one range over the announced epochs, each under the lease of
+// the node that announced it.
+func (s *EtcdStore) SidecarLive(name string) (bool, error) {
+	ctx, cancel := s.opCtx()
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.epochKey(""), clientv3.WithPrefix())
+	if err != nil {
+		return false, fmt.Errorf("dispatch: etcd: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		var v epochValue
+		if json.Unmarshal(kv.Value, &v) == nil && v.Sidecar == name {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // Commits is the number of write transactions this store committed (a measure for benchmarks).
 func (s *EtcdStore) Commits() int64 { return s.commits.Load() }
 

@@ -57,6 +57,8 @@ const (
 	EventForceRelease = "force-release" // an operator released the job
 	EventStep         = "step"          // a segmented job journaled new steps, or its failure
 	EventAdopt        = "adopt"         // the committing sidecar adopted a builder's custody
+	EventSidecarGone  = "sidecar-gone"  // no node announces a plan sidecar: its work moves to live ones
+	EventRetarget     = "retarget"      // a never-sent step was re-aimed off a gone sidecar
 )
 
 // Transition is one entry of a job's history.

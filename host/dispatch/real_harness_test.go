@@ -37,11 +37,12 @@ func launchSidecar(t *testing.T) *counted {
 	return &counted{Client: testsidecar.Start(t, testsidecar.Options{}).Client}
 }
 
-// startSidecar launches a sidecar outside a test (the restart helper process) with the same flags.
-func startSidecar(bin, parent string, log hclog.Logger) (*host.Client, error) {
+// startSidecar launches a sidecar outside a test (the restart helper process) with the same flags,
+// and extra ones.
+func startSidecar(bin, parent string, log hclog.Logger, extra ...string) (*host.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return host.LaunchStdio(ctx, host.Config{Path: bin, Args: testsidecar.FastArgs(parent), Logger: log, KillGrace: 2 * time.Second})
+	return host.LaunchStdio(ctx, host.Config{Path: bin, Args: append(testsidecar.FastArgs(parent), extra...), Logger: log, KillGrace: 2 * time.Second})
 }
 
 // realData is a local directory store with datasets made through the storage API.

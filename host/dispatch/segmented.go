@@ -47,6 +47,13 @@ type SegmentedPlan struct {
 	Done int `json:"done,omitempty"`
 	// Adopted are the builder sidecars whose custody the committer has adopted.
 	Adopted []string `json:"adopted,omitempty"`
+	// Gone are plan sidecars that no node announced any more (a shared journal only): nothing is
+	// sent to, adopted from or abandoned on them again, and a never-sent step aimed at one is
+	// re-aimed at a live plan sidecar (sidecars.go). Stranded are the builders whose segments'
+	// custody went with a gone sidecar (the gone ones, and those adopted into a gone committer):
+	// the committer takes those segments over from storage, by prefix, instead of adopting them.
+	Gone     []string `json:"gone,omitempty"`
+	Stranded []string `json:"stranded,omitempty"`
 	// Failed says why the job is being failed; once set no step is created, and the job ends
 	// NOT_COMMITTED after every step settled and the build's custody was abandoned.
 	Failed string `json:"failed,omitempty"`
@@ -101,10 +108,9 @@ type caller interface {
 // can plan).
 //
 // The plan names sidecars by the names they were added under, and a step is only sent, adopted
-// from or abandoned on a sidecar added under its name: on a shared journal those names must
-// denote one ledger across the cluster (a node that takes over re-adds the same sidecar, or its
-// successor on the same state directory, under the same name). A step whose sidecar no node
-// drives waits.
+// from or abandoned on a sidecar added under its name. On a shared journal a plan sidecar that no
+// node announces any more is gone for the job and its work moves to live ones (gone.go); on one
+// node the job waits until a sidecar is added again under that name.
 func (d *Dispatcher) SubmitSegmented(ctx context.Context, r SegmentedRequest) (Job, error) {
 	if !d.enabled.Load() {
 		return Job{}, ErrDisabled
@@ -286,6 +292,9 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	if p.Cancel != nil && sp.Failed == "" {
 		return d.cancelSteps(p, steps)
 	}
+	if moved, err := d.leaveGone(p, steps); err != nil || moved {
+		return err // the plan or a step changed: the next round works from the new record
+	}
 	busy := false
 	for _, s := range steps {
 		busy = busy || classifyStep(s) == stepBusy
@@ -295,7 +304,7 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 		if busy {
 			return nil // wait until no step can still write into the build
 		}
-		if err := d.abandonBuild(ctx, sp); err != nil {
+		if err := d.abandonBuild(ctx, p, writtenSegments(steps)); err != nil {
 			d.log.Warn("cannot abandon the build's custody yet", "job", p.ID, "error", err)
 			return nil
 		}
@@ -344,7 +353,8 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 			fail = fmt.Sprintf("segment %d: %d attempts never answered (last: %s)", i, a, stepWhy(s))
 		case st == stepRetry && ok && now.Before(retryAt(s, a)):
 		case st == stepRetry:
-			target := sp.Sidecars[(i+a)%len(sp.Sidecars)]
+			live := sp.live()
+			target := live[(i+a)%len(live)]
 			want = append(want, d.step(p, rpc.OpSegment, rpc.OpSegment, i, a+1, target, run, trainUUID))
 		case st == stepFailed:
 			fail = fmt.Sprintf("segment %d (%s) %s", i, s.ID, stepWhy(s))
@@ -358,21 +368,32 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	if fail != "" || len(want) > 0 || len(refs) < len(sp.Runs) {
 		return d.createSteps(p, want, fail)
 	}
-	// Every segment written: the committer adopts the others' custody, then commits.
+	// Every segment written: the committer adopts the others' custody, then commits. A builder
+	// whose custody went with a gone sidecar is taken over from storage instead: the committer
+	// reserves its segments' folders and the build's area as prefix tickets.
 	for _, b := range slices.Sorted(mapKeys(builders)) {
-		if b == sp.Committer || slices.Contains(sp.Adopted, b) {
+		stranded := slices.Contains(sp.Stranded, b)
+		if (b == sp.Committer && !stranded) || slices.Contains(sp.Adopted, b) {
 			continue
 		}
-		if err := d.adopt(ctx, p.Dataset.Store, sp.BuildID, b, sp.Committer); err != nil {
+		how := "adopted"
+		var err error
+		if stranded {
+			how = "took over from storage"
+			err = d.takeOver(ctx, p, sp.Committer, builtBy(steps, b))
+		} else {
+			err = d.adopt(ctx, p.Dataset.Store, sp.BuildID, b, sp.Committer)
+		}
+		if err != nil {
 			d.log.Warn("adoption not done yet", "job", p.ID, "from", b, "to", sp.Committer, "error", err)
 			return nil
 		}
 		if _, _, err := d.modify(p.ID, func(x *Job) bool {
-			if x.Segmented == nil || slices.Contains(x.Segmented.Adopted, b) {
+			if x.Segmented == nil || x.Segmented.Committer != sp.Committer || slices.Contains(x.Segmented.Adopted, b) {
 				return false
 			}
 			x.Segmented.Adopted = append(x.Segmented.Adopted, b)
-			x.record(d.cfg.Now(), EventAdopt, x.State, fmt.Sprintf("sidecar %s adopted build %s's custody from %s", sp.Committer, sp.BuildID, b))
+			x.record(d.cfg.Now(), EventAdopt, x.State, fmt.Sprintf("sidecar %s %s build %s's custody from %s", sp.Committer, how, sp.BuildID, b))
 			return true
 		}); err != nil {
 			return err
@@ -380,6 +401,12 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	}
 	a := attempts(sp.CommitAttempts, byID, StepID(p.ID, stepCommit, 0, 0))
 	c, ok := byID[StepID(p.ID, stepCommit, 0, a)]
+	if ok && c.State == StatePending && c.Target != sp.Committer {
+		// Created for a committer that is gone since: sent to the new one, which now holds
+		// every segment (re-aimed only while never sent, in a transaction that rechecks it).
+		_, _, err := d.retarget(c.ID, c.Target, sp.Committer)
+		return err
+	}
 	newCommit := func() error {
 		cs := d.step(p, rpc.OpCommitSegments, stepCommit, -1, a+1, sp.Committer, nil, "")
 		cs.Segment.Segments = refs
@@ -396,7 +423,7 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 		// settles only once that is done, as a failed one does: settled with a plan sidecar
 		// restarting, it left the build's custody there for good (the segment campaign found a
 		// COMMITTED build holding 3 tickets on a sidecar killed around its commit).
-		if err := d.abandonBuild(ctx, sp); err != nil {
+		if err := d.abandonBuild(ctx, p, nil); err != nil {
 			d.log.Warn("committed; the build's leftover custody is ended first", "job", p.ID, "error", err)
 			return nil
 		}
@@ -675,11 +702,20 @@ func (d *Dispatcher) adopt(ctx context.Context, store rpc.StoreSpec, build, from
 	}
 }
 
-// abandonBuild ends the build's custody on every sidecar of the plan: objects.abandon of its
-// owner deletes what it still holds there.
-func (d *Dispatcher) abandonBuild(ctx context.Context, sp *SegmentedPlan) error {
+// abandonBuild ends the build's custody on every live sidecar of the plan: objects.abandon of its
+// owner deletes what it still holds there. What a gone sidecar held is taken over first by a live
+// one, from storage (takeOver): the build's area, and for a build that failed the folders of the
+// segments it wrote (lost; none of them is published).
+func (d *Dispatcher) abandonBuild(ctx context.Context, p Job, lost []string) error {
+	sp := p.Segmented
 	owner := rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(sp.BuildID)}
-	for _, n := range sp.Sidecars {
+	live := sp.live()
+	if len(sp.Gone) > 0 {
+		if err := d.takeOver(ctx, p, live[0], lost); err != nil {
+			return err
+		}
+	}
+	for _, n := range live {
 		c, err := d.callerNamed(n)
 		if err != nil {
 			return err

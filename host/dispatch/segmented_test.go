@@ -93,13 +93,15 @@ func (r *lanceRig) latestVersion(path string) int64 {
 }
 
 type lanceIndexSegments struct {
-	NumSegments   int   `json:"num_segments"`
-	UnindexedRows int64 `json:"unindexed_rows"`
-	IndexedRows   int64 `json:"indexed_rows"`
-	Segments      []struct {
-		UUID        string   `json:"uuid"`
-		FragmentIDs []uint64 `json:"fragment_ids"`
-	} `json:"segments"`
+	NumSegments   int            `json:"num_segments"`
+	UnindexedRows int64          `json:"unindexed_rows"`
+	IndexedRows   int64          `json:"indexed_rows"`
+	Segments      []lanceSegment `json:"segments"`
+}
+
+type lanceSegment struct {
+	UUID        string   `json:"uuid"`
+	FragmentIDs []uint64 `json:"fragment_ids"`
 }
 
 // held is the number of tickets build b holds on sc.
@@ -359,18 +361,7 @@ func TestSegmentedLanceFailover(t *testing.T) {
 	// Node A: the first round sends segments 0 and 1 (one per sidecar, the cap); once both are
 	// answered the next round sends 2 and 3, and A dies before their answers.
 	round(a)
-	for i := range 2 {
-		if s, err := a.Wait(ctx, StepID(j.ID, rpc.OpSegment, i, 1)); err != nil || s.State != StateCommitted {
-			t.Fatalf("segment %d on node A: %s %v", i, s.State, err)
-		}
-	}
-	for len(a.InFlight()) > 0 { // an answer is journaled before its sender frees its sidecar's slot
-		select {
-		case <-ctx.Done():
-			t.Fatalf("node A's sends never ended: %v", a.InFlight())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	waitFirstTwo(ctx, t, a, j.ID)
 	round(a)
 	inFlight := a.InFlight()
 	a.Close()
@@ -725,4 +716,22 @@ func TestSegmentedLanceCommittedEndsBuildFirst(t *testing.T) {
 	}
 	checkSegmented(t, r, store, j, path, pinned, k, a, b.counted)
 	t.Logf("commit COMMITTED; job RUNNING through %d refused abandons, COMMITTED once n2 answered", b.refused.Load())
+}
+
+// waitFirstTwo waits until node a's first two segments of job id are written and its sends have
+// ended (an answer is journaled before its sender frees its sidecar's slot).
+func waitFirstTwo(ctx context.Context, t *testing.T, a *Dispatcher, id string) {
+	t.Helper()
+	for i := range 2 {
+		if s, err := a.Wait(ctx, StepID(id, rpc.OpSegment, i, 1)); err != nil || s.State != StateCommitted {
+			t.Fatalf("segment %d on node A: %s %v", i, s.State, err)
+		}
+	}
+	for len(a.InFlight()) > 0 { // an answer is journaled before its sender frees its sidecar's slot
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node A's sends never ended: %v", a.InFlight())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

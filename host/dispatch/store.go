@@ -37,6 +37,9 @@ type Cluster interface {
 	AnnounceEpoch(sidecar, epoch string) error
 	// EpochLive reports whether a node holding its claim still announces epoch.
 	EpochLive(epoch string) (bool, error)
+	// SidecarLive reports whether a node holding its claim announces any epoch of the sidecar
+	// added under name: false means no node drives it now (a segmented job moves its work off it).
+	SidecarLive(name string) (bool, error)
 }
 
 // Tx is one transaction over the jobs.
