@@ -63,6 +63,11 @@ type Config struct {
 	// PruneInterval is the least time between two prune passes; a pass reads every stored job,
 	// since finished ones are not indexed. The first round prunes. Default 1h.
 	PruneInterval time.Duration
+	// SidecarGoneAfter is how long a plan sidecar of a segmented job must go unannounced by every
+	// node (a shared journal only) before the job moves its work off it (gone.go): long enough for
+	// a host that died to come back under its name with its ledger, which is cheaper than taking
+	// its custody over from storage. Default 1m.
+	SidecarGoneAfter time.Duration
 	// Disabled starts the dispatcher with admission switched off (see SetEnabled). Default false.
 	Disabled bool
 	// Refresh is the post-commit hook. Nil: no refresh is ever required.
@@ -102,6 +107,7 @@ func (c Config) withDefaults() Config {
 	defInt(&c.MaxInFlightPerSidecar, 2)
 	defInt(&c.MaxUnresolvedPerDataset, 64)
 	defInt(&c.MaxUnresolved, 1024)
+	def(&c.SidecarGoneAfter, time.Minute)
 	def(&c.PruneAge, 7*24*time.Hour)
 	def(&c.PruneInterval, time.Hour)
 	defInt(&c.PruneKeep, 10000)

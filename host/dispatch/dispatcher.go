@@ -38,6 +38,7 @@ type Dispatcher struct {
 	resolveAt  map[string]time.Time     // job id → last index.resolve attempt (memory only)
 	unsent     map[string]unsentNote    // job id → its journaled invocation this dispatcher never sent (unsent.go)
 	cancelling map[string]bool          // job id → its index.cancel is in flight from here (cancel.go)
+	unseen     map[string]time.Time     // plan sidecar → since when no node announces it (gone.go)
 	closed     bool
 
 	ctx    context.Context // cancelled by Close: abandons calls in flight
@@ -72,6 +73,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
 		sidecars: map[string]*sidecarEntry{}, byEpoch: map[string]*sidecarEntry{},
 		inflight: map[string]*call{}, resolveAt: map[string]time.Time{}, unsent: map[string]unsentNote{}, cancelling: map[string]bool{},
+		unseen: map[string]time.Time{},
 		ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
 	}
 	d.cluster, _ = cfg.Store.(Cluster)

@@ -12,8 +12,8 @@ import (
 
 // A segmented job's plan names sidecars, and on a shared journal each node drives its own. When
 // a node dies with its sidecars, the node that continues the job cannot reach them: a plan
-// sidecar that no node announces any more (its epochs were under the dead node's lease) is gone
-// for the job. Nothing is sent to, adopted from or abandoned on it again:
+// sidecar that no node has announced for Config.SidecarGoneAfter (its epochs were under the dead
+// node's lease, and no successor came back under its name) is gone for the job. Nothing is sent to, adopted from or abandoned on it again:
 //   - a step aimed at it and never sent is re-aimed at a live plan sidecar, in a transaction that
 //     rechecks it is still PENDING (a send is journaled RUNNING first, under the sender's claim,
 //     so a step is still sent at most once); a step it was sent is resolved as any other;
@@ -43,6 +43,25 @@ func (d *Dispatcher) liveHere(name string) bool {
 	return e != nil && !exited(e.sc)
 }
 
+// unseenFor reports how long sidecar name has gone unannounced (0 when live), by this dispatcher's
+// clock since it first found it so: a restarted dispatcher starts counting again. The map holds
+// only plan sidecars' names found unannounced, and forgets each once it is live again.
+func (d *Dispatcher) unseenFor(name string, live bool) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if live {
+		delete(d.unseen, name)
+		return 0
+	}
+	now := d.cfg.Now()
+	since, ok := d.unseen[name]
+	if !ok {
+		d.unseen[name] = now
+		return 0
+	}
+	return now.Sub(since)
+}
+
 // leaveGone journals the plan sidecars of segmented job p that no node announces (a shared
 // journal only), replaces a gone committer when no commit attempt is out, and re-aims the
 // never-sent steps aimed at gone sidecars. It reports whether it changed anything.
@@ -53,14 +72,14 @@ func (d *Dispatcher) leaveGone(p Job, steps []Job) (bool, error) {
 	sp := p.Segmented
 	var gone []string
 	for _, n := range sp.live() {
-		if d.liveHere(n) {
-			continue
-		}
-		live, err := d.cluster.SidecarLive(n)
-		if err != nil {
-			return false, err
-		}
+		live := d.liveHere(n)
 		if !live {
+			var err error
+			if live, err = d.cluster.SidecarLive(n); err != nil {
+				return false, err
+			}
+		}
+		if d.unseenFor(n, live) >= d.cfg.SidecarGoneAfter {
 			gone = append(gone, n)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 func ownNode(t *testing.T, s *EtcdStore, name string, sc Sidecar) *Dispatcher {
 	t.Helper()
 	d, err := New(Config{Store: s, Interval: 50 * time.Millisecond, MaxInFlightPerSidecar: 2, ExecuteDeadline: 8 * time.Second,
-		ResolveRetryInterval: 200 * time.Millisecond, Logger: quietLog()})
+		ResolveRetryInterval: 200 * time.Millisecond, SidecarGoneAfter: 500 * time.Millisecond, Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
