@@ -40,6 +40,7 @@ type deadNodeA struct {
 	b      *Dispatcher
 	j      Job
 	pinned int64
+	ledger string // sa's ledger file
 }
 
 const ownPath, ownK = "events", 4
@@ -49,7 +50,8 @@ func runDeadNodeA(ctx context.Context, t *testing.T) deadNodeA {
 	r := newLanceRig(t)
 	c := testetcd.Shared(t)
 	prefix := testetcd.Prefix(t)
-	sa := &sendLog{counted: r.sidecar(), sends: map[string]int{}}
+	ledger := filepath.Join(t.TempDir(), "sa-ledger.db") // sa's successor starts on it
+	sa := &sendLog{counted: r.sidecar("--ledger-path", ledger), sends: map[string]int{}}
 	sb := &sendLog{counted: r.sidecar(), sends: map[string]int{}}
 	storeA := openEtcdStore(t, c, prefix, "node-a")
 	a := ownNode(t, storeA, "sa", sa)
@@ -80,7 +82,7 @@ func runDeadNodeA(ctx context.Context, t *testing.T) deadNodeA {
 	}
 	<-sa.Exited()
 	b := ownNode(t, openEtcdStore(t, c, prefix, "node-b"), "sb", sb)
-	return deadNodeA{r: r, sa: sa, sb: sb, b: b, j: j, pinned: pinned}
+	return deadNodeA{r: r, sa: sa, sb: sb, b: b, j: j, pinned: pinned, ledger: ledger}
 }
 
 // TestSegmentedLanceNodeKilled: each node drives its own sidecar, as go-plugin hosts do. Node A
@@ -215,11 +217,12 @@ func checkTakenOver(t *testing.T, r *lanceRig, sb *counted, j Job, steps []Job, 
 	return fromA, resolved
 }
 
-// TestSegmentedLanceOwnSidecarsCancelled: the same death, then node B cancels the job. Node B
-// finds sa gone, waits for the two unanswered steps to be resolved through sb, takes what sa held
-// over from storage (the build's area and the two segments sa wrote) and abandons it on sb: the
-// job ends NOT_COMMITTED with no new version, no object of the build in storage (the folders of
-// the two killed steps aside, which only sa's ledger named) and nothing held on sb.
+// TestSegmentedLanceOwnSidecarsCancelled: node A dies with sa (runDeadNodeA), then node B cancels
+// the job. Node B finds sa gone, waits for the two unanswered steps to be resolved through sb,
+// takes what sa held over from storage (the build's area and the two segments sa wrote) and
+// abandons it on sb: the job ends NOT_COMMITTED with no new version, no object of the build in
+// storage and nothing held on sb. sa comes back on its ledger meanwhile, added under its name:
+// it still records the build's objects, and the job's end releases them there.
 func TestSegmentedLanceOwnSidecarsCancelled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 75*time.Second)
 	defer cancel()
@@ -228,9 +231,33 @@ func TestSegmentedLanceOwnSidecarsCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	go x.b.Run(ctx)
+	// Once node B has found sa gone, sa comes back on its ledger and node B drives it under its
+	// name: the job's end releases what it still records of the build (never deletes it).
+	for {
+		p, err := x.b.Get(x.j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(p.Segmented.Gone, "sa") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node B never found sa gone: %s", historyEvents(p))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	back := x.r.sidecar("--ledger-path", x.ledger)
+	heldBack := buildHeld(t, back, x.j.Segmented.BuildID)
+	if err := x.b.AddSidecar("sa", back); err != nil {
+		t.Fatal(err)
+	}
 	j, err := x.b.Wait(ctx, x.j.ID)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := buildHeld(t, back, j.Segmented.BuildID); heldBack == 0 || n != 0 {
+		t.Fatalf("sa came back holding %d tickets of the build, and holds %d after the job", heldBack, n)
 	}
 	steps, err := Steps(x.b.store, j.ID)
 	if err != nil {
@@ -260,5 +287,6 @@ func TestSegmentedLanceOwnSidecarsCancelled(t *testing.T) {
 	if n := buildHeld(t, x.sb.counted, sp.BuildID); n != 0 {
 		t.Fatalf("build %s still holds %d tickets on sb", sp.BuildID, n)
 	}
-	t.Logf("cancelled after sa died: NOT_COMMITTED, sa's 2 segments and the build's area taken over by sb and deleted, version still %d", x.pinned)
+	t.Logf("cancelled after sa died: NOT_COMMITTED, sa's 2 segments and the build's area taken over by sb and deleted, version still %d; sa came back holding %d tickets of the build and released them",
+		x.pinned, heldBack)
 }

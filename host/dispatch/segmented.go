@@ -725,5 +725,25 @@ func (d *Dispatcher) abandonBuild(ctx context.Context, p Job, lost []string) err
 			return fmt.Errorf("objects.abandon on %s: %w", n, err)
 		}
 	}
+	d.releaseReturned(ctx, sp, owner)
 	return nil
+}
+
+// releaseReturned releases what a gone sidecar that is live here again still records of the
+// build: objects.accept, never abandon — whatever it held was taken over by a live sidecar and is
+// published or deleted by now. One that has not come back keeps its tickets (PROTOCOL.md §9).
+func (d *Dispatcher) releaseReturned(ctx context.Context, sp *SegmentedPlan, owner rpc.ObjectOwner) {
+	for _, n := range sp.Gone {
+		if !d.liveHere(n) {
+			continue
+		}
+		c, err := d.callerNamed(n)
+		if err == nil {
+			var st rpc.ObjectsOwnerStatus
+			err = c.Call(ctx, rpc.MethodObjectsAccept, rpc.ObjectsReleaseParams{Owner: owner, All: true}, &st)
+		}
+		if err != nil {
+			d.log.Warn("a returned sidecar keeps the build's tickets", "build", sp.BuildID, "sidecar", n, "error", err)
+		}
+	}
 }

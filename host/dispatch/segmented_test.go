@@ -46,9 +46,10 @@ func newLanceRig(t *testing.T) *lanceRig {
 		lanceArg: []string{"--engine", "lance=" + py + " -B -s -E " + filepath.Join(dir, "engine.py")}}
 }
 
-// sidecar starts a real sidecar with the Lance engine registered; its sends are counted.
-func (r *lanceRig) sidecar() *counted {
-	sc := testsidecar.Start(r.t, testsidecar.Options{Env: append(os.Environ(), "TMPDIR="+r.tmp), Args: r.lanceArg})
+// sidecar starts a real sidecar with the Lance engine registered, and extra serve flags; its
+// sends are counted.
+func (r *lanceRig) sidecar(extra ...string) *counted {
+	sc := testsidecar.Start(r.t, testsidecar.Options{Env: append(os.Environ(), "TMPDIR="+r.tmp), Args: append(slices.Clone(r.lanceArg), extra...)})
 	return &counted{Client: sc.Client}
 }
 
