@@ -233,6 +233,11 @@ func classifyStep(s Job) stepState {
 		// Refused at receive, or before its worker ran, for now: nothing ran, and a commit's
 		// segments are still (or again) the build's. A new step, after a round.
 		return stepRetry
+	case native && r.Code == rpc.NativeIO && s.Op != rpc.OpCommitSegments:
+		// The store failed under a TRAIN or SEGMENT (an outage): its objects were deleted with
+		// it, and the next attempt, after the backoff, may find the store back. A commit that
+		// failed so took its segments with it (below).
+		return stepRetry
 	case r.ErrorClass == ErrorRefused || r.Phase == rpc.PhasePreInvocationRejected || (native && r.Code != rpc.NativeOK):
 		return stepFailed // refused, or the engine failed: building again would fail again
 	case s.Op == rpc.OpCommitSegments:
@@ -253,7 +258,8 @@ const RetryBackoff = 2 * time.Second
 // retryAt is when the next attempt of step s, attempt a, may be created: at once unless s was
 // refused for now.
 func retryAt(s Job, a int) time.Time {
-	if r := s.Result; r != nil && (r.ErrorClass == ErrorRefused || r.Phase == rpc.PhasePreInvocationRejected) {
+	if r := s.Result; r != nil && (r.ErrorClass == ErrorRefused || r.Phase == rpc.PhasePreInvocationRejected ||
+		(r.Phase == rpc.PhaseNativeReturn && r.ErrorClass == "" && r.Code == rpc.NativeIO)) {
 		return s.Updated.Add(RetryBackoff << (max(a, 1) - 1))
 	}
 	return time.Time{}

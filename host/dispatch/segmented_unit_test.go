@@ -46,6 +46,9 @@ func TestClassifyStep(t *testing.T) {
 		{"pre-invocation rejected", rpc.OpSegment, StateNotCommitted, &Result{Phase: rpc.PhasePreInvocationRejected, Code: -9}, nil, false, stepFailed},
 		{"stale admission", rpc.OpCommitSegments, StateNotCommitted, &Result{Phase: rpc.PhasePreInvocationRejected, Code: rpc.ReasonStaleAdmission}, nil, false, stepFailed},
 		{"native failure, resolved", rpc.OpSegment, StateNotCommitted, &Result{Phase: rpc.PhaseNativeReturn, Code: 1}, resolved, false, stepFailed},
+		{"segment: the store failed under it", rpc.OpSegment, StateNotCommitted, &Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeIO}, nil, false, stepRetry},
+		{"train: the store failed under it", rpc.OpTrain, StateNotCommitted, &Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeIO}, nil, false, stepRetry},
+		{"commit: the store failed under it, its segments with it", rpc.OpCommitSegments, StateNotCommitted, &Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeIO}, nil, false, stepFailed},
 		{"unknown, released", rpc.OpSegment, StateUnknown, &Result{Phase: rpc.PhaseIndeterminate}, nil, true, stepFailed},
 	} {
 		s := Job{ID: "x", Op: tc.op, State: tc.state, Result: tc.res, Resolution: tc.rsl, Released: tc.rel}
@@ -99,6 +102,8 @@ func TestRetryAt(t *testing.T) {
 		{"refused, first attempt", refused, 1, at.Add(RetryBackoff)},
 		{"rejected, second attempt", rejected, 2, at.Add(2 * RetryBackoff)},
 		{"indeterminate", lost, 1, time.Time{}},
+		{"the store failed under it, second attempt", Job{Updated: at, Result: &Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeIO}}, 2, at.Add(2 * RetryBackoff)},
+		{"the engine failed otherwise", Job{Updated: at, Result: &Result{Phase: rpc.PhaseNativeReturn, Code: rpc.NativeIndex}}, 1, time.Time{}},
 		{"unsent", Job{Updated: at}, 1, time.Time{}},
 	} {
 		if got := retryAt(tc.s, tc.a); !got.Equal(tc.want) {
