@@ -47,9 +47,11 @@ func BenchmarkRoundIdle(b *testing.B) {
 	}
 }
 
+// openBenchStore opens a fresh store of kind store ("bolt" or "etcd") and returns it with its
+// node name ("" on bbolt).
 func openBenchStore(b *testing.B, store string) (Store, string) {
 	if store == "bolt" {
-		s, err := OpenBolt(filepath.Join(b.TempDir(), "jobs.db"), BoltOptions{NoSync: true})
+		s, err := OpenBolt(filepath.Join(b.TempDir(), "jobs.db"), BoltOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
