@@ -208,6 +208,33 @@ var cacheContract = []struct {
 			}
 		}
 	}},
+	{"within an update, a job put or read shares nothing with the pending write", func(t *testing.T, s Store, _ func() Store) {
+		want := filledJob(t, "a")
+		mustUpdate(t, s, func(tx Tx) error {
+			j := filledJob(t, "a")
+			if err := tx.Put(&j); err != nil {
+				return err
+			}
+			changeAll(reflect.ValueOf(&j).Elem()) // the job given to Put
+			got, err := tx.Get("a")
+			if err != nil || !reflect.DeepEqual(got, want) {
+				return fmt.Errorf("Get after changing the job put: %+v, %v", got, err)
+			}
+			changeAll(reflect.ValueOf(&got).Elem()) // a job Get returned
+			return tx.Active(func(j Job) error {
+				if !reflect.DeepEqual(j, want) {
+					return fmt.Errorf("Active after changing a job Get returned: %+v", j)
+				}
+				changeAll(reflect.ValueOf(&j).Elem())
+				return nil
+			})
+		})
+		for _, p := range readPaths {
+			if got, err := p.read(s, "a"); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s after the update: %+v, %v", p.name, got, err)
+			}
+		}
+	}},
 	{"a record changed through another handle is read anew", func(t *testing.T, s Store, another func() Store) {
 		o := another()
 		j := contractJob("a", StatePending)

@@ -445,7 +445,7 @@ func (t *etcdTx) Get(id string) (Job, error) {
 		if j == nil {
 			return Job{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
-		return *j, nil
+		return j.clone(), nil
 	}
 	ctx, cancel := t.s.opCtx()
 	defer cancel()
@@ -484,7 +484,7 @@ func (t *etcdTx) Put(j *Job) error {
 	if !t.write {
 		return ErrReadOnly
 	}
-	c := *j
+	c := j.clone() // the caller keeps j; a pending write shares nothing with it
 	prev, read := t.stored[j.ID]
 	if w, ok := t.writes[j.ID]; ok && w != nil {
 		prev, read = w, true
@@ -545,7 +545,7 @@ func (t *etcdTx) each(fn func(Job) error, prefixes ...string) error {
 		case w == nil || (activeOnly && !w.Active()):
 			delete(jobs, id)
 		default:
-			jobs[id] = *w
+			jobs[id] = w.clone()
 		}
 	}
 	ids := make([]string, 0, len(jobs))
