@@ -3,11 +3,8 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/cba1309c/steward/internal/testing/testetcd"
 )
 
 // BenchmarkJobLifecycle drives b.N no-op jobs (a fake sidecar that commits at once) from submit
@@ -15,30 +12,10 @@ import (
 // It reports jobs/s and the store's write transactions per job (etcd: one transaction is one
 // write round trip).
 func BenchmarkJobLifecycle(b *testing.B) {
-	open := map[string]func(b *testing.B) (Store, func() int64){
-		"bolt": func(b *testing.B) (Store, func() int64) {
-			s, err := OpenBolt(filepath.Join(b.TempDir(), "jobs.db"), BoltOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			return s, s.Commits
-		},
-		"etcd": func(b *testing.B) (Store, func() int64) {
-			c := testetcd.Shared(b)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			s, err := OpenEtcd(ctx, EtcdOptions{Endpoints: c.Endpoints, Prefix: testetcd.Prefix(b), Node: "bench"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			return s, s.Commits
-		},
-	}
 	for _, name := range []string{"bolt", "etcd"} {
 		b.Run(name, func(b *testing.B) {
-			s, commits := open[name](b)
+			s, _ := openBenchStore(b, name)
+			commits := s.(interface{ Commits() int64 }).Commits
 			d, err := New(Config{Store: s, MaxPerRound: 64, MaxInFlightPerSidecar: 64, MaxUnresolved: 1 << 20,
 				MaxUnresolvedPerDataset: 1 << 20, Logger: quietLog()})
 			if err != nil {

@@ -45,6 +45,7 @@ type BoltStore struct {
 	mu       sync.Mutex
 	watchers map[string]map[chan struct{}]struct{}
 	commits  atomic.Int64 // write transactions committed
+	cache    *decodeCache // the jobs decoded from their records (Get, Active)
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -74,7 +75,7 @@ func OpenBolt(path string, opts BoltOptions) (*BoltStore, error) {
 	case err != nil:
 		return nil, fmt.Errorf("dispatch: open store %s: %w", path, err)
 	}
-	s := &BoltStore{db: db, path: path}
+	s := &BoltStore{db: db, path: path, cache: newDecodeCache()}
 	if opts.ReadOnly || opts.Snapshot {
 		return s, nil
 	}
@@ -133,13 +134,13 @@ func QuarantineStore(path, by, reason string, at time.Time) (Quarantined, error)
 
 // View implements Store.
 func (s *BoltStore) View(fn func(Tx) error) error {
-	return closedErr(s.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx, nil}) }))
+	return closedErr(s.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx, nil, s.cache}) }))
 }
 
 // Update implements Store. fn runs once.
 func (s *BoltStore) Update(fn func(Tx) error) error {
 	touched := map[string]bool{}
-	err := closedErr(s.db.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx, touched}) }))
+	err := closedErr(s.db.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx, touched, s.cache}) }))
 	if err == nil {
 		s.commits.Add(1)
 		s.notify(touched)
@@ -219,18 +220,29 @@ func closedErr(err error) error {
 type boltTx struct {
 	tx      *bolt.Tx
 	touched map[string]bool // ids written (nil in View)
+	cache   *decodeCache
 }
 
+// Get implements Tx.
 func (t boltTx) Get(id string) (Job, error) {
-	var j Job
-	b := t.tx.Bucket(bucketJobs)
+	return t.get(t.tx.Bucket(bucketJobs), []byte(id), 0)
+}
+
+// get reads job id from the jobs bucket b as part of the cache's read gen (0: none).
+func (t boltTx) get(b *bolt.Bucket, id []byte, gen uint64) (Job, error) {
 	var v []byte
 	if b != nil {
-		v = b.Get([]byte(id))
+		v = b.Get(id)
 	}
 	if v == nil {
-		return j, fmt.Errorf("%w: %s", ErrNotFound, id)
+		return Job{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
+	// v is valid only inside this transaction: the cache compares it and copies what it keeps.
+	return t.cache.job(string(id), v, gen, true, decodeBoltJob)
+}
+
+func decodeBoltJob(id string, v []byte) (Job, error) {
+	var j Job
 	if err := json.Unmarshal(v, &j); err != nil {
 		return j, fmt.Errorf("%w: %s: %w", ErrCorrupt, id, err)
 	}
@@ -266,29 +278,39 @@ func (t boltTx) Delete(id string) error {
 	return t.tx.Bucket(bucketActive).Delete([]byte(id))
 }
 
+// Active implements Tx: the jobs of the active index, decoded only where their record changed
+// since the cache last saw it; a complete read drops the cache's entries of jobs no longer active.
 func (t boltTx) Active(fn func(Job) error) error {
 	b := t.tx.Bucket(bucketActive)
 	if b == nil {
 		return nil
 	}
-	return b.ForEach(func(k, _ []byte) error {
-		j, err := t.Get(string(k))
+	jobs := t.tx.Bucket(bucketJobs)
+	gen := t.cache.begin()
+	err := b.ForEach(func(k, _ []byte) error {
+		j, err := t.get(jobs, k, gen)
 		if err != nil {
 			return err
 		}
 		return fn(j)
 	})
+	if err == nil {
+		t.cache.sweep(gen)
+	}
+	return err
 }
 
+// All implements Tx. It uses the cache's entries (the active jobs) but adds none: the finished
+// jobs it also reads would only be swept out by the next Active.
 func (t boltTx) All(fn func(Job) error) error {
 	b := t.tx.Bucket(bucketJobs)
 	if b == nil {
 		return nil
 	}
 	return b.ForEach(func(k, v []byte) error {
-		var j Job
-		if err := json.Unmarshal(v, &j); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrCorrupt, k, err)
+		j, err := t.cache.job(string(k), v, 0, false, decodeBoltJob)
+		if err != nil {
+			return err
 		}
 		return fn(j)
 	})

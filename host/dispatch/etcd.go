@@ -78,6 +78,7 @@ type EtcdStore struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	commits atomic.Int64 // write transactions committed
+	cache   *decodeCache // the jobs decoded from their records, by key (Get, Active)
 
 	mu      sync.Mutex
 	closing bool
@@ -112,7 +113,8 @@ func OpenEtcd(ctx context.Context, o EtcdOptions) (*EtcdStore, error) {
 	if strings.Contains(o.Node, "/") {
 		return nil, fmt.Errorf("%w: node name %q contains /", ErrInvalidConfig, o.Node)
 	}
-	s := &EtcdStore{cli: o.Client, prefix: o.Prefix + etcdLayout, node: o.Node, opts: o, epochs: map[string]string{}}
+	s := &EtcdStore{cli: o.Client, prefix: o.Prefix + etcdLayout, node: o.Node, opts: o, epochs: map[string]string{},
+		cache: newDecodeCache()}
 	if s.cli == nil {
 		if len(o.Endpoints) == 0 {
 			return nil, fmt.Errorf("%w: EtcdOptions.Endpoints is required", ErrInvalidConfig)
@@ -461,7 +463,7 @@ func (t *etcdTx) Get(id string) (Job, error) {
 		if j == nil {
 			return Job{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
-		return *j, nil
+		return j.clone(), nil
 	}
 	ctx, cancel := t.s.opCtx()
 	defer cancel()
@@ -480,7 +482,7 @@ func (t *etcdTx) Get(id string) (Job, error) {
 			continue
 		}
 		t.reads[k] = kvs[0].ModRevision
-		j, err := decodeJob(k, kvs[0].Value)
+		j, err := t.s.cache.job(k, kvs[0].Value, 0, true, decodeJob)
 		if err != nil {
 			return Job{}, err
 		}
@@ -500,7 +502,7 @@ func (t *etcdTx) Put(j *Job) error {
 	if !t.write {
 		return ErrReadOnly
 	}
-	c := *j
+	c := j.clone() // the caller keeps j; a pending write shares nothing with it
 	prev, read := t.stored[j.ID]
 	if w, ok := t.writes[j.ID]; ok && w != nil {
 		prev, read = w, true
@@ -543,18 +545,25 @@ const rangePage = 500
 
 func (t *etcdTx) each(fn func(Job) error, prefixes ...string) error {
 	jobs := map[string]Job{}
+	activeOnly := len(prefixes) == 1
+	var gen uint64 // a read of the active jobs alone keeps and sweeps the cache's entries
+	if activeOnly {
+		gen = t.s.cache.begin()
+	}
 	for _, p := range prefixes {
-		if err := t.scan(p, func(id string, j Job) { jobs[id] = j }); err != nil {
+		if err := t.scan(p, gen, func(id string, j Job) { jobs[id] = j }); err != nil {
 			return err
 		}
 	}
-	activeOnly := len(prefixes) == 1
+	if activeOnly {
+		t.s.cache.sweep(gen)
+	}
 	for id, w := range t.writes {
 		switch {
 		case w == nil || (activeOnly && !w.Active()):
 			delete(jobs, id)
 		default:
-			jobs[id] = *w
+			jobs[id] = w.clone()
 		}
 	}
 	ids := make([]string, 0, len(jobs))
@@ -570,8 +579,9 @@ func (t *etcdTx) each(fn func(Job) error, prefixes ...string) error {
 	return nil
 }
 
-// scan reads every key under prefix at the snapshot revision, a page at a time.
-func (t *etcdTx) scan(prefix string, fn func(id string, j Job)) error {
+// scan reads every key under prefix at the snapshot revision, a page at a time, decoding the
+// records the cache does not hold; it adds what it decodes to the cache's read gen (0: adds none).
+func (t *etcdTx) scan(prefix string, gen uint64, fn func(id string, j Job)) error {
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	from := prefix
 	for {
@@ -584,7 +594,7 @@ func (t *etcdTx) scan(prefix string, fn func(id string, j Job)) error {
 		}
 		t.pin(resp.Header.Revision)
 		for _, kv := range resp.Kvs {
-			j, err := decodeJob(string(kv.Key), kv.Value)
+			j, err := t.s.cache.job(string(kv.Key), kv.Value, gen, gen != 0, decodeJob)
 			if err != nil {
 				return err
 			}

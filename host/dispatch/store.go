@@ -42,7 +42,9 @@ type Cluster interface {
 	SidecarLive(name string) (bool, error)
 }
 
-// Tx is one transaction over the jobs.
+// Tx is one transaction over the jobs. A Job it hands out (Get, Active, All) is the caller's: it
+// shares no slice, map or pointer with what the store keeps, so changing it changes nothing
+// stored (a store that caches decoded jobs hands out copies: decodecache.go).
 type Tx interface {
 	// Get returns the job with id, or an error wrapping ErrNotFound.
 	Get(id string) (Job, error)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func openEtcdStore(t *testing.T, c *testetcd.Cluster, prefix, node string) *Etcd
 func TestStoreContract(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			for _, c := range storeContract {
+			for _, c := range slices.Concat(storeContract, cacheContract) {
 				t.Run(c.name, func(t *testing.T) {
 					s, another := b.open(t)
 					c.run(t, s, another)
