@@ -43,6 +43,8 @@ func (p *SegmentedPlan) clone() *SegmentedPlan {
 	c.Sidecars = slices.Clone(p.Sidecars)
 	c.Attempts = slices.Clone(p.Attempts)
 	c.Adopted = slices.Clone(p.Adopted)
+	c.Gone = slices.Clone(p.Gone)
+	c.Stranded = slices.Clone(p.Stranded)
 	return &c
 }
 
