@@ -73,8 +73,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg: cfg, store: cfg.Store, log: cfg.Logger,
 		sidecars: map[string]*sidecarEntry{}, byEpoch: map[string]*sidecarEntry{},
 		inflight: map[string]*call{}, resolveAt: map[string]time.Time{}, unsent: map[string]unsentNote{}, cancelling: map[string]bool{},
-		unseen: map[string]time.Time{},
-		ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
+		unseen: map[string]time.Time{}, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
 	}
 	d.cluster, _ = cfg.Store.(Cluster)
 	d.enabled.Store(!cfg.Disabled)
