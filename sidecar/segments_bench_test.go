@@ -99,8 +99,13 @@ func BenchmarkLanceSegments(b *testing.B) {
 		name, typ, column string
 		params            map[string]string
 		rows, dim         int
+		segments          int // K: segments of the job, sent to the sidecar's 2 executors at once
 	}
-	for _, m := range []parallelCase{{"BTREE-1M", "BTREE", "id", nil, 1_000_000, 0}, {"IVF_PQ-200k", "IVF_PQ", "vec", ivf, 200_000, 128}} {
+	for _, m := range []parallelCase{
+		{"BTREE-20M", "BTREE", "id", nil, 20_000_000, 0, 2},
+		{"BTREE-20M-K4", "BTREE", "id", nil, 20_000_000, 0, 4},
+		{"IVF_PQ-200k", "IVF_PQ", "vec", ivf, 200_000, 128, 2},
+	} {
 		b.Run("parallel/"+m.name, func(b *testing.B) {
 			l.t = b
 			src, err := enginetest.CachedLanceFragments(l.python, l.dir, m.rows, m.dim, 8)
@@ -110,7 +115,7 @@ func BenchmarkLanceSegments(b *testing.B) {
 			job := func(parallel bool) func() (time.Duration, error) {
 				return func() (time.Duration, error) {
 					start := time.Now()
-					_, err := l.segmentJob(fresh(src), 8, 2, parallel, m.column, m.typ, m.params, 0)
+					_, err := l.segmentJob(fresh(src), 8, m.segments, parallel, m.column, m.typ, m.params, 0)
 					return time.Since(start), err
 				}
 			}
@@ -130,7 +135,15 @@ func BenchmarkLanceSegments(b *testing.B) {
 
 // segmentResult is what segmentJob measured.
 type segmentResult struct {
-	peak int64 // the largest peak memory of its invocations
+	peak  int64         // the largest peak memory of its invocations
+	plan  time.Duration // index.plan's round trip
+	calls []segmentCall // its invocations in the order they answered
+}
+
+// segmentCall is one invocation of a segmented job as its caller saw it.
+type segmentCall struct {
+	op, invocation string
+	wall           time.Duration // the index.mutate round trip
 }
 
 // segmentJob builds index "idx" on path as k segments (a TRAIN first for vector types), sent one
@@ -144,12 +157,15 @@ func (l *lanceSidecar) segmentJob(path string, pinned int64, k int, parallel boo
 			p.Limits = &rpc.WorkerLimits{MemoryBytes: memory}
 		}
 		p.DeadlineUnixMs = time.Now().Add(10 * time.Minute).UnixMilli()
+		start := time.Now()
 		res, err := l.c.Mutate(context.Background(), p)
+		wall := time.Since(start)
 		if err == nil && res.CompletionReason != want {
 			err = fmt.Errorf("%s %s: %+v", p.Op, p.InvocationID, res)
 		}
 		mu.Lock()
 		out.peak = max(out.peak, res.PeakMemoryBytes)
+		out.calls = append(out.calls, segmentCall{p.Op, p.InvocationID, wall})
 		mu.Unlock()
 		return res, err
 	}
@@ -163,8 +179,10 @@ func (l *lanceSidecar) segmentJob(path string, pinned int64, k int, parallel boo
 		train = res.IndexUUID
 	}
 	var plan rpc.PlanResult
+	start := time.Now()
 	err := l.c.Call(context.Background(), rpc.MethodIndexPlan, rpc.PlanParams{Dataset: rpc.DatasetRef{Store: l.store, Path: path},
 		Version: pinned, Credentials: l.creds, Segments: k}, &plan)
+	out.plan = time.Since(start)
 	if err != nil {
 		return out, err
 	}
