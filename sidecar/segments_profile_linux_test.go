@@ -15,19 +15,21 @@ import (
 	"github.com/cba1309c/steward/rpc"
 )
 
-// BenchmarkLanceSegmentsProfile: where the wall of BenchmarkLanceSegments' parallel/BTREE job
+// BenchmarkLanceSegmentProfile: where the wall of BenchmarkLanceSegments' parallel/BTREE job
 // goes (20,000,000 rows in 8 fragments, local store), for K = 2 and K = 4 segments sent together
 // to a sidecar with 2 executors (2w) or one after another (1w), the four interleaved in each
-// iteration. Not part of make bench (it measures phases, not goals): run it by hand, e.g.
+// iteration. Not part of make bench (it measures phases, not goals; its name is not matched by
+// make bench's -bench LanceSegments): run it by hand, e.g.
 //
-//	STEWARD_REQUIRE_REAL=1 go test -run '^$' -bench LanceSegmentsProfile -benchtime 2x ./sidecar/
+//	STEWARD_REQUIRE_REAL=1 go test -run '^$' -bench LanceSegmentProfile -benchtime 2x ./sidecar/
 //
 // Per variant it logs the medians over the iterations, in ms: the job (plan, the span of its
 // SEGMENTs, the COMMIT_SEGMENTS round trip) and, over all its SEGMENT invocations, the phases of
 // the sidecar's "invocation timing" line and the engine's own timing line (sidecarPhases):
 // queued for an executor, to the request (thaw, gateway), the engine (open, then the segment's
-// build and record until its answer), teardown, the decision, and the RPC's rest.
-func BenchmarkLanceSegmentsProfile(b *testing.B) {
+// build and record until its answer), teardown, the decision, and the RPC's rest. With -v it
+// also logs each job's start and end (Unix seconds), to match against samples of its processes.
+func BenchmarkLanceSegmentProfile(b *testing.B) {
 	testenv.NeedRoot(b)
 	l := newLanceSidecar(b, false, "--worker-memory", "1073741824", "--executors", "2", "--log-level", "debug")
 	src, err := enginetest.CachedLanceFragments(l.python, l.dir, 20_000_000, 0, 8)
@@ -61,6 +63,9 @@ func BenchmarkLanceSegmentsProfile(b *testing.B) {
 			}
 			wall := time.Since(start)
 			cpu1 := jobCPU(b, l)
+			if testing.Verbose() {
+				b.Logf("job %s: %.3f to %.3f (Unix s)", name(v), float64(start.UnixMicro())/1e6, float64(start.Add(wall).UnixMicro())/1e6)
+			}
 			add := func(k string, x float64) { all[name(v)][k] = append(all[name(v)][k], x) }
 			for k := range cpu1 {
 				add("cpu."+k, cpu1[k]-cpu0[k])
