@@ -27,7 +27,8 @@ import (
 // SEGMENTs, the COMMIT_SEGMENTS round trip) and, over all its SEGMENT invocations, the phases of
 // the sidecar's "invocation timing" line and the engine's own timing line (sidecarPhases):
 // queued for an executor, to the request (thaw, gateway), the engine (open, then the segment's
-// build and record until its answer), teardown, the decision, and the RPC's rest. With -v it
+// build and record until its answer), teardown, the decision, and the RPC's rest;
+// seg.prestarted is the share of SEGMENTs that ran on a spare. With -v it
 // also logs each job's start and end (Unix seconds), to match against samples of its processes.
 func BenchmarkLanceSegmentProfile(b *testing.B) {
 	testenv.NeedRoot(b)
@@ -84,6 +85,7 @@ func BenchmarkLanceSegmentProfile(b *testing.B) {
 				for k, x := range sidecarPhases(b, l, c.invocation, c.wall) {
 					add("seg."+k, x)
 				}
+				add("seg.prestarted", map[bool]float64{true: 1}[prestarted(b, l, c.invocation)])
 			}
 			add("commit", ms(commit))
 			add("segments", ms(wall-job.plan-commit))
@@ -98,6 +100,14 @@ func BenchmarkLanceSegmentProfile(b *testing.B) {
 		slices.Sort(keys)
 		var line strings.Builder
 		for _, k := range keys {
+			if k == "seg.prestarted" {
+				var n float64
+				for _, x := range phases[k] {
+					n += x
+				}
+				fmt.Fprintf(&line, " %s=%.2f", k, n/float64(len(phases[k])))
+				continue
+			}
 			fmt.Fprintf(&line, " %s=%.0f", k, median(phases[k]))
 		}
 		b.Logf("profile %s:%s", name(v), line.String())
@@ -150,4 +160,16 @@ func jobCPU(b *testing.B, l *lanceSidecar) map[string]float64 {
 		out["machine"] += v * 10
 	}
 	return out
+}
+
+// prestarted reports whether invocation inv ran on a spare (its "invocation timing" line).
+func prestarted(b *testing.B, l *lanceSidecar, inv string) bool {
+	b.Helper()
+	for _, line := range strings.Split(l.logs.String(), "\n") {
+		if strings.Contains(line, inv) && strings.Contains(line, `"invocation timing"`) {
+			return strings.Contains(line, `"prestarted":true`)
+		}
+	}
+	b.Fatalf("no timing line for %s", inv)
+	return false
 }
