@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,8 +29,10 @@ import (
 // the sidecar's "invocation timing" line and the engine's own timing line (sidecarPhases):
 // queued for an executor, to the request (thaw, gateway), the engine (open, then the segment's
 // build and record until its answer), teardown, the decision, and the RPC's rest;
-// seg.prestarted is the share of SEGMENTs that ran on a spare. With -v it
-// also logs each job's start and end (Unix seconds), to match against samples of its processes.
+// seg.prestarted is the share of SEGMENTs that ran on a spare, seg.written-MB the bytes a
+// SEGMENT wrote through its gateway (gateway_bytes: writes only), and cpu.* the CPU ms spent
+// during the job by the workers and spares, the sidecar and the whole machine (jobCPU). With -v
+// it also logs each job's start and end (Unix seconds), to match against samples of processes.
 func BenchmarkLanceSegmentProfile(b *testing.B) {
 	testenv.NeedRoot(b)
 	l := newLanceSidecar(b, false, "--worker-memory", "1073741824", "--executors", "2", "--log-level", "debug")
@@ -85,7 +88,11 @@ func BenchmarkLanceSegmentProfile(b *testing.B) {
 				for k, x := range sidecarPhases(b, l, c.invocation, c.wall) {
 					add("seg."+k, x)
 				}
-				add("seg.prestarted", map[bool]float64{true: 1}[prestarted(b, l, c.invocation)])
+				t := timingLine(b, l, c.invocation)
+				add("seg.prestarted", map[bool]float64{true: 1}[t["prestarted"] == true])
+				if n, ok := t["gateway_bytes"].(float64); ok {
+					add("seg.written-MB", n/1e6)
+				}
 			}
 			add("commit", ms(commit))
 			add("segments", ms(wall-job.plan-commit))
@@ -162,14 +169,15 @@ func jobCPU(b *testing.B, l *lanceSidecar) map[string]float64 {
 	return out
 }
 
-// prestarted reports whether invocation inv ran on a spare (its "invocation timing" line).
-func prestarted(b *testing.B, l *lanceSidecar, inv string) bool {
+// timingLine is invocation inv's "invocation timing" line from the sidecar's log.
+func timingLine(b *testing.B, l *lanceSidecar, inv string) map[string]any {
 	b.Helper()
 	for _, line := range strings.Split(l.logs.String(), "\n") {
-		if strings.Contains(line, inv) && strings.Contains(line, `"invocation timing"`) {
-			return strings.Contains(line, `"prestarted":true`)
+		var m map[string]any
+		if strings.Contains(line, inv) && json.Unmarshal([]byte(line), &m) == nil && m["@message"] == "invocation timing" {
+			return m
 		}
 	}
 	b.Fatalf("no timing line for %s", inv)
-	return false
+	return nil
 }
