@@ -26,9 +26,9 @@ import (
 //   - parallel/<case>: the same segmented job (TRAIN for IVF_PQ, 2 SEGMENTs, COMMIT_SEGMENTS)
 //     with its two segments sent together (2 executors) against one after the other, ABBA; and
 //     the two-worker job against one bare pylance create_index of the whole index. BTREE runs
-//     over 20M rows: a bare build of 1M took 0.1-0.2 s, less than an invocation's own costs;
-//     20M (a bare build 2.6 s) is the largest whose cached dataset generates in under 2
-//     minutes (85 s, 400 MB). K is 2, one segment per executor (K = 4: docs/PERFORMANCE.md §7).
+//     over 20M rows: a bare build of 1M takes ~0.2 s, no more than an invocation's own costs;
+//     20M takes 2.6 s bare and its cached dataset 85 s to generate (400 MB; 40M would take ~3
+//     minutes). K is 2, one segment per executor (why not 4: docs/PERFORMANCE.md §7).
 func BenchmarkLanceSegments(b *testing.B) {
 	testenv.NeedRoot(b)
 	l := newLanceSidecar(b, false, "--worker-memory", "1073741824", "--executors", "2")
