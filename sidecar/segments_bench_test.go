@@ -25,7 +25,10 @@ import (
 //     OOM-killed), the worst segment's peak, and the recall difference.
 //   - parallel/<case>: the same segmented job (TRAIN for IVF_PQ, 2 SEGMENTs, COMMIT_SEGMENTS)
 //     with its two segments sent together (2 executors) against one after the other, ABBA; and
-//     the two-worker job against one bare pylance create_index of the whole index.
+//     the two-worker job against one bare pylance create_index of the whole index. BTREE runs
+//     over 20M rows: a bare build of 1M takes ~0.2 s, no more than an invocation's own costs;
+//     20M takes 2.6 s bare and its cached dataset 85 s to generate (400 MB; 40M would take ~3
+//     minutes). K is 2, one segment per executor (why not 4: docs/PERFORMANCE.md §7).
 func BenchmarkLanceSegments(b *testing.B) {
 	testenv.NeedRoot(b)
 	l := newLanceSidecar(b, false, "--worker-memory", "1073741824", "--executors", "2")
@@ -100,7 +103,7 @@ func BenchmarkLanceSegments(b *testing.B) {
 		params            map[string]string
 		rows, dim         int
 	}
-	for _, m := range []parallelCase{{"BTREE-1M", "BTREE", "id", nil, 1_000_000, 0}, {"IVF_PQ-200k", "IVF_PQ", "vec", ivf, 200_000, 128}} {
+	for _, m := range []parallelCase{{"BTREE-20M", "BTREE", "id", nil, 20_000_000, 0}, {"IVF_PQ-200k", "IVF_PQ", "vec", ivf, 200_000, 128}} {
 		b.Run("parallel/"+m.name, func(b *testing.B) {
 			l.t = b
 			src, err := enginetest.CachedLanceFragments(l.python, l.dir, m.rows, m.dim, 8)
@@ -130,7 +133,15 @@ func BenchmarkLanceSegments(b *testing.B) {
 
 // segmentResult is what segmentJob measured.
 type segmentResult struct {
-	peak int64 // the largest peak memory of its invocations
+	peak  int64         // the largest peak memory of its invocations
+	plan  time.Duration // index.plan's round trip
+	calls []segmentCall // its invocations in the order they answered
+}
+
+// segmentCall is one invocation of a segmented job as its caller saw it.
+type segmentCall struct {
+	op, invocation string
+	wall           time.Duration // the index.mutate round trip
 }
 
 // segmentJob builds index "idx" on path as k segments (a TRAIN first for vector types), sent one
@@ -144,12 +155,15 @@ func (l *lanceSidecar) segmentJob(path string, pinned int64, k int, parallel boo
 			p.Limits = &rpc.WorkerLimits{MemoryBytes: memory}
 		}
 		p.DeadlineUnixMs = time.Now().Add(10 * time.Minute).UnixMilli()
+		start := time.Now()
 		res, err := l.c.Mutate(context.Background(), p)
+		wall := time.Since(start)
 		if err == nil && res.CompletionReason != want {
 			err = fmt.Errorf("%s %s: %+v", p.Op, p.InvocationID, res)
 		}
 		mu.Lock()
 		out.peak = max(out.peak, res.PeakMemoryBytes)
+		out.calls = append(out.calls, segmentCall{p.Op, p.InvocationID, wall})
 		mu.Unlock()
 		return res, err
 	}
@@ -163,8 +177,10 @@ func (l *lanceSidecar) segmentJob(path string, pinned int64, k int, parallel boo
 		train = res.IndexUUID
 	}
 	var plan rpc.PlanResult
+	start := time.Now()
 	err := l.c.Call(context.Background(), rpc.MethodIndexPlan, rpc.PlanParams{Dataset: rpc.DatasetRef{Store: l.store, Path: path},
 		Version: pinned, Credentials: l.creds, Segments: k}, &plan)
+	out.plan = time.Since(start)
 	if err != nil {
 		return out, err
 	}
