@@ -49,7 +49,7 @@ type SegmentedPlan struct {
 	Adopted []string `json:"adopted,omitempty"`
 	// Gone are plan sidecars that no node announced any more (a shared journal only): nothing is
 	// sent to, adopted from or abandoned on them again, and a never-sent step aimed at one is
-	// re-aimed at a live plan sidecar (sidecars.go). Stranded are the builders whose segments'
+	// re-aimed at a live plan sidecar (gone.go). Stranded are the builders whose segments'
 	// custody went with a gone sidecar (the gone ones, and those adopted into a gone committer):
 	// the committer takes those segments over from storage, by prefix, instead of adopting them.
 	Gone     []string `json:"gone,omitempty"`
@@ -716,6 +716,9 @@ func (d *Dispatcher) abandonBuild(ctx context.Context, p Job, lost []string) err
 	sp := p.Segmented
 	owner := rpc.ObjectOwner{Kind: rpc.OwnerHostTxn, ID: rpc.BuildOwner(sp.BuildID)}
 	live := sp.live()
+	if len(live) == 0 {
+		return fmt.Errorf("%w: every sidecar of build %s's plan is gone", ErrNoSidecar, sp.BuildID)
+	}
 	if len(sp.Gone) > 0 {
 		if err := d.takeOver(ctx, p, live[0], lost); err != nil {
 			return err
