@@ -43,6 +43,17 @@ func (d *Dispatcher) liveHere(name string) bool {
 	return e != nil && !exited(e.sc)
 }
 
+// drivesAll reports whether this dispatcher drives a live sidecar under each of names: only such
+// a node adopts, commits or ends a build (others would only fail to reach them, every round).
+func (d *Dispatcher) drivesAll(names []string) bool {
+	for _, n := range names {
+		if !d.liveHere(n) {
+			return false
+		}
+	}
+	return true
+}
+
 // unseenFor reports how long sidecar name has gone unannounced (0 when live), by this dispatcher's
 // clock since it first found it so: a restarted dispatcher starts counting again. The map holds
 // only plan sidecars' names found unannounced, and forgets each once it is live again.

@@ -219,8 +219,15 @@ func classifyStep(s Job) stepState {
 		return stepFailed
 	case !s.State.Settled():
 		return stepBusy
-	case r == nil:
+	case r == nil && s.Resolution == nil:
 		return stepRetry // journaled and never sent: nothing ran
+	case r == nil && s.Op == rpc.OpCommitSegments:
+		// Sent and never answered (its sender died), settled NOT_COMMITTED by index.resolve:
+		// as for an INDETERMINATE commit below, its segments went with it, and the resolve
+		// fenced its slot. The failover campaign found this retried and refused (-32602).
+		return stepFailed
+	case r == nil:
+		return stepRetry // a TRAIN or SEGMENT sent, never answered, settled: build again
 	case r.OOMKilled && s.Op != rpc.OpSegment:
 		// The same limit kills a TRAIN (its sample and models) or a COMMIT_SEGMENTS (its
 		// manifest) again: only a SEGMENT, which the custody rules rebuild after any
@@ -307,8 +314,8 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	}
 	committed := slices.ContainsFunc(steps, func(s Job) bool { return s.Op == rpc.OpCommitSegments && classifyStep(s) == stepDone })
 	if sp.Failed != "" && !committed {
-		if busy {
-			return nil // wait until no step can still write into the build
+		if busy || !d.drivesAll(sp.live()) {
+			return nil // wait until no step can still write into the build; or another node's
 		}
 		if err := d.abandonBuild(ctx, p, writtenSegments(steps)); err != nil {
 			d.log.Warn("cannot abandon the build's custody yet", "job", p.ID, "error", err)
@@ -373,6 +380,9 @@ func (d *Dispatcher) advance(ctx context.Context, p Job) error {
 	}
 	if fail != "" || len(want) > 0 || len(refs) < len(sp.Runs) {
 		return d.createSteps(p, want, fail)
+	}
+	if !d.drivesAll(sp.live()) {
+		return nil // the node that drives the plan's sidecars adopts and commits
 	}
 	// Every segment written: the committer adopts the others' custody, then commits. A builder
 	// whose custody went with a gone sidecar is taken over from storage instead: the committer
