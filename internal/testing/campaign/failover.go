@@ -42,6 +42,24 @@ func FailoverKinds() []string {
 	return append(out, KindHostKill, KindHostStop, KindEtcdKill)
 }
 
+// SegmentFailoverKinds lists the fault kinds of a failover campaign of segmented builds
+// (Config.Segments), KindClean first: host and etcd kills, host stops and MinIO outages, each
+// timed from the first send of one step of the job (its TRAIN, its first SEGMENT or its
+// COMMIT_SEGMENTS, drawn per job). The step faults of the engine (OOM, crashes) are the
+// single-host segment campaign's.
+func SegmentFailoverKinds() []string {
+	return []string{KindClean, KindHostKill, KindHostStop, KindEtcdKill, KindMinIOOutage}
+}
+
+// failoverKinds are a failover campaign's kinds: SegmentFailoverKinds for segmented builds,
+// FailoverKinds otherwise.
+func failoverKinds(segments bool) []string {
+	if segments {
+		return SegmentFailoverKinds()
+	}
+	return FailoverKinds()
+}
+
 // failover is the state of a failover campaign: the etcd cluster and the host processes.
 type failover struct {
 	etcd    *testetcd.Cluster
@@ -68,17 +86,10 @@ func RunFailover(ctx context.Context, cfg Config) (rep Report, err error) {
 	if cfg.Node == "" {
 		return rep, fmt.Errorf("%w: Node (the executable of the host processes) is required", ErrConfig)
 	}
-	if cfg.Engine != "" && cfg.Engine != EngineBuiltin {
-		return rep, fmt.Errorf("%w: the failover campaign runs on the built-in engine only (engine %q)", ErrConfig, cfg.Engine)
+	if cfg.Engine != "" && cfg.Engine != EngineBuiltin && !cfg.Segments {
+		return rep, fmt.Errorf("%w: the failover campaign runs on the built-in engine, or segmented Lance builds (engine %q)", ErrConfig, cfg.Engine)
 	}
-	if len(cfg.Kinds) == 0 {
-		cfg.Kinds = FailoverKinds()
-	}
-	for _, k := range cfg.Kinds {
-		if !slices.Contains(FailoverKinds(), k) {
-			return rep, fmt.Errorf("%w: fault kind %q is not a failover kind", ErrConfig, k)
-		}
-	}
+	cfg.failover = true
 	if cfg.Hosts == 0 {
 		cfg.Hosts = 3
 	}
@@ -86,8 +97,8 @@ func RunFailover(ctx context.Context, cfg Config) (rep Report, err error) {
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return rep, err
 	}
-	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, FailoverKinds()), plan: map[string]planned{}, setupVersions: map[string]int64{},
-		fo: &failover{sends: map[string]int{}, triggered: map[string]bool{}}}
+	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, failoverKinds(cfg.Segments)), plan: map[string]planned{}, setupVersions: map[string]int64{},
+		stepHit: map[string]bool{}, fo: &failover{sends: map[string]int{}, triggered: map[string]bool{}}}
 	r.rep.Hosts = cfg.Hosts
 	return r.execute(ctx, r.setupFailover)
 }

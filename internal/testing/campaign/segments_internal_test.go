@@ -60,7 +60,16 @@ func TestSegmentPlan(t *testing.T) {
 			if got := parentOf(rpc.MutateParams{JobID: id, Op: st.op}); got != p.id() {
 				t.Errorf("step %s: parent %q, want %q", id, got, p.id())
 			}
+			for _, a := range []int{1, 2} { // a failover host's SEND line names the step id only
+				id := dispatch.StepID(p.id(), st.kind, st.run, a)
+				if parent, op := stepOf(id); parent != p.id() || op != st.op {
+					t.Errorf("stepOf(%s) = %q, %q; want %q, %q", id, parent, op, p.id(), st.op)
+				}
+			}
 		}
+	}
+	if parent, op := stepOf("m0001.segment-oom"); parent != "" || op != "" {
+		t.Errorf("a parent id read as step %q of %q", op, parent)
 	}
 	if len(seen) != len(SegmentKinds()) {
 		t.Errorf("kinds drawn %v", seen)
