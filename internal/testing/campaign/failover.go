@@ -133,6 +133,11 @@ func (r *run) setupFailover(ctx context.Context) error {
 	if r.d, err = dispatch.New(r.dispatchConfig(fo.admin)); err != nil {
 		return fmt.Errorf("%w: dispatcher: %w", ErrSetup, err)
 	}
+	if r.cfg.Engine == EngineLance {
+		if err := os.MkdirAll(r.sidecarTemp(), 0o711); err != nil { // searchable by the workers' guest uid
+			return fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+	}
 	if fo.wrapper, err = writeWrapper(r.dir); err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
 	}
@@ -161,12 +166,14 @@ func (r *run) setupFailover(ctx context.Context) error {
 }
 
 // waitSent waits until no job is PENDING: every job has been sent (or settled), so every fault
-// that a send schedules has been scheduled before the campaign waits for the faults to end.
+// that a send schedules has been scheduled before the campaign waits for the faults to end. A
+// segmented job's fault step may come after a pause with nothing PENDING (its commit follows its
+// last segment's answer): there it waits until every job's fault step was sent or the job settled.
 func (r *run) waitSent(ctx context.Context) error {
 	deadline := time.Now().Add(r.cfg.ConvergeTimeout)
 	for time.Now().Before(deadline) {
 		jobs, err := r.d.List(dispatch.ListOptions{Active: true})
-		if err == nil && !slices.ContainsFunc(jobs, func(j dispatch.Job) bool { return j.State == dispatch.StatePending }) {
+		if err == nil && !slices.ContainsFunc(jobs, r.unsent) {
 			return nil
 		}
 		select {
@@ -179,16 +186,32 @@ func (r *run) waitSent(ctx context.Context) error {
 	return nil
 }
 
-// onHostSend counts a SEND line of host h and, at a job's first send, injects its fault.
+// unsent reports whether j, an active job, may still send what schedules a fault.
+func (r *run) unsent(j dispatch.Job) bool {
+	if !r.cfg.Segments {
+		return j.State == dispatch.StatePending
+	}
+	if j.Segmented == nil || j.State.Settled() {
+		return false
+	}
+	r.fo.mu.Lock()
+	defer r.fo.mu.Unlock()
+	return !r.fo.triggered[j.ID]
+}
+
+// onHostSend counts a SEND line of host h and, at a job's first send (a segmented job's: of its
+// fault step, timedBy), injects its fault.
 func (r *run) onHostSend(h *hostProc, inv, job string) {
 	fo := r.fo
+	pl, ok := r.timedBy(job)
 	fo.mu.Lock()
 	fo.sends[inv]++
-	first := !fo.triggered[job]
-	fo.triggered[job] = true
+	first := ok && !fo.triggered[pl.id()]
+	if ok {
+		fo.triggered[pl.id()] = true
+	}
 	fo.mu.Unlock()
-	pl, ok := r.plan[job]
-	if !first || !ok {
+	if !first {
 		return
 	}
 	after := func(fn func()) {
@@ -217,6 +240,19 @@ func (r *run) onHostSend(h *hostProc, inv, job string) {
 	default:
 		r.inject(pl.kind, true, false)
 	}
+}
+
+// timedBy is the planned job whose fault a send of job (the id a SEND line names) times: the job
+// itself, or for a step of a segmented job its parent when the step is the parent's fault step
+// (planned.timesFault).
+func (r *run) timedBy(job string) (planned, bool) {
+	if !r.cfg.Segments {
+		pl, ok := r.plan[job]
+		return pl, ok
+	}
+	parent, op := stepOf(job)
+	pl, ok := r.plan[parent]
+	return pl, ok && pl.timesFault(op, job)
 }
 
 // killMember SIGKILLs etcd member i and starts it again after d. A kill while another member is

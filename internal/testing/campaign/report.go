@@ -141,14 +141,14 @@ func (r *Report) kind(k string) *KindCounts {
 // findings, violations and durations.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
+	what := "mutations"
+	if r.Segmented {
+		what = "segmented builds"
+	}
 	if r.Hosts > 0 {
-		fmt.Fprintf(&b, "steward failover campaign — seed %d, %d mutations (%d faulted), %d host processes, 3 etcd members\n\n",
-			r.Seed, r.Mutations, r.Faulted(), r.Hosts)
+		fmt.Fprintf(&b, "steward failover campaign — engine %s, seed %d, %d %s (%d faulted), %d host processes, 3 etcd members\n\n",
+			r.Engine, r.Seed, r.Mutations, what, r.Faulted(), r.Hosts)
 	} else {
-		what := "mutations"
-		if r.Segmented {
-			what = "segmented builds"
-		}
 		fmt.Fprintf(&b, "steward fault campaign — engine %s, seed %d, %d %s (%d faulted)\n\n", r.Engine, r.Seed, r.Mutations, what, r.Faulted())
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)

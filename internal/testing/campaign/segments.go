@@ -140,8 +140,13 @@ func (r *run) submitSegmented(ctx context.Context, p planned) error {
 			// index.plan needs a live sidecar and MinIO: a sidecar being replaced or an outage
 			// is waited out.
 			var final error
+			attempt := 0
 			err = retry(ctx, time.Minute, func() error {
-				_, err := r.d.SubmitSegmented(ctx, req)
+				err := r.admitSegmented(ctx, req, p.seq+attempt)
+				attempt++
+				if attempt > 1 && errors.Is(err, dispatch.ErrJobExists) {
+					return nil // a host admitted it and died (or stopped) before answering
+				}
 				if errors.Is(err, dispatch.ErrInvalidJob) || errors.Is(err, dispatch.ErrJobExists) {
 					final = err // retrying changes nothing
 					return nil
@@ -159,6 +164,18 @@ func (r *run) submitSegmented(ctx context.Context, p planned) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// admitSegmented submits req once: to the campaign's dispatcher, or on a failover campaign to
+// host turn (round robin): the planning dispatcher names its own sidecars in the plan, and the
+// campaign's admits without any. A retry asks the next host, so a host that died, stopped or
+// failed before answering is not asked again in a row.
+func (r *run) admitSegmented(ctx context.Context, req dispatch.SegmentedRequest, turn int) error {
+	if r.fo == nil {
+		_, err := r.d.SubmitSegmented(ctx, req)
+		return err
+	}
+	return r.fo.hosts[turn%len(r.fo.hosts)].submitSegmented(ctx, req)
 }
 
 // busyDatasets are the datasets with a segmented job not settled yet.
