@@ -11,8 +11,8 @@ import (
 	"github.com/cba1309c/steward/rpc"
 )
 
-// TestSegmentConfig: a segment campaign runs on Lance only, draws the segment kinds, and a kind of
-// one campaign is refused by another.
+// TestSegmentConfig: a segment campaign runs on Lance only, draws the segment kinds (on the
+// failover topology its own), and a kind of one campaign is refused by another.
 func TestSegmentConfig(t *testing.T) {
 	py, dir, err := testbin.LanceTools()
 	if err != nil {
@@ -26,11 +26,23 @@ func TestSegmentConfig(t *testing.T) {
 	if !slices.Equal(c.Kinds, SegmentKinds()) || c.Rows != 8000 || c.Outstanding != c.Datasets {
 		t.Errorf("defaults: kinds %v, rows %d, outstanding %d of %d datasets", c.Kinds, c.Rows, c.Outstanding, c.Datasets)
 	}
+	fo := base
+	fo.failover = true
+	if c, err := fo.withDefaults(); err != nil || !slices.Equal(c.Kinds, SegmentFailoverKinds()) {
+		t.Errorf("failover defaults: kinds %v (%v), want %v", c.Kinds, err, SegmentFailoverKinds())
+	}
 	for name, bad := range map[string]Config{
 		"builtin engine":         {Steward: "/bin/true", MinIOBinary: "/bin/true", Segments: true},
 		"oom on segments":        func() Config { b := base; b.Kinds = []string{KindOOM}; return b }(),
 		"train_oom, no segments": func() Config { b := base; b.Segments, b.Kinds = false, []string{KindTrainOOM}; return b }(),
 		"train_oom on builtin":   {Steward: "/bin/true", MinIOBinary: "/bin/true", Kinds: []string{KindTrainOOM}},
+		"host_kill, one host":    func() Config { b := base; b.Kinds = []string{KindHostKill}; return b }(),
+		"train_oom on failover":  func() Config { b := base; b.failover, b.Kinds = true, []string{KindTrainOOM}; return b }(),
+		"sidecar_kill on failover": func() Config {
+			b := base
+			b.failover, b.Kinds = true, []string{KindSidecarKill}
+			return b
+		}(),
 	} {
 		if _, err := bad.withDefaults(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
