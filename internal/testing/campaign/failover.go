@@ -182,7 +182,11 @@ func (r *run) waitSent(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	r.violate("converge", "", "jobs still PENDING "+r.cfg.ConvergeTimeout.String()+" after the last submission")
+	what := "jobs still PENDING"
+	if r.cfg.Segments {
+		what = "segmented jobs unsettled with their fault step unsent"
+	}
+	r.violate("converge", "", fmt.Sprintf("%s %s after the last submission", what, r.cfg.ConvergeTimeout))
 	return nil
 }
 
