@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -72,6 +73,8 @@ type failover struct {
 	mu        sync.Mutex
 	sends     map[string]int  // invocation → SEND lines seen (host side, before the wire)
 	triggered map[string]bool // job → its first send was seen
+	// senders are, per segmented job, the host processes ("node#incarnation") that sent its steps.
+	senders map[string]map[string]bool
 }
 
 // RunFailover runs a failover campaign: Hosts host processes (Config.Node, each a
@@ -98,7 +101,7 @@ func RunFailover(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, failoverKinds(cfg.Segments)), plan: map[string]planned{}, setupVersions: map[string]int64{},
-		stepHit: map[string]bool{}, fo: &failover{sends: map[string]int{}, triggered: map[string]bool{}}}
+		stepHit: map[string]bool{}, fo: &failover{sends: map[string]int{}, triggered: map[string]bool{}, senders: map[string]map[string]bool{}}}
 	r.rep.Hosts = cfg.Hosts
 	return r.execute(ctx, r.setupFailover)
 }
@@ -205,11 +208,17 @@ func (r *run) unsent(j dispatch.Job) bool {
 
 // onHostSend counts a SEND line of host h and, at a job's first send (a segmented job's: of its
 // fault step, timedBy), injects its fault.
-func (r *run) onHostSend(h *hostProc, inv, job string) {
+func (r *run) onHostSend(h *hostProc, inc *incarnation, inv, job string) {
 	fo := r.fo
 	pl, ok := r.timedBy(job)
 	fo.mu.Lock()
 	fo.sends[inv]++
+	if parent, _ := stepOf(job); r.cfg.Segments && parent != "" {
+		if fo.senders[parent] == nil {
+			fo.senders[parent] = map[string]bool{}
+		}
+		fo.senders[parent][fmt.Sprintf("%s#%d", h.name, inc.n)] = true
+	}
 	first := ok && !fo.triggered[pl.id()]
 	if ok {
 		fo.triggered[pl.id()] = true
@@ -305,6 +314,12 @@ func (r *run) checkJournaledSends() {
 	}
 	r.fo.mu.Lock()
 	defer r.fo.mu.Unlock()
+	for job, by := range r.fo.senders {
+		if len(by) > 1 {
+			r.rep.Continued++
+			r.log.Info("segmented job continued by another host process", "job", job, "senders", slices.Sorted(maps.Keys(by)))
+		}
+	}
 	for inv, n := range r.fo.sends {
 		r.rep.Sent++
 		r.rep.MaxSends = max(r.rep.MaxSends, n)

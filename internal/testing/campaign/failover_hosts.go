@@ -46,6 +46,7 @@ type incarnation struct {
 	status   chan string
 	answers  chan string // JOB and NOJOB lines
 	expected atomic.Bool // the campaign killed or stopped it
+	n        int         // its number among the host's incarnations, from 1
 	pid      int
 	stderr   string
 }
@@ -79,7 +80,7 @@ func (h *hostProc) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	inc := &incarnation{done: make(chan struct{}), ready: make(chan struct{}), status: make(chan string, 1),
+	inc := &incarnation{n: n, done: make(chan struct{}), ready: make(chan struct{}), status: make(chan string, 1),
 		answers: make(chan string, 8), stderr: filepath.Join(logs, fmt.Sprintf("%s.host.%d.log", h.name, n))}
 	errf, err := os.OpenFile(inc.stderr, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -133,7 +134,7 @@ func (h *hostProc) read(inc *incarnation, out io.Reader) {
 		case len(f) >= 2 && f[0] == lineReady:
 			close(inc.ready)
 		case len(f) == 3 && f[0] == lineSend:
-			h.r.onHostSend(h, f[1], f[2])
+			h.r.onHostSend(h, inc, f[1], f[2])
 		case len(f) >= 3 && f[0] == lineStatus:
 			select {
 			case inc.status <- sc.Text():
