@@ -5,6 +5,7 @@
 //	steward-campaign [flags]              sidecars of --steward, one in-process dispatcher
 //	steward-campaign --engine lance --segments [flags]   segmented index builds, faults in their steps
 //	steward-campaign --failover [flags]   host processes on a shared 3-member etcd journal
+//	steward-campaign --failover --engine lance --segments [flags]   segmented builds on them
 //	steward-campaign node                 one failover host process, started by the campaign
 //
 // `make campaign` builds it into bin/ beside bin/steward, where it finds its sidecars' executable.
@@ -65,12 +66,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rows := fs.Int64("rows", 0, "rows of each generated dataset (default 20000; 5000 with --engine lance)")
 	deadline := fs.Duration("deadline", 0, "execute deadline of every job (must fund the kill budget "+campaign.KillBudget.String()+"; default 8s, 20s with --engine lance)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+strings.Join(campaign.Kinds(), ",")+
-		"; with --engine lance: "+strings.Join(campaign.LanceKinds(), ",")+"; with --failover: "+strings.Join(campaign.FailoverKinds(), ",")+")")
+		"; with --engine lance: "+strings.Join(campaign.LanceKinds(), ",")+"; with --failover: "+strings.Join(campaign.FailoverKinds(), ",")+
+		"; with --failover --engine lance --segments: "+strings.Join(campaign.SegmentFailoverKinds(), ",")+")")
 	engine := fs.String("engine", campaign.EngineBuiltin, "engine of every mutation: builtin, or lance (the Lance engine, registered in every sidecar; the checker reads Lance's version chain)")
 	lancePython := fs.String("lance-python", envOr("STEWARD_LANCE_PYTHON", filepath.Join(tools, "lance", "bin", "python")), "with --engine lance: the Lance venv's python (scripts/lance.sh install)")
 	lanceDir := fs.String("lance-dir", envOr("STEWARD_LANCE_DIR", filepath.Join("engines", "lance")), "with --engine lance: engines/lance (engine.py, lancectl.py)")
 	segments := fs.Bool("segments", false, "with --engine lance: every mutation a segmented index build (TRAIN, SEGMENTs, COMMIT_SEGMENTS through the dispatcher), faults in its steps: "+strings.Join(campaign.SegmentKinds(), ","))
-	failover := fs.Bool("failover", false, "the failover campaign: host processes on a shared etcd journal, killed and stopped")
+	failover := fs.Bool("failover", false, "the failover campaign: host processes on a shared etcd journal, killed and stopped (with --engine lance --segments: segmented builds submitted through the hosts)")
 	hosts := fs.Int("hosts", 3, "with --failover: host processes, each with its own sidecar")
 	etcdBin := fs.String("etcd-bin", filepath.Join(tools, "etcd"), "with --failover: etcd executable (scripts/etcd.sh install builds it)")
 	if err := fs.Parse(args); err != nil {
@@ -105,7 +107,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	start := campaign.Run
 	if *failover {
 		cfg.Hosts, cfg.EtcdBinary, start = *hosts, *etcdBin, campaign.RunFailover
-		fmt.Fprintf(stderr, "steward-campaign --failover: %d mutations, seed %d, %d hosts, MinIO %s, etcd %s\n", *mutations, *seed, *hosts, *minioBin, *etcdBin)
+		fmt.Fprintf(stderr, "steward-campaign --failover: engine %s, %d mutations (segmented: %t), seed %d, %d hosts, MinIO %s, etcd %s\n",
+			*engine, *mutations, *segments, *seed, *hosts, *minioBin, *etcdBin)
 	} else {
 		fmt.Fprintf(stderr, "steward-campaign: engine %s, %d mutations (segmented: %t), seed %d, %d sidecars, MinIO %s\n", *engine, *mutations, *segments, *seed, *sidecars, *minioBin)
 	}

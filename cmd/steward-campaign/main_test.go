@@ -23,6 +23,7 @@ func TestCampaignFlags(t *testing.T) {
 		{"no steward", []string{"--steward", "/nonexistent/steward"}, "the sidecars' executable"},
 		{"lance not installed", []string{"--steward", "/bin/true", "--engine", "lance", "--lance-python", "/nonexistent/python", "--minio-bin", "/nonexistent"}, "Lance engine not installed"},
 		{"node without config", []string{"node"}, "STEWARD_CAMPAIGN_NODE is not set"},
+		{"failover lance unsegmented", []string{"--steward", "/bin/true", "--failover", "--engine", "lance", "--lance-python", "/nonexistent/python", "--minio-bin", "/nonexistent"}, "or segmented Lance builds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("STEWARD_CAMPAIGN_NODE", "")

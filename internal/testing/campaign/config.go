@@ -89,6 +89,9 @@ type Config struct {
 	Logger hclog.Logger
 	// Progress, if set, is called after each submission and during convergence.
 	Progress func(Progress)
+
+	// failover is set by RunFailover: the kinds are the failover campaign's (failoverKinds).
+	failover bool
 }
 
 // Progress is a snapshot for a live display.
@@ -158,6 +161,9 @@ func (c Config) withDefaults() (Config, error) {
 		def(&c.Datasets, 3)
 		def(&c.Outstanding, c.Datasets)
 	}
+	if c.failover {
+		kinds = failoverKinds(c.Segments)
+	}
 	def(&c.Mutations, 200)
 	def(&c.Datasets, 3)
 	def(&c.Sidecars, 2)
@@ -191,7 +197,7 @@ func (c Config) withDefaults() (Config, error) {
 		if !knownKind(k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 		}
-		if !slices.Contains(kinds, k) && (c.Engine == EngineLance || !slices.Contains(FailoverKinds(), k)) {
+		if !slices.Contains(kinds, k) {
 			return c, fmt.Errorf("%w: fault kind %q does not apply to this campaign (these do: %s)", ErrConfig, k, strings.Join(kinds, ","))
 		}
 	}

@@ -50,6 +50,12 @@
 // log file (its stderr, so a sidecar killed with its host keeps its count); every job journaled at
 // most one send.
 //
+// With Segments (Lance) RunFailover runs the segmented builds there (SegmentFailoverKinds): the
+// campaign's own dispatcher drives no sidecar, so each build is submitted on a host process in
+// turn (a "segmented" command), whose dispatcher plans it through its own sidecar; host kills and
+// stops, etcd kills and MinIO outages are timed from the first send of the build's fault step
+// (timedBy), and the checker runs both sets of checks.
+//
 // The package composes host, host/dispatch, rpc and storage only: it sees a sidecar from the
 // outside, as a database host would, and refuses to import sidecar, isolation or plugin.
 package campaign

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -42,6 +43,24 @@ func FailoverKinds() []string {
 	return append(out, KindHostKill, KindHostStop, KindEtcdKill)
 }
 
+// SegmentFailoverKinds lists the fault kinds of a failover campaign of segmented builds
+// (Config.Segments), KindClean first: host and etcd kills, host stops and MinIO outages, each
+// timed from the first send of one step of the job (its TRAIN, its first SEGMENT or its
+// COMMIT_SEGMENTS, drawn per job). The step faults of the engine (OOM, crashes) are the
+// single-host segment campaign's.
+func SegmentFailoverKinds() []string {
+	return []string{KindClean, KindHostKill, KindHostStop, KindEtcdKill, KindMinIOOutage}
+}
+
+// failoverKinds are a failover campaign's kinds: SegmentFailoverKinds for segmented builds,
+// FailoverKinds otherwise.
+func failoverKinds(segments bool) []string {
+	if segments {
+		return SegmentFailoverKinds()
+	}
+	return FailoverKinds()
+}
+
 // failover is the state of a failover campaign: the etcd cluster and the host processes.
 type failover struct {
 	etcd    *testetcd.Cluster
@@ -54,6 +73,8 @@ type failover struct {
 	mu        sync.Mutex
 	sends     map[string]int  // invocation → SEND lines seen (host side, before the wire)
 	triggered map[string]bool // job → its first send was seen
+	// senders are, per segmented job, the host processes ("node#incarnation") that sent its steps.
+	senders map[string]map[string]bool
 }
 
 // RunFailover runs a failover campaign: Hosts host processes (Config.Node, each a
@@ -68,17 +89,10 @@ func RunFailover(ctx context.Context, cfg Config) (rep Report, err error) {
 	if cfg.Node == "" {
 		return rep, fmt.Errorf("%w: Node (the executable of the host processes) is required", ErrConfig)
 	}
-	if cfg.Engine != "" && cfg.Engine != EngineBuiltin {
-		return rep, fmt.Errorf("%w: the failover campaign runs on the built-in engine only (engine %q)", ErrConfig, cfg.Engine)
+	if cfg.Engine != "" && cfg.Engine != EngineBuiltin && !cfg.Segments {
+		return rep, fmt.Errorf("%w: the failover campaign runs on the built-in engine, or segmented Lance builds (engine %q)", ErrConfig, cfg.Engine)
 	}
-	if len(cfg.Kinds) == 0 {
-		cfg.Kinds = FailoverKinds()
-	}
-	for _, k := range cfg.Kinds {
-		if !slices.Contains(FailoverKinds(), k) {
-			return rep, fmt.Errorf("%w: fault kind %q is not a failover kind", ErrConfig, k)
-		}
-	}
+	cfg.failover = true
 	if cfg.Hosts == 0 {
 		cfg.Hosts = 3
 	}
@@ -86,8 +100,8 @@ func RunFailover(ctx context.Context, cfg Config) (rep Report, err error) {
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return rep, err
 	}
-	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, FailoverKinds()), plan: map[string]planned{}, setupVersions: map[string]int64{},
-		fo: &failover{sends: map[string]int{}, triggered: map[string]bool{}}}
+	r := &run{cfg: cfg, ctx: ctx, rep: newReport(cfg, failoverKinds(cfg.Segments)), plan: map[string]planned{}, setupVersions: map[string]int64{},
+		stepHit: map[string]bool{}, fo: &failover{sends: map[string]int{}, triggered: map[string]bool{}, senders: map[string]map[string]bool{}}}
 	r.rep.Hosts = cfg.Hosts
 	return r.execute(ctx, r.setupFailover)
 }
@@ -122,6 +136,11 @@ func (r *run) setupFailover(ctx context.Context) error {
 	if r.d, err = dispatch.New(r.dispatchConfig(fo.admin)); err != nil {
 		return fmt.Errorf("%w: dispatcher: %w", ErrSetup, err)
 	}
+	if r.cfg.Engine == EngineLance {
+		if err := os.MkdirAll(r.sidecarTemp(), 0o711); err != nil { // searchable by the workers' guest uid
+			return fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+	}
 	if fo.wrapper, err = writeWrapper(r.dir); err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
 	}
@@ -150,12 +169,14 @@ func (r *run) setupFailover(ctx context.Context) error {
 }
 
 // waitSent waits until no job is PENDING: every job has been sent (or settled), so every fault
-// that a send schedules has been scheduled before the campaign waits for the faults to end.
+// that a send schedules has been scheduled before the campaign waits for the faults to end. A
+// segmented job's fault step may come after a pause with nothing PENDING (its commit follows its
+// last segment's answer): there it waits until every job's fault step was sent or the job settled.
 func (r *run) waitSent(ctx context.Context) error {
 	deadline := time.Now().Add(r.cfg.ConvergeTimeout)
 	for time.Now().Before(deadline) {
 		jobs, err := r.d.List(dispatch.ListOptions{Active: true})
-		if err == nil && !slices.ContainsFunc(jobs, func(j dispatch.Job) bool { return j.State == dispatch.StatePending }) {
+		if err == nil && !slices.ContainsFunc(jobs, r.unsent) {
 			return nil
 		}
 		select {
@@ -164,20 +185,46 @@ func (r *run) waitSent(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	r.violate("converge", "", "jobs still PENDING "+r.cfg.ConvergeTimeout.String()+" after the last submission")
+	what := "jobs still PENDING"
+	if r.cfg.Segments {
+		what = "segmented jobs unsettled with their fault step unsent"
+	}
+	r.violate("converge", "", fmt.Sprintf("%s %s after the last submission", what, r.cfg.ConvergeTimeout))
 	return nil
 }
 
-// onHostSend counts a SEND line of host h and, at a job's first send, injects its fault.
-func (r *run) onHostSend(h *hostProc, inv, job string) {
+// unsent reports whether j, an active job, may still send what schedules a fault.
+func (r *run) unsent(j dispatch.Job) bool {
+	if !r.cfg.Segments {
+		return j.State == dispatch.StatePending
+	}
+	if j.Segmented == nil || j.State.Settled() {
+		return false
+	}
+	r.fo.mu.Lock()
+	defer r.fo.mu.Unlock()
+	return !r.fo.triggered[j.ID]
+}
+
+// onHostSend counts a SEND line of host h and, at a job's first send (a segmented job's: of its
+// fault step, timedBy), injects its fault.
+func (r *run) onHostSend(h *hostProc, inc *incarnation, inv, job string) {
 	fo := r.fo
+	pl, ok := r.timedBy(job)
 	fo.mu.Lock()
 	fo.sends[inv]++
-	first := !fo.triggered[job]
-	fo.triggered[job] = true
+	if parent, _ := stepOf(job); r.cfg.Segments && parent != "" {
+		if fo.senders[parent] == nil {
+			fo.senders[parent] = map[string]bool{}
+		}
+		fo.senders[parent][fmt.Sprintf("%s#%d", h.name, inc.n)] = true
+	}
+	first := ok && !fo.triggered[pl.id()]
+	if ok {
+		fo.triggered[pl.id()] = true
+	}
 	fo.mu.Unlock()
-	pl, ok := r.plan[job]
-	if !first || !ok {
+	if !first {
 		return
 	}
 	after := func(fn func()) {
@@ -206,6 +253,19 @@ func (r *run) onHostSend(h *hostProc, inv, job string) {
 	default:
 		r.inject(pl.kind, true, false)
 	}
+}
+
+// timedBy is the planned job whose fault a send of job (the id a SEND line names) times: the job
+// itself, or for a step of a segmented job its parent when the step is the parent's fault step
+// (planned.timesFault).
+func (r *run) timedBy(job string) (planned, bool) {
+	if !r.cfg.Segments {
+		pl, ok := r.plan[job]
+		return pl, ok
+	}
+	parent, op := stepOf(job)
+	pl, ok := r.plan[parent]
+	return pl, ok && pl.timesFault(op, job)
 }
 
 // killMember SIGKILLs etcd member i and starts it again after d. A kill while another member is
@@ -254,6 +314,12 @@ func (r *run) checkJournaledSends() {
 	}
 	r.fo.mu.Lock()
 	defer r.fo.mu.Unlock()
+	for job, by := range r.fo.senders {
+		if len(by) > 1 {
+			r.rep.Continued++
+			r.log.Info("segmented job continued by another host process", "job", job, "senders", slices.Sorted(maps.Keys(by)))
+		}
+	}
 	for inv, n := range r.fo.sends {
 		r.rep.Sent++
 		r.rep.MaxSends = max(r.rep.MaxSends, n)

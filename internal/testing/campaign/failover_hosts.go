@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cba1309c/steward/host/dispatch"
 	"github.com/cba1309c/steward/internal/lockedproc"
 )
 
@@ -43,7 +44,9 @@ type incarnation struct {
 	done     chan struct{} // closed once the process is reaped
 	ready    chan struct{}
 	status   chan string
+	answers  chan string // JOB and NOJOB lines
 	expected atomic.Bool // the campaign killed or stopped it
+	n        int         // its number among the host's incarnations, from 1
 	pid      int
 	stderr   string
 }
@@ -70,12 +73,15 @@ func (h *hostProc) start(ctx context.Context) error {
 		AccessKey:   r.minio.AccessKey, SecretKey: r.minio.SecretKey,
 		ExecuteDeadline: r.cfg.ExecuteDeadline, Executors: r.cfg.Executors, Quota: r.cfg.Mutations + 1,
 	}
+	if r.cfg.Engine == EngineLance {
+		cfg.SidecarTemp = r.sidecarTemp()
+	}
 	blob, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	inc := &incarnation{done: make(chan struct{}), ready: make(chan struct{}), status: make(chan string, 1),
-		stderr: filepath.Join(logs, fmt.Sprintf("%s.host.%d.log", h.name, n))}
+	inc := &incarnation{n: n, done: make(chan struct{}), ready: make(chan struct{}), status: make(chan string, 1),
+		answers: make(chan string, 8), stderr: filepath.Join(logs, fmt.Sprintf("%s.host.%d.log", h.name, n))}
 	errf, err := os.OpenFile(inc.stderr, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -128,10 +134,15 @@ func (h *hostProc) read(inc *incarnation, out io.Reader) {
 		case len(f) >= 2 && f[0] == lineReady:
 			close(inc.ready)
 		case len(f) == 3 && f[0] == lineSend:
-			h.r.onHostSend(h, f[1], f[2])
+			h.r.onHostSend(h, inc, f[1], f[2])
 		case len(f) >= 3 && f[0] == lineStatus:
 			select {
 			case inc.status <- sc.Text():
+			default:
+			}
+		case (len(f) == 2 && f[0] == lineJob) || (len(f) >= 3 && f[0] == lineNoJob):
+			select {
+			case inc.answers <- sc.Text():
 			default:
 			}
 		default:
@@ -239,6 +250,48 @@ func (h *hostProc) ledger(ctx context.Context) (used, unsettled int, err error) 
 		return 0, 0, ctx.Err()
 	}
 }
+
+// submitSegmented has the host admit req (a "segmented" command) and waits for its answer. A
+// refusal comes back as the dispatcher's sentinel (ErrJobExists, ErrInvalidJob), wrapped.
+func (h *hostProc) submitSegmented(ctx context.Context, req dispatch.SegmentedRequest) error {
+	blob, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	h.cmdMu.Lock()
+	defer h.cmdMu.Unlock()
+	inc := h.current()
+	if _, err := io.WriteString(inc.stdin, cmdSegmented+" "+string(blob)+"\n"); err != nil {
+		return fmt.Errorf("%s: %w", h.name, err)
+	}
+	timeout := time.After(submitTimeout)
+	for {
+		select {
+		case line := <-inc.answers:
+			f := strings.Fields(line)
+			switch {
+			case f[1] != req.ID && f[1] != "-": // a late answer to an earlier command
+			case f[0] == lineJob:
+				return nil
+			case f[2] == noJobExists:
+				return fmt.Errorf("%w: on %s: %s", dispatch.ErrJobExists, h.name, strings.Join(f[3:], " "))
+			case f[2] == noJobInvalid:
+				return fmt.Errorf("%w: on %s: %s", dispatch.ErrInvalidJob, h.name, strings.Join(f[3:], " "))
+			default:
+				return fmt.Errorf("on %s: %s", h.name, strings.Join(f[3:], " "))
+			}
+		case <-inc.done:
+			return fmt.Errorf("%s exited before answering", h.name)
+		case <-timeout:
+			return fmt.Errorf("%s did not answer within %s", h.name, submitTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// submitTimeout bounds a host's answer to "segmented": its SubmitSegmented (40s) and a stop.
+const submitTimeout = 45 * time.Second
 
 // stop ends the host gracefully (stdin EOF), SIGKILLing it after a minute.
 func (h *hostProc) stop() {

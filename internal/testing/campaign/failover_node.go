@@ -28,16 +28,40 @@ const NodeConfigEnv = "STEWARD_CAMPAIGN_NODE"
 // The failover host process's line protocol on stdout, read by the campaign:
 //
 //	READY <sidecar epoch> <sidecar pid>   once the node holds its claim and drives its sidecar
-//	SEND <invocation> <job>               before each index.mutate leaves for the sidecar
+//	SEND <invocation> <job>               before each index.mutate leaves for the sidecar (a
+//	                                      segmented job's step names its step id, dispatch.StepID)
 //	STATUS <tickets used> <unsettled>     the sidecar's ledger, answering "status" on stdin
+//	JOB <job>                             the segmented job a "segmented" command admitted
+//	NOJOB <job> <reason> <text>           a "segmented" command refused: reason "exists"
+//	                                      (dispatch.ErrJobExists), "invalid" (ErrInvalidJob), or
+//	                                      "failed" (anything else: another host may succeed)
 //	ERROR <text>                          a failure (the node exits)
 //
-// stdin takes "status"; EOF stops the node gracefully (dispatcher, sidecar, claim).
+// stdin takes one command a line:
+//
+//	status                                       answered by STATUS
+//	segmented <dispatch.SegmentedRequest JSON>   SubmitSegmented on this node's dispatcher, which
+//	                                             plans through this node's sidecar (index.plan)
+//	                                             and names it in the plan; answered by JOB or NOJOB
+//
+// EOF stops the node gracefully (dispatcher, sidecar, claim).
 const (
 	lineReady  = "READY"
 	lineSend   = "SEND"
 	lineStatus = "STATUS"
+	lineJob    = "JOB"
+	lineNoJob  = "NOJOB"
 	lineError  = "ERROR"
+
+	cmdStatus    = "status"
+	cmdSegmented = "segmented"
+)
+
+// NOJOB reasons.
+const (
+	noJobExists  = "exists"
+	noJobInvalid = "invalid"
+	noJobFailed  = "failed"
 )
 
 // NodeConfig configures one failover host process: a dispatcher on the shared etcd journal with
@@ -58,6 +82,9 @@ type NodeConfig struct {
 	// SidecarLog is where this incarnation's sidecar writes its log lines, straight from its own
 	// stderr: its "worker assigned" lines survive the host being SIGKILLed.
 	SidecarLog string
+	// SidecarTemp is the sidecar's TMPDIR on Lance (run.sidecarTemp, shared by the nodes as by
+	// the single-host campaign's sidecars); "" leaves the node's own.
+	SidecarTemp string
 	// S3 endpoint credentials for the sidecar and for every job.
 	AccessKey, SecretKey string
 	// ExecuteDeadline, Executors and Quota are the dispatcher's (see Config).
@@ -108,7 +135,7 @@ func RunNode(ctx context.Context, cfg NodeConfig, in io.Reader, out io.Writer, l
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = d.Run(rctx) }()
-	return serveCommands(ctx, in, w, sc)
+	return serveCommands(ctx, in, w, sc, d)
 }
 
 // addSidecar registers the node's sidecar, whose epoch goes to etcd under the node's lease. A
@@ -143,6 +170,9 @@ func launchNodeSidecar(ctx context.Context, cfg NodeConfig, log hclog.Logger) (*
 	}
 	// The sidecar's own keys come from the credentials file in cfg.SidecarArgs.
 	env = append(env, "STEWARD_CAMPAIGN_BIN="+cfg.Steward, "STEWARD_CAMPAIGN_SIDECAR_LOG="+cfg.SidecarLog)
+	if cfg.SidecarTemp != "" {
+		env = append(env, "TMPDIR="+cfg.SidecarTemp) // the last of duplicate keys wins
+	}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -165,11 +195,13 @@ func launchNodeSidecar(ctx context.Context, cfg NodeConfig, log hclog.Logger) (*
 }
 
 // serveCommands answers the campaign's commands on in until EOF.
-func serveCommands(ctx context.Context, in io.Reader, w *lineWriter, sc *host.Client) error {
+func serveCommands(ctx context.Context, in io.Reader, w *lineWriter, sc *host.Client, d *dispatch.Dispatcher) error {
 	lines := bufio.NewScanner(in)
+	lines.Buffer(make([]byte, 64<<10), 1<<20)
 	for lines.Scan() {
-		switch lines.Text() {
-		case "status":
+		cmd, arg, _ := strings.Cut(lines.Text(), " ")
+		switch cmd {
+		case cmdStatus:
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			var st rpc.ObjectsStatusResult
 			err := sc.Call(cctx, rpc.MethodObjectsStatus, rpc.ObjectsStatusParams{}, &st)
@@ -179,9 +211,33 @@ func serveCommands(ctx context.Context, in io.Reader, w *lineWriter, sc *host.Cl
 				continue
 			}
 			w.line(lineStatus, fmt.Sprint(st.Ledger.Used), fmt.Sprint(st.Ledger.Unsettled))
+		case cmdSegmented:
+			submitSegmented(ctx, arg, w, d)
 		}
 	}
 	return lines.Err()
+}
+
+// submitSegmented admits the segmented job of a "segmented" command and answers JOB or NOJOB.
+func submitSegmented(ctx context.Context, arg string, w *lineWriter, d *dispatch.Dispatcher) {
+	var req dispatch.SegmentedRequest
+	if err := json.Unmarshal([]byte(arg), &req); err != nil {
+		w.line(lineNoJob, "-", noJobInvalid, err.Error())
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	j, err := d.SubmitSegmented(cctx, req)
+	cancel()
+	switch {
+	case err == nil:
+		w.line(lineJob, j.ID)
+	case errors.Is(err, dispatch.ErrJobExists):
+		w.line(lineNoJob, req.ID, noJobExists, err.Error())
+	case errors.Is(err, dispatch.ErrInvalidJob):
+		w.line(lineNoJob, req.ID, noJobInvalid, err.Error())
+	default:
+		w.line(lineNoJob, req.ID, noJobFailed, err.Error())
+	}
 }
 
 // sendReporter is the node's sidecar with a SEND line before each mutate: the last point before
@@ -211,7 +267,7 @@ func (l *lineWriter) line(fields ...string) {
 		if i > 0 {
 			io.WriteString(l.w, " ")
 		}
-		io.WriteString(l.w, f)
+		io.WriteString(l.w, strings.ReplaceAll(f, "\n", " ")) // an error's text is one line too
 	}
 	io.WriteString(l.w, "\n")
 }

@@ -55,6 +55,62 @@ func TestFailoverCampaign(t *testing.T) {
 	}
 }
 
+// segmentFailoverEnv sizes the failover campaign of segmented builds (default 10: every kind
+// twice). A large run:
+//
+//	STEWARD_SEGMENT_FAILOVER_MUTATIONS=60 go test ./internal/testing/campaign -run TestSegmentFailoverCampaign -v -timeout 30m
+const segmentFailoverEnv = "STEWARD_SEGMENT_FAILOVER_MUTATIONS"
+
+// TestSegmentFailoverCampaign runs segmented Lance builds (BTREE, and IVF_PQ with its TRAIN) on
+// the failover topology: each submitted through a host process, whose dispatcher plans it on its
+// own sidecar, while hosts are SIGKILLed (a successor continues under the same name) or
+// SIGSTOPped, etcd members killed and MinIO stopped, each timed from the first send of one step
+// of a job. The checker must find nothing: Lance's describe_indices over every COMMITTED job, no
+// segment of a NOT_COMMITTED job in any version, no build object, no orphan, every invocation
+// sent and handed to a worker at most once across the hosts, the ledgers drained.
+func TestSegmentFailoverCampaign(t *testing.T) {
+	testenv.NeedRoot(t)
+	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
+		testenv.Unavailable(t, "cgroups unavailable: "+err.Error())
+	}
+	etcd, err := testetcd.Binary()
+	if err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	py, dir, err := testbin.LanceTools()
+	if err != nil {
+		testenv.Unavailable(t, "Lance engine not installed: "+err.Error())
+	}
+	n := envInt(t, segmentFailoverEnv, 2*int64(len(campaign.SegmentFailoverKinds())))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*5*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep, err := campaign.RunFailover(ctx, campaign.Config{
+		Steward: testbin.Steward(t), Node: self(t), MinIOBinary: minioBinary(t), EtcdBinary: etcd, WorkDir: workDir(t),
+		Engine: campaign.EngineLance, Lance: campaign.LanceTools{Python: py, Dir: dir}, Segments: true,
+		Mutations: int(n), Seed: envInt(t, seedEnv, 1), Keep: os.Getenv("STEWARD_CAMPAIGN_KEEP") == "1",
+	})
+	logReport(t, "segment failover campaign", n, start, rep, err)
+	for _, k := range rep.Kinds {
+		if k.Total() == 0 {
+			t.Errorf("fault kind %s never ran", k.Kind)
+		}
+	}
+	if rep.Jobs != int(n) {
+		t.Errorf("%d jobs in the journal, want %d", rep.Jobs, n)
+	}
+	if rep.IndexesChecked == 0 || rep.Steps == 0 {
+		t.Errorf("%d indexes read back over %d steps: the checker checked no segmented commit", rep.IndexesChecked, rep.Steps)
+	}
+	if rep.Assigned == 0 || rep.MaxAssigned > 1 || rep.MaxSends > 1 {
+		t.Errorf("%d invocations reached a worker, at most %d times each (SEND at most %d): want some, at most once",
+			rep.Assigned, rep.MaxAssigned, rep.MaxSends)
+	}
+	if !rep.OK() {
+		t.Errorf("%d violations", len(rep.Violations))
+	}
+}
+
 // TestFailoverNeedsNode: without an executable for its host processes a failover campaign is a
 // configuration error, found before anything starts.
 func TestFailoverNeedsNode(t *testing.T) {

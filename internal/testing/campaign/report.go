@@ -39,6 +39,9 @@ type Report struct {
 	Sent, MaxSends            int
 	Assigned, MaxAssigned     int
 	SidecarLogs               int
+	// Continued counts the segmented jobs (failover, Segments) whose steps more than one host
+	// process sent: a successor under the same name, or another node, continued them.
+	Continued int
 	// LeftoverProcesses and LeftoverCgroups after teardown; LeftoverTemp worker temp dirs (or
 	// other entries) left in the sidecars' TMPDIR (Lance campaigns), each a violation.
 	LeftoverProcesses, LeftoverCgroups, LeftoverTemp int
@@ -141,14 +144,14 @@ func (r *Report) kind(k string) *KindCounts {
 // findings, violations and durations.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
+	what := "mutations"
+	if r.Segmented {
+		what = "segmented builds"
+	}
 	if r.Hosts > 0 {
-		fmt.Fprintf(&b, "steward failover campaign — seed %d, %d mutations (%d faulted), %d host processes, 3 etcd members\n\n",
-			r.Seed, r.Mutations, r.Faulted(), r.Hosts)
+		fmt.Fprintf(&b, "steward failover campaign — engine %s, seed %d, %d %s (%d faulted), %d host processes, 3 etcd members\n\n",
+			r.Engine, r.Seed, r.Mutations, what, r.Faulted(), r.Hosts)
 	} else {
-		what := "mutations"
-		if r.Segmented {
-			what = "segmented builds"
-		}
 		fmt.Fprintf(&b, "steward fault campaign — engine %s, seed %d, %d %s (%d faulted)\n\n", r.Engine, r.Seed, r.Mutations, what, r.Faulted())
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -181,6 +184,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Hosts > 0 {
 		fmt.Fprintf(&b, "sends      %d invocations left a host, max %d SEND per invocation; %d reached a worker (%d sidecar logs), max %d per invocation\n",
 			r.Sent, r.MaxSends, r.Assigned, r.SidecarLogs, r.MaxAssigned)
+		if r.Segmented {
+			fmt.Fprintf(&b, "continued  %d segmented jobs had steps sent by more than one host process\n", r.Continued)
+		}
 		fmt.Fprintf(&b, "kills      host SIGKILL %d (%d with a job RUNNING), host SIGSTOP %d (%d), etcd member SIGKILL %d, MinIO stop %d (delivered)\n",
 			r.row(KindHostKill).Delivered, r.row(KindHostKill).Busy, r.row(KindHostStop).Delivered, r.row(KindHostStop).Busy,
 			r.row(KindEtcdKill).Delivered, r.row(KindMinIOOutage).Delivered)

@@ -69,7 +69,8 @@ const segmentFragments = 4
 
 // makeSegmentPlan draws n segmented jobs from seed: each of kinds once first (shuffled), then by
 // draw; per job a dataset, a column (IVF_PQ for the TRAIN kinds), 2 or 3 segments, and for the
-// kill and outage kinds the step whose send times them and the delay.
+// kill, stop and outage kinds (sidecar, host, etcd, MinIO) the step whose send times them, the
+// delay and how long the outage lasts.
 func makeSegmentPlan(seed int64, n, datasets int, kinds []string) []planned {
 	r := rand.New(rand.NewPCG(uint64(seed), 0x5e9))
 	first := slices.Clone(kinds)
@@ -91,6 +92,15 @@ func makeSegmentPlan(seed int64, n, datasets int, kinds []string) []planned {
 		case KindMinIOOutage:
 			p.delay = time.Duration(r.IntN(2000)) * time.Millisecond
 			p.outage = time.Second + time.Duration(r.IntN(3000))*time.Millisecond
+		case KindHostKill: // the failover kinds (SegmentFailoverKinds)
+			p.delay = time.Duration(r.IntN(3000)) * time.Millisecond
+		case KindHostStop:
+			p.delay = time.Duration(r.IntN(2000)) * time.Millisecond
+			p.outage = time.Second + time.Duration(r.IntN(9000))*time.Millisecond
+		case KindEtcdKill:
+			p.delay = time.Duration(r.IntN(2000)) * time.Millisecond
+			p.outage = time.Second + time.Duration(r.IntN(3000))*time.Millisecond
+			p.member = r.IntN(3)
 		}
 		out[i] = p
 	}
@@ -130,8 +140,13 @@ func (r *run) submitSegmented(ctx context.Context, p planned) error {
 			// index.plan needs a live sidecar and MinIO: a sidecar being replaced or an outage
 			// is waited out.
 			var final error
+			attempt := 0
 			err = retry(ctx, time.Minute, func() error {
-				_, err := r.d.SubmitSegmented(ctx, req)
+				err := r.admitSegmented(ctx, req, p.seq+attempt)
+				attempt++
+				if attempt > 1 && errors.Is(err, dispatch.ErrJobExists) {
+					return nil // a host admitted it and died (or stopped) before answering
+				}
 				if errors.Is(err, dispatch.ErrInvalidJob) || errors.Is(err, dispatch.ErrJobExists) {
 					final = err // retrying changes nothing
 					return nil
@@ -149,6 +164,18 @@ func (r *run) submitSegmented(ctx context.Context, p planned) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// admitSegmented submits req once: to the campaign's dispatcher, or on a failover campaign to
+// host turn (round robin): the planning dispatcher names its own sidecars in the plan, and the
+// campaign's admits without any. A retry asks the next host, so a host that died, stopped or
+// failed before answering is not asked again in a row.
+func (r *run) admitSegmented(ctx context.Context, req dispatch.SegmentedRequest, turn int) error {
+	if r.fo == nil {
+		_, err := r.d.SubmitSegmented(ctx, req)
+		return err
+	}
+	return r.fo.hosts[turn%len(r.fo.hosts)].submitSegmented(ctx, req)
 }
 
 // busyDatasets are the datasets with a segmented job not settled yet.
@@ -169,17 +196,47 @@ func (r *run) busyDatasets(ctx context.Context) (map[string]bool, error) {
 
 // parentOf is the segmented job a step's send belongs to (dispatch.StepID), or "".
 func parentOf(p rpc.MutateParams) string {
-	switch p.Op {
-	case rpc.OpTrain, rpc.OpCommitSegments:
-		if i := strings.LastIndexByte(p.JobID, '.'); i > 0 {
-			return p.JobID[:i]
+	parent, _ := stepOf(p.JobID)
+	return parent
+}
+
+// stepOf splits a step's job id (dispatch.StepID: "<parent>.train", "<parent>.seg<i>.a<n>",
+// "<parent>.commit", a retry's ".a<n>" after the last two) into its parent and its step op: what
+// a failover host's SEND line names. It returns "" for an id that is no step's.
+func stepOf(id string) (parent, op string) {
+	if i := strings.LastIndex(id, ".a"); i > 0 && digits(id[i+2:]) {
+		if j := strings.LastIndex(id[:i], ".seg"); j > 0 && digits(id[j+4:i]) {
+			return id[:j], rpc.OpSegment
 		}
-	case rpc.OpSegment:
-		if i := strings.LastIndex(p.JobID, ".seg"); i > 0 {
-			return p.JobID[:i]
+		id = id[:i]
+	}
+	for suffix, op := range map[string]string{".train": rpc.OpTrain, ".commit": rpc.OpCommitSegments} {
+		if parent, ok := strings.CutSuffix(id, suffix); ok && parent != "" {
+			return parent, op
 		}
 	}
-	return ""
+	return "", ""
+}
+
+func digits(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
+
+// faultStep is the step op whose send job p's fault acts on: its step fault's, else the drawn
+// step; a TRAIN in a job without one (not IVF) becomes its first SEGMENT.
+func (p planned) faultStep() string {
+	want := p.step
+	if f, ok := segmentStepFault[p.kind]; ok {
+		want = f.op
+	}
+	if want == rpc.OpTrain && !strings.HasPrefix(segmentColumns[p.column].indexType(p.coin), "IVF") {
+		return rpc.OpSegment
+	}
+	return want
+}
+
+// timesFault reports whether a send of step id (op) is one that job p's fault acts on: a send of
+// its fault step, of the first segment (run 0) for a SEGMENT.
+func (p planned) timesFault(op, id string) bool {
+	return op == p.faultStep() && (op != rpc.OpSegment || strings.Contains(id, ".seg0.a"))
 }
 
 // onStepSend injects the fault of a step's parent job when this send is the step it acts on,
@@ -189,14 +246,7 @@ func (r *run) onStepSend(s *sidecar, p rpc.MutateParams) (rpc.MutateParams, stri
 	if !ok || pl.kind == KindClean {
 		return p, ""
 	}
-	want := pl.step
-	if f, ok := segmentStepFault[pl.kind]; ok {
-		want = f.op
-	}
-	if want == rpc.OpTrain && !strings.HasPrefix(segmentColumns[pl.column].indexType(pl.coin), "IVF") {
-		want = rpc.OpSegment // no TRAIN in this job: its first segment instead
-	}
-	if p.Op != want || (p.Op == rpc.OpSegment && !strings.Contains(p.JobID, ".seg0.a")) {
+	if !pl.timesFault(p.Op, p.JobID) {
 		return p, ""
 	}
 	r.mu.Lock()

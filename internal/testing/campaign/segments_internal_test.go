@@ -11,8 +11,8 @@ import (
 	"github.com/cba1309c/steward/rpc"
 )
 
-// TestSegmentConfig: a segment campaign runs on Lance only, draws the segment kinds, and a kind of
-// one campaign is refused by another.
+// TestSegmentConfig: a segment campaign runs on Lance only, draws the segment kinds (on the
+// failover topology its own), and a kind of one campaign is refused by another.
 func TestSegmentConfig(t *testing.T) {
 	py, dir, err := testbin.LanceTools()
 	if err != nil {
@@ -26,11 +26,23 @@ func TestSegmentConfig(t *testing.T) {
 	if !slices.Equal(c.Kinds, SegmentKinds()) || c.Rows != 8000 || c.Outstanding != c.Datasets {
 		t.Errorf("defaults: kinds %v, rows %d, outstanding %d of %d datasets", c.Kinds, c.Rows, c.Outstanding, c.Datasets)
 	}
+	fo := base
+	fo.failover = true
+	if c, err := fo.withDefaults(); err != nil || !slices.Equal(c.Kinds, SegmentFailoverKinds()) {
+		t.Errorf("failover defaults: kinds %v (%v), want %v", c.Kinds, err, SegmentFailoverKinds())
+	}
 	for name, bad := range map[string]Config{
 		"builtin engine":         {Steward: "/bin/true", MinIOBinary: "/bin/true", Segments: true},
 		"oom on segments":        func() Config { b := base; b.Kinds = []string{KindOOM}; return b }(),
 		"train_oom, no segments": func() Config { b := base; b.Segments, b.Kinds = false, []string{KindTrainOOM}; return b }(),
 		"train_oom on builtin":   {Steward: "/bin/true", MinIOBinary: "/bin/true", Kinds: []string{KindTrainOOM}},
+		"host_kill, one host":    func() Config { b := base; b.Kinds = []string{KindHostKill}; return b }(),
+		"train_oom on failover":  func() Config { b := base; b.failover, b.Kinds = true, []string{KindTrainOOM}; return b }(),
+		"sidecar_kill on failover": func() Config {
+			b := base
+			b.failover, b.Kinds = true, []string{KindSidecarKill}
+			return b
+		}(),
 	} {
 		if _, err := bad.withDefaults(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
@@ -60,7 +72,16 @@ func TestSegmentPlan(t *testing.T) {
 			if got := parentOf(rpc.MutateParams{JobID: id, Op: st.op}); got != p.id() {
 				t.Errorf("step %s: parent %q, want %q", id, got, p.id())
 			}
+			for _, a := range []int{1, 2} { // a failover host's SEND line names the step id only
+				id := dispatch.StepID(p.id(), st.kind, st.run, a)
+				if parent, op := stepOf(id); parent != p.id() || op != st.op {
+					t.Errorf("stepOf(%s) = %q, %q; want %q, %q", id, parent, op, p.id(), st.op)
+				}
+			}
 		}
+	}
+	if parent, op := stepOf("m0001.segment-oom"); parent != "" || op != "" {
+		t.Errorf("a parent id read as step %q of %q", op, parent)
 	}
 	if len(seen) != len(SegmentKinds()) {
 		t.Errorf("kinds drawn %v", seen)
