@@ -38,13 +38,15 @@ func TestMarkGone(t *testing.T) {
 			if tc.settled {
 				j.State = StateCommitted
 			}
+			show := func(sp *SegmentedPlan) string {
+				return fmt.Sprintf("sidecars %v gone %v stranded %v committer %s adopted %v", sp.Sidecars, sp.Gone, sp.Stranded, sp.Committer, sp.Adopted)
+			}
 			before := len(j.History)
 			changed := markGone(&j, tc.gone, tc.here, tc.commitOut, time.Unix(1, 0))
-			sp := j.Segmented
-			got := fmt.Sprintf("sidecars %v gone %v stranded %v committer %s adopted %v", sp.Sidecars, sp.Gone, sp.Stranded, sp.Committer, sp.Adopted)
+			got := show(j.Segmented)
 			if !changed {
-				if tc.want != "unchanged" || got != fmt.Sprintf("sidecars %v gone %v stranded %v committer %s adopted %v", plan().Sidecars, []string(nil), []string(nil), "n1", []string{"n2"}) {
-					t.Fatalf("unchanged: %s; want %s", got, tc.want)
+				if tc.want != "unchanged" || got != show(plan()) || len(j.History) != before {
+					t.Fatalf("reported unchanged, plan %s; want %s", got, tc.want)
 				}
 				return
 			}

@@ -25,14 +25,7 @@ const failoverMutationsEnv = "STEWARD_FAILOVER_MUTATIONS"
 // SIGSTOPped and etcd members killed mid-run. The checker must find nothing, and every invocation
 // reached a worker at most once across the cluster, by the sidecars' own logs.
 func TestFailoverCampaign(t *testing.T) {
-	testenv.NeedRoot(t)
-	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
-		testenv.Unavailable(t, "cgroups unavailable: "+err.Error())
-	}
-	etcd, err := testetcd.Binary()
-	if err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
+	etcd := failoverNeeds(t)
 	n := envInt(t, failoverMutationsEnv, 2*int64(len(campaign.FailoverKinds())))
 	seed := envInt(t, seedEnv, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*3*time.Second)
@@ -46,10 +39,7 @@ func TestFailoverCampaign(t *testing.T) {
 	if rep.Jobs != int(n) {
 		t.Errorf("%d jobs in the journal, want %d", rep.Jobs, n)
 	}
-	if rep.Assigned == 0 || rep.MaxAssigned > 1 || rep.MaxSends > 1 {
-		t.Errorf("%d invocations reached a worker, at most %d times each (SEND at most %d): want some, at most once",
-			rep.Assigned, rep.MaxAssigned, rep.MaxSends)
-	}
+	checkOnce(t, rep)
 	if !rep.OK() {
 		t.Errorf("%d violations", len(rep.Violations))
 	}
@@ -69,14 +59,7 @@ const segmentFailoverEnv = "STEWARD_SEGMENT_FAILOVER_MUTATIONS"
 // segment of a NOT_COMMITTED job in any version, no build object, no orphan, every invocation
 // sent and handed to a worker at most once across the hosts, the ledgers drained.
 func TestSegmentFailoverCampaign(t *testing.T) {
-	testenv.NeedRoot(t)
-	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
-		testenv.Unavailable(t, "cgroups unavailable: "+err.Error())
-	}
-	etcd, err := testetcd.Binary()
-	if err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
+	etcd := failoverNeeds(t)
 	py, dir, err := testbin.LanceTools()
 	if err != nil {
 		testenv.Unavailable(t, "Lance engine not installed: "+err.Error())
@@ -102,10 +85,7 @@ func TestSegmentFailoverCampaign(t *testing.T) {
 	if rep.IndexesChecked == 0 || rep.Steps == 0 {
 		t.Errorf("%d indexes read back over %d steps: the checker checked no segmented commit", rep.IndexesChecked, rep.Steps)
 	}
-	if rep.Assigned == 0 || rep.MaxAssigned > 1 || rep.MaxSends > 1 {
-		t.Errorf("%d invocations reached a worker, at most %d times each (SEND at most %d): want some, at most once",
-			rep.Assigned, rep.MaxAssigned, rep.MaxSends)
-	}
+	checkOnce(t, rep)
 	if !rep.OK() {
 		t.Errorf("%d violations", len(rep.Violations))
 	}
@@ -139,4 +119,28 @@ func workDir(t *testing.T) string {
 		return ""
 	}
 	return t.TempDir()
+}
+
+// failoverNeeds fails (or, without STEWARD_REQUIRE_REAL, skips) a failover campaign test that
+// lacks root, cgroups or etcd, and returns the etcd executable.
+func failoverNeeds(t *testing.T) string {
+	t.Helper()
+	testenv.NeedRoot(t)
+	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
+		testenv.Unavailable(t, "cgroups unavailable: "+err.Error())
+	}
+	etcd, err := testetcd.Binary()
+	if err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	return etcd
+}
+
+// checkOnce: some invocations reached a worker, none twice, and no host sent one twice.
+func checkOnce(t *testing.T, rep campaign.Report) {
+	t.Helper()
+	if rep.Assigned == 0 || rep.MaxAssigned > 1 || rep.MaxSends > 1 {
+		t.Errorf("%d invocations reached a worker, at most %d times each (SEND at most %d): want some, at most once",
+			rep.Assigned, rep.MaxAssigned, rep.MaxSends)
+	}
 }
