@@ -164,7 +164,7 @@ bench-lance: minio lance build
 	@if grep -q -e '^--- FAIL' -e '^FAIL' bench.out; then echo "make bench-lance: benchmarks failed (their rows are missing above):"; grep -e '^--- FAIL' bench.out; exit 1; fi
 
 bench-lance-round:
-	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'LaunchNoop/contained-paired' -benchtime 200x -count 1 ./isolation/ | tee -a bench.out
+	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench 'LaunchNoop/(contained-paired|namespace-floor)' -benchtime 200x -count 1 ./isolation/ | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceSidecar -benchtime 1x -count 1 -timeout 30m ./sidecar/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 	STEWARD_REQUIRE_REAL=1 $(GO) test -run '^$$' -bench LanceDispatch -benchtime 1x -count 1 -timeout 30m ./host/dispatch/ 2>/dev/null | grep -v '^{' | tee -a bench.out
 

@@ -4,31 +4,21 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
-// machineCPU is the CPU time every core has spent outside idle and iowait so far
-// (/proc/stat): a write's cost includes the kernel's writeback threads, which the writing
-// process's own rusage does not show.
+// machineCPU is the CPU time every core has spent outside idle and iowait so far: a write's
+// cost includes the kernel's writeback threads, which the writing process's own rusage does not
+// show.
 func machineCPU(b *testing.B) time.Duration {
-	data, err := os.ReadFile("/proc/stat")
+	busy, _, err := testenv.MachineCPU()
 	if err != nil {
 		b.Fatal(err)
 	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	var busy int64
-	for i, f := range strings.Fields(line)[1:] {
-		v, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if i != 3 && i != 4 { // idle, iowait
-			busy += v
-		}
-	}
-	return time.Duration(busy) * 10 * time.Millisecond // USER_HZ = 100
+	return busy
 }
 
 // BenchmarkStage90MB: staging a 90 MB object (an index segment's size) in 1 MiB writes and

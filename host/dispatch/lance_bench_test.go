@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -24,6 +25,12 @@ import (
 // committed), each wave driven until every job is COMMITTED; its figure is jobs/s from the
 // first submit to the last commit. Every half works on fresh copies of the ten datasets. Run
 // with -benchtime 1x; make bench repeats rounds.
+//
+// Beside the ratio, what bounds it: the whole machine's CPU per job while the dispatcher's
+// halves run (/proc/stat: engines, sidecar, dispatcher, kernel; "dispatch-cpu-ms/job") and its
+// idle share then, the Lance engines' own CPU per job (their timing lines), a bare process's CPU
+// per job (rusage), and the ceiling a machine of runtime.NumCPU() CPUs puts on the ratio at that
+// CPU per job: NumCPU × (bare wall per job) / (dispatch CPU per job).
 func BenchmarkLanceDispatch(b *testing.B) {
 	testenv.NeedRoot(b)
 	py, dir, err := testbin.LanceTools()
@@ -76,8 +83,13 @@ func BenchmarkLanceDispatch(b *testing.B) {
 		return paths
 	}
 	ctx := context.Background()
+	var busyD, idleD, cpuB time.Duration // the machine's, over the dispatcher's halves; bare processes'
 	viaDispatch := func() (time.Duration, error) {
 		paths := copies()
+		busy0, idle0, err := testenv.MachineCPU()
+		if err != nil {
+			return 0, err
+		}
 		start := time.Now()
 		for w := range waves {
 			ids := make([]string, 0, datasets)
@@ -94,7 +106,10 @@ func BenchmarkLanceDispatch(b *testing.B) {
 				return 0, err
 			}
 		}
-		return time.Since(start), nil
+		wall := time.Since(start)
+		busy1, idle1, err := testenv.MachineCPU()
+		busyD, idleD = busyD+busy1-busy0, idleD+idle1-idle0
+		return wall, err
 	}
 	bare := func() (time.Duration, error) {
 		paths := copies()
@@ -106,6 +121,7 @@ func BenchmarkLanceDispatch(b *testing.B) {
 					return 0, err
 				}
 				sum += r.Wall
+				cpuB += r.CPU
 			}
 		}
 		return sum, nil
@@ -116,6 +132,7 @@ func BenchmarkLanceDispatch(b *testing.B) {
 	}
 	time.Sleep(2500 * time.Millisecond)
 	var sumD, sumB time.Duration
+	logged := len(sc.Logs.String()) // the warm-up's engines are not counted
 	b.ResetTimer()
 	for range b.N {
 		x, y, err := enginetest.ABBA(viaDispatch, bare)
@@ -124,10 +141,22 @@ func BenchmarkLanceDispatch(b *testing.B) {
 		}
 		sumD, sumB = sumD+x, sumB+y
 	}
+	b.StopTimer()
 	jobs := float64(2 * waves * datasets * b.N)
 	b.ReportMetric(jobs/sumD.Seconds(), "dispatch-jobs/s")
 	b.ReportMetric(jobs/sumB.Seconds(), "bare-jobs/s")
 	b.ReportMetric(sumB.Seconds()/sumD.Seconds(), "dispatch/bare")
+	engineCPU, engines := enginetest.LanceEngineCPU(sc.Logs.String()[logged:])
+	if engines != int(jobs) {
+		b.Fatalf("%d Lance engines logged their CPU for %.0f jobs", engines, jobs)
+	}
+	perJob := func(d time.Duration) float64 { return float64(d.Milliseconds()) / jobs }
+	b.ReportMetric(perJob(busyD), "dispatch-cpu-ms/job")
+	b.ReportMetric(perJob(engineCPU), "engine-cpu-ms/job")
+	b.ReportMetric(perJob(cpuB), "bare-cpu-ms/job")
+	b.ReportMetric(perJob(sumB), "bare-wall-ms/job")
+	b.ReportMetric(float64(idleD)/float64(busyD+idleD), "dispatch-idle-share")
+	b.ReportMetric(float64(runtime.NumCPU())*perJob(sumB)/perJob(busyD), "cpu-ceiling")
 }
 
 // viaDispatchOne runs one Lance CREATE through d and waits for its commit.

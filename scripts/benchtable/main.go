@@ -116,6 +116,14 @@ func (r results) rows() []row {
 				dur(u) + "  uncontained, alternated", fmt.Sprintf("%+.2f ms", v), "≤ +1 ms"})
 		}
 	}
+	// The kernel's part of the contained launch's excess, in the same run: the namespaces and id
+	// maps alone, nothing of steward's (docs/PERFORMANCE.md §6.3).
+	if v, ok := r.get("LaunchNoop/namespace-floor", "namespace-excess-ms"); ok {
+		n, _ := r.get("LaunchNoop/namespace-floor", "namespaced-p50-ns")
+		p, _ := r.get("LaunchNoop/namespace-floor", "plain-p50-ns")
+		out = append(out, row{"  its kernel floor: the domain's namespaces alone, p50", dur(n) + "  static binary, namespaced",
+			dur(p) + "  the same, plain, alternated", fmt.Sprintf("%+.2f ms", v), "—"})
+	}
 	add(r.pair("raw launch vs static floor", "LaunchNoop/raw-forkexec", "LaunchNoop/static-floor", "≤ 2×"))
 	for _, mode := range []string{"hybrid", "v1", "v2"} {
 		add(r.pair("kill+reap of 50 processes", "KillTree50/ladder-"+mode, "KillTree50/bare-"+mode, "≤ 1.2×"))
@@ -328,6 +336,16 @@ func (r results) lance(names []string) []row {
 		b, _ := r.get("LanceDispatch", "bare-jobs/s")
 		out = append(out, row{"100 small Lance mutations through host/dispatch", fmt.Sprintf("%.2f jobs/s", d),
 			fmt.Sprintf("%.2f jobs/s bare pylance, one after another", b), fmt.Sprintf("%.2f×", v), "≥ 2×"})
+		// What bounds that ratio: the CPU a job costs the machine, and the ceiling it sets.
+		if cpu, ok := r.get("LanceDispatch", "dispatch-cpu-ms/job"); ok {
+			eng, _ := r.get("LanceDispatch", "engine-cpu-ms/job")
+			idle, _ := r.get("LanceDispatch", "dispatch-idle-share")
+			bare, _ := r.get("LanceDispatch", "bare-cpu-ms/job")
+			ceil, _ := r.get("LanceDispatch", "cpu-ceiling")
+			out = append(out, row{"  its CPU per job, whole machine", fmt.Sprintf("%.0f ms (engine %.0f ms; %.0f%% idle)", cpu, eng, idle*100),
+				fmt.Sprintf("%.0f ms bare process", bare), fmt.Sprintf("%.2f×", cpu/bare), "—"})
+			out = append(out, row{"  the ratio's CPU ceiling", "CPUs × bare wall/job ÷ CPU/job", "—", fmt.Sprintf("%.2f×", ceil), "—"})
+		}
 	}
 	return out
 }

@@ -21,28 +21,32 @@ BenchmarkLanceSidecar/noop-2  1  1903564374 ns/op  0.5078 noop-s  1.145 noop/sta
 BenchmarkLanceSidecar/noop-minio-2  1  903564374 ns/op  0.0451 noop-s  0.1250 noop/start  0.3608 start-s
 BenchmarkLanceSidecar/build/BTREE-1M-2  1  8459245051 ns/op  1.707 bare-s  2.515 sidecar-s  1.474 sidecar/bare
 BenchmarkLanceSidecar/build-minio/IVF_PQ-100k-2  1  8459245051 ns/op  20.0 bare-s  20.8 sidecar-s  1.04 sidecar/bare
-BenchmarkLanceDispatch-2  1  8459245051 ns/op  2.0 bare-jobs/s  4.6 dispatch-jobs/s  2.3 dispatch/bare
+BenchmarkLaunchNoop/namespace-floor-2  200  4727668 ns/op  1.641 namespace-excess-ms  3118887 namespaced-p50-ns  1477507 plain-p50-ns
+BenchmarkLanceDispatch-2  1  8459245051 ns/op  2.0 bare-jobs/s  4.6 dispatch-jobs/s  2.3 dispatch/bare  300 dispatch-cpu-ms/job  260 engine-cpu-ms/job  400 bare-cpu-ms/job  500 bare-wall-ms/job  0.02 dispatch-idle-share  3.333 cpu-ceiling
 BenchmarkJobLifecycle/etcd-2         	     300	   5031935 ns/op	       198.7 jobs/s	         3.000 writes/job
 BenchmarkGatewayScan/local-2         	       1	4508943577 ns/op	      1472 direct-MB/s	       704.1 gateway-MB/s	       683.1 floor-MB/s	         0.4784 gateway/direct	         1.031 gateway/floor
 `
 	rows := parse(bufio.NewScanner(strings.NewReader(in))).rows()
 	want := map[string]string{
-		"RPC overhead (stdio, 1 in flight)":                  "1.26×",
-		"no-op mutation round trip":                          "0.81×",
-		"ledger bytes per ticket":                            "0.49×",
-		"cleanup throughput":                                 "1.00×",
-		"job lifecycle, no-op jobs":                          "0.54×",
-		"journal writes per job":                             "1.00×",
-		"Lance build, engine vs bare pylance":                "1.10×",
-		"Lance build CPU, engine vs bare":                    "0.94×",
-		"Lance build through the sidecar (local)":            "1.47×",
-		"Lance build through the sidecar (MinIO)":            "1.04×",
-		"no-op Lance mutation vs engine start (local)":       "1.15×",
-		"no-op Lance mutation vs engine start (MinIO)":       "0.12×",
-		"idle prestarted Lance engine (local)":               "—",
-		"100 small Lance mutations through host/dispatch":    "2.30×",
-		"1 GiB scan through the gateway (local)":             "0.48×",
-		"1 GiB scan, gateway / bare loopback server (local)": "1.03×",
+		"RPC overhead (stdio, 1 in flight)":                      "1.26×",
+		"no-op mutation round trip":                              "0.81×",
+		"ledger bytes per ticket":                                "0.49×",
+		"cleanup throughput":                                     "1.00×",
+		"job lifecycle, no-op jobs":                              "0.54×",
+		"journal writes per job":                                 "1.00×",
+		"Lance build, engine vs bare pylance":                    "1.10×",
+		"Lance build CPU, engine vs bare":                        "0.94×",
+		"Lance build through the sidecar (local)":                "1.47×",
+		"Lance build through the sidecar (MinIO)":                "1.04×",
+		"no-op Lance mutation vs engine start (local)":           "1.15×",
+		"no-op Lance mutation vs engine start (MinIO)":           "0.12×",
+		"idle prestarted Lance engine (local)":                   "—",
+		"100 small Lance mutations through host/dispatch":        "2.30×",
+		"  its CPU per job, whole machine":                       "0.75×",
+		"  its kernel floor: the domain's namespaces alone, p50": "+1.64 ms",
+		"  the ratio's CPU ceiling":                              "3.33×",
+		"1 GiB scan through the gateway (local)":                 "0.48×",
+		"1 GiB scan, gateway / bare loopback server (local)":     "1.03×",
 	}
 	got := map[string]string{}
 	for _, r := range rows {

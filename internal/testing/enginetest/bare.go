@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -246,4 +247,28 @@ func BenchABBA(b *testing.B, aName, baseName string, a, base func() (time.Durati
 	b.ReportMetric(sumA.Seconds()/float64(2*b.N), aName+"-s")
 	b.ReportMetric(sumBase.Seconds()/float64(2*b.N), baseName+"-s")
 	b.ReportMetric(sumA.Seconds()/sumBase.Seconds(), aName+"/"+baseName)
+}
+
+// LanceEngineCPU sums the CPU the Lance engine processes of a sidecar's JSON log report in their
+// timing lines (engine.py's "steward-lance timing", logged as "worker stderr"): each process's
+// own, every thread, up to its answer; n is the number of such lines.
+func LanceEngineCPU(logs string) (cpu time.Duration, n int) {
+	const prefix = "steward-lance timing "
+	for _, line := range strings.Split(logs, "\n") {
+		var m struct {
+			Message string `json:"@message"`
+			Line    string `json:"line"`
+		}
+		if json.Unmarshal([]byte(line), &m) != nil || m.Message != "worker stderr" || !strings.HasPrefix(m.Line, prefix) {
+			continue
+		}
+		var t struct {
+			CPUms *float64 `json:"cpu_ms"`
+		}
+		if json.Unmarshal([]byte(strings.TrimPrefix(m.Line, prefix)), &t) == nil && t.CPUms != nil {
+			cpu += time.Duration(*t.CPUms * float64(time.Millisecond))
+			n++
+		}
+	}
+	return cpu, n
 }
