@@ -14,6 +14,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/cba1309c/steward/internal/testing/testenv"
 )
 
 var (
@@ -170,4 +172,25 @@ func LanceTools() (python, dir string, err error) {
 		return "", "", err
 	}
 	return py, filepath.Join(root, "engines", "lance"), nil
+}
+
+// InstalledLance installs the Lance engine as a user does — `steward lance install` from the
+// locked wheels (LanceWheels, no index) into a fresh venv the guest can read — and returns the
+// console script a sidecar registers, <venv>/bin/steward-lance-engine (ENGINE.md §7). Its
+// modules are compiled at install; a checkout's engine.py run as a script (LanceTools) is
+// compiled at every start, CPU an installed engine never spends (docs/PERFORMANCE.md §6.6).
+func InstalledLance(t testing.TB) (string, error) {
+	t.Helper()
+	wheels, err := LanceWheels()
+	if err != nil {
+		return "", err
+	}
+	venv := filepath.Join(testenv.GuestDir(t), "lance")
+	cmd := exec.Command(Steward(t), "lance", "install", "--venv", venv)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "PIP_NO_INDEX=1", "PIP_FIND_LINKS="+wheels)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("steward lance install: %w\n%s", err, out)
+	}
+	return filepath.Join(venv, "bin", "steward-lance-engine"), nil
 }
