@@ -61,7 +61,7 @@ func BenchmarkLanceSegmentProfile(b *testing.B) {
 			testenv.GuestOwn(b, filepath.Join(l.root, path))
 			cpu0 := jobCPU(b, l)
 			start := time.Now()
-			job, err := l.segmentJob(path, 8, v.k, v.parallel, "id", "BTREE", nil, 0)
+			job, err := l.segmentJob(path, 8, v.k, v.parallel, "id", "BTREE", nil, 0, 0)
 			if err != nil {
 				b.Fatal(err)
 			}

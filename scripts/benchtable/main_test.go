@@ -23,7 +23,7 @@ BenchmarkLanceSidecar/build/BTREE-1M-2  1  8459245051 ns/op  1.707 bare-s  2.515
 BenchmarkLanceSidecar/build-minio/IVF_PQ-100k-2  1  8459245051 ns/op  20.0 bare-s  20.8 sidecar-s  1.04 sidecar/bare
 BenchmarkLaunchNoop/namespace-floor-2  200  4727668 ns/op  1.641 namespace-excess-ms  3118887 namespaced-p50-ns  1477507 plain-p50-ns
 BenchmarkLanceDispatch-2  1  8459245051 ns/op  2.0 bare-jobs/s  4.6 dispatch-jobs/s  2.3 dispatch/bare  300 dispatch-cpu-ms/job  260 engine-cpu-ms/job  400 bare-cpu-ms/job  500 bare-wall-ms/job  0.02 dispatch-idle-share  3.333 cpu-ceiling
-BenchmarkLanceSegments/memory-wall/IVF_PQ-400k-2  1  90000000000 ns/op  288.0 wall-MiB  1.000 single-oom  256.0 single-peak-MiB  270.0 segment-peak-MiB  0.1800 recall-segmented  0.1900 recall-single  0.0100 recall-loss
+BenchmarkLanceSegments/memory-wall/IVF_PQ-400k-2  1  90000000000 ns/op  256.0 wall-MiB  1.000 single-oom  256.0 single-peak-MiB  230.0 segment-peak-MiB  270.0 train-peak-MiB  0.1800 recall-segmented  0.1900 recall-single  0.0100 recall-loss
 BenchmarkJobLifecycle/etcd-2         	     300	   5031935 ns/op	       198.7 jobs/s	         3.000 writes/job
 BenchmarkGatewayScan/local-2         	       1	4508943577 ns/op	      1472 direct-MB/s	       704.1 gateway-MB/s	       683.1 floor-MB/s	         0.4784 gateway/direct	         1.031 gateway/floor
 `
@@ -44,7 +44,7 @@ BenchmarkGatewayScan/local-2         	       1	4508943577 ns/op	      1472 direc
 		"idle prestarted Lance engine (local)":                   "—",
 		"100 small Lance mutations through host/dispatch":        "2.30×",
 		"  its CPU per job, whole machine":                       "0.75×",
-		"segmented IVF_PQ under 288 MiB, recall loss":            "+0.010",
+		"segmented IVF_PQ under 256 MiB, recall loss":            "+0.010",
 		"  its kernel floor: the domain's namespaces alone, p50": "+1.64 ms",
 		"  the ratio's CPU ceiling":                              "3.33×",
 		"1 GiB scan through the gateway (local)":                 "0.48×",
