@@ -23,9 +23,9 @@ import (
 //     exact scan (lancectl recall, nprobes 16). Reports the wall, single-oom (1: the single build
 //     was OOM-killed), the worst segment's peak, TRAIN's peak, and the recall difference. TRAIN
 //     runs with 1 GiB: it trains on a sample of a fixed size whatever the dataset's (256 × 2^8
-//     vectors for PQ), peaking at 248 MiB in a bare process and at 256 to over 288 MiB through
-//     the gateway, where it was OOM-killed under the wall in 3 of 7 rounds (docs/PERFORMANCE.md
-//     §7); the wall is what a dataset too big for one worker meets, which its segments scale with.
+//     vectors for PQ), peaking at 248 MiB in a bare process and at 220 to over 288 MiB through
+//     the gateway: OOM-killed in 3 of 7 rounds under a wall of 256 or 288 MiB (docs/PERFORMANCE.md
+//     §7). The wall is what a dataset too big for one worker meets; its segments scale with it.
 //   - parallel/<case>: the same segmented job (TRAIN for IVF_PQ, 2 SEGMENTs, COMMIT_SEGMENTS)
 //     with its two segments sent together (2 executors) against one after the other, ABBA; and
 //     the two-worker job against one bare pylance create_index of the whole index. BTREE runs
